@@ -1,0 +1,27 @@
+# Two entry points: `make run` (the extender on the bundled demo cluster) and
+# `make test` (the whole suite). Both bootstrap .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+LISTEN ?= 127.0.0.1:8888
+SOURCE ?= examples/demo-cluster
+
+.PHONY: run test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/dra-extender serve --source $(SOURCE) --listen $(LISTEN)
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info
