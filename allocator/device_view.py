@@ -1,0 +1,82 @@
+"""What allocation sees of published devices: the *patched* view.
+
+The tracker builds these from ResourceSlices, DeviceTaintRules and
+ResourceSlicePatches; the allocator only reads them. A device view carries
+its effective attributes/capacity (after patches), its effective taints
+(slice taints, then rule taints) and its effective node reach (the slice's,
+or the device's own with perDeviceNodeSelection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from allocator.node_selection import node_selector_matches
+from allocator.quantity import Quantity
+from allocator.types import AttributeValue, DeviceID, DeviceTaint, Node, NodeSelector
+
+
+@dataclass(frozen=True, slots=True)
+class TaintView:
+    """An effective taint and where it came from (`slice` or `DeviceTaintRule/<group>/<name>`)."""
+
+    taint: DeviceTaint
+    source: str = "slice"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    id: DeviceID
+    cel_key: Hashable  # changes whenever anything a selector can see changes
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, Quantity] = field(default_factory=dict)
+    taints: tuple[DeviceTaint, ...] = ()
+    taint_sources: tuple[str, ...] = ()  # parallel to taints
+    node_name: str | None = None
+    node_selector: NodeSelector | None = None
+    all_nodes: bool = False
+
+    @property
+    def driver(self) -> str:
+        return self.id.driver
+
+    @property
+    def name(self) -> str:
+        return self.id.device
+
+    def reachable_from(self, node: Node) -> bool:
+        if self.node_name is not None:
+            return self.node_name == node.name
+        if self.all_nodes:
+            return True
+        if self.node_selector is not None:
+            return node_selector_matches(self.node_selector, node)
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class SliceView:
+    """A ResourceSlice with patched devices; node fields are the slice's own."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    resource_slice_count: int
+    devices: tuple[DeviceView, ...]
+    node_name: str | None = None
+    node_selector: NodeSelector | None = None
+    all_nodes: bool = False
+    per_device_node_selection: bool = False
+
+    def reachable_from(self, node: Node) -> bool:
+        """Whether this slice takes part in pool gathering for `node` (upstream GatherPools)."""
+        if self.node_name is not None:
+            return self.node_name == node.name
+        if self.all_nodes:
+            return True
+        if self.node_selector is not None:
+            return node_selector_matches(self.node_selector, node)
+        # perDeviceNodeSelection: the slice counts for completeness; devices are checked one by one.
+        return self.per_device_node_selection

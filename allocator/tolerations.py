@@ -1,0 +1,54 @@
+"""Device toleration matching, exactly as upstream's `resourceclaim.ToleratesTaint`.
+
+Kept in one module so the allocator, the eviction controller and the
+explain views cannot drift apart on what "tolerated" means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from allocator.types import BLOCKING_EFFECTS, EFFECT_NO_EXECUTE, DeviceTaint, DeviceToleration
+
+
+def tolerates_taint(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
+    """Upstream's rule, in its order: effect, then key, then operator.
+
+    An empty effect matches every effect and an empty key every key; `Exists`
+    matches any value; `Equal` (or empty) needs equal values; any other
+    operator matches nothing.
+    """
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator in ("", "Equal"):
+        return toleration.value == taint.value
+    return toleration.operator == "Exists"
+
+
+def taint_tolerated(taint: DeviceTaint, tolerations: Iterable[DeviceToleration]) -> bool:
+    return any(tolerates_taint(t, taint) for t in tolerations)
+
+
+def blocks_allocation(taint: DeviceTaint) -> bool:
+    """Only NoSchedule and NoExecute keep a device from being allocated.
+
+    `None` is informational, and unknown effects (from newer API versions)
+    are treated like `None` as KEP-5055 asks of consumers.
+    """
+    return taint.effect in BLOCKING_EFFECTS
+
+
+def untolerated_blocking_taints(
+    taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]
+) -> list[DeviceTaint]:
+    """The taints that forbid allocating this device for a request with these tolerations."""
+    return [t for t in taints if blocks_allocation(t) and not taint_tolerated(t, tolerations)]
+
+
+def untolerated_no_execute_taints(
+    taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]
+) -> list[DeviceTaint]:
+    """NoExecute taints that would evict a pod using the device (no new pod may reserve it)."""
+    return [t for t in taints if t.effect == EFFECT_NO_EXECUTE and not taint_tolerated(t, tolerations)]

@@ -1,0 +1,200 @@
+"""How one device's effective view is computed from its slice, patches and rules.
+
+Order matters and follows DESIGN §4: patch filters see the driver's original
+device; the patched device is what taint-rule selectors, class selectors and
+claim selectors see. Effective taints are the slice's taints followed by
+every matching rule's taint, without de-duplication.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from allocator.device_view import DeviceView
+from allocator.quantity import Quantity
+from allocator.types import (
+    REMOVE,
+    AttributeValue,
+    Device,
+    DeviceClass,
+    DeviceID,
+    DevicePatchFilter,
+    DeviceTaint,
+    DeviceTaintRule,
+    DeviceTaintSelector,
+    ResourceSlice,
+    ResourceSlicePatch,
+)
+
+# (object kind, group, name, message): a selector of a rule or patch failed for a device.
+ProblemReporter = Callable[[str, str, str, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorContext:
+    """What selector evaluation needs: the CEL engine and the classes."""
+
+    cel: object  # allocator.cel.CelEnvironment
+    classes: Mapping[str, DeviceClass]
+    report: ProblemReporter
+
+
+def original_view(slice_: ResourceSlice, device: Device, version: int) -> DeviceView:
+    """The device as the driver published it, for patch filters.
+
+    `version` is the tracker's own counter for this slice: CEL results are
+    cached per cel_key, so the key must change whenever the slice does.
+    """
+    node_name, node_selector, all_nodes = _reach(slice_, device)
+    return DeviceView(
+        id=DeviceID(slice_.driver, slice_.pool, device.name),
+        cel_key=("orig", slice_.meta.name, version, device.name),
+        attributes=device.attributes,
+        capacity=device.capacity,
+        taints=device.taints,
+        taint_sources=("slice",) * len(device.taints),
+        node_name=node_name,
+        node_selector=node_selector,
+        all_nodes=all_nodes,
+    )
+
+
+def _reach(slice_: ResourceSlice, device: Device):
+    if slice_.per_device_node_selection:
+        return device.node_name, device.node_selector, device.all_nodes
+    return slice_.node_name, slice_.node_selector, slice_.all_nodes
+
+
+def _selectors_match(
+    ctx: SelectorContext,
+    kind: str,
+    group: str,
+    name: str,
+    class_name: str | None,
+    selectors: tuple[str, ...],
+    device: DeviceView,
+) -> bool:
+    """Class + CEL selectors of a rule or patch; a failure means "does not apply" plus a report."""
+    expressions: list[str] = []
+    if class_name is not None:
+        device_class = ctx.classes.get(class_name)
+        if device_class is None:
+            return False  # a class that does not exist selects nothing
+        expressions.extend(device_class.selectors)
+    expressions.extend(selectors)
+    cel = ctx.cel
+    for expression in expressions:
+        try:
+            if not cel.evaluate(cel.compile(expression), device):  # type: ignore[attr-defined]
+                return False
+        except ValueError as e:  # CelCompileError / CelRuntimeError
+            ctx.report(kind, group, name, f"selector failed for device {device.id}: {e}")
+            return False
+    return True
+
+
+def patch_matches(ctx: SelectorContext, patch: ResourceSlicePatch, original: DeviceView) -> bool:
+    f: DevicePatchFilter = patch.filter
+    if f.driver is not None and f.driver != original.id.driver:
+        return False
+    if f.pool is not None and f.pool != original.id.pool:
+        return False
+    if f.device is not None and f.device != original.id.device:
+        return False
+    if f.device_class_name is None and not f.selectors:
+        return True
+    return _selectors_match(
+        ctx, "ResourceSlicePatch", "resource.dra-extender.io", patch.meta.name, f.device_class_name, f.selectors, original
+    )
+
+
+def rule_matches(ctx: SelectorContext, rule: DeviceTaintRule, device: DeviceView) -> bool:
+    sel: DeviceTaintSelector | None = rule.selector
+    if sel is None:
+        return False  # the API's documented rule: a missing selector selects nothing
+    if sel.driver is not None and sel.driver != device.id.driver:
+        return False
+    if sel.pool is not None and sel.pool != device.id.pool:
+        return False
+    if sel.device is not None and sel.device != device.id.device:
+        return False
+    if sel.device_class_name is None and not sel.selectors:
+        return True
+    return _selectors_match(
+        ctx, "DeviceTaintRule", rule.group, rule.meta.name, sel.device_class_name, sel.selectors, device
+    )
+
+
+def patch_order(patch: ResourceSlicePatch) -> tuple:
+    """Applied in ascending precedence: the last applied wins.
+
+    Higher priority wins; on a tie the older creationTimestamp wins, then the
+    name (alphabetically first wins).
+    """
+    return (patch.priority, _neg_text(patch.meta.creation_timestamp), _neg_text(patch.meta.name))
+
+
+def _neg_text(s: str) -> tuple[int, ...]:
+    # Reverse string ordering so "older"/"alphabetically first" sorts last (= wins).
+    return tuple(-ord(c) for c in s) + (0,)
+
+
+def effective_view(
+    ctx: SelectorContext,
+    slice_: ResourceSlice,
+    device: Device,
+    patches: Iterable[ResourceSlicePatch],
+    rules: Iterable[DeviceTaintRule],
+    previous: DeviceView | None,
+    version: int,
+    patch_versions: Mapping[str, int],
+) -> DeviceView:
+    """The patched, tainted view; reuses `previous.cel_key` when the content is unchanged."""
+    original = original_view(slice_, device, version)
+    applicable = sorted((p for p in patches if patch_matches(ctx, p, original)), key=patch_order)
+    attributes: dict[str, AttributeValue] = dict(device.attributes)
+    capacity: dict[str, Quantity] = dict(device.capacity)
+    for patch in applicable:
+        for name, value in patch.attributes.items():
+            if value is REMOVE:
+                attributes.pop(name, None)
+            else:
+                attributes[name] = value  # type: ignore[assignment]
+        capacity.update(patch.capacity)
+    patched_key = (
+        ("patched", original.cel_key, tuple((p.meta.name, patch_versions.get(p.meta.name, 0)) for p in applicable))
+        if applicable
+        else original.cel_key
+    )
+    patched = DeviceView(
+        id=original.id,
+        cel_key=patched_key,
+        attributes=attributes,
+        capacity=capacity,
+        taints=original.taints,
+        taint_sources=original.taint_sources,
+        node_name=original.node_name,
+        node_selector=original.node_selector,
+        all_nodes=original.all_nodes,
+    )
+    taints: list[DeviceTaint] = list(device.taints)
+    sources: list[str] = ["slice"] * len(device.taints)
+    for rule in sorted(rules, key=lambda r: (r.group, r.meta.name)):
+        if rule_matches(ctx, rule, patched):
+            taints.append(rule.taint)
+            sources.append(rule.source)
+    view = DeviceView(
+        id=patched.id,
+        cel_key=patched.cel_key,
+        attributes=attributes,
+        capacity=capacity,
+        taints=tuple(taints),
+        taint_sources=tuple(sources),
+        node_name=patched.node_name,
+        node_selector=patched.node_selector,
+        all_nodes=patched.all_nodes,
+    )
+    if previous is not None and previous == view:
+        return previous
+    return view

@@ -1,0 +1,59 @@
+"""The `Source` interface: where cluster state comes from and where writes go.
+
+Two implementations: a manifest directory (`--source DIR`, writes kept in an
+in-memory overlay) and the API server (reflectors, writes over HTTP).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from tracker.events import EventSink
+
+
+class SourceError(Exception):
+    """A write or read the source could not do; `status` mirrors HTTP."""
+
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(SourceError):
+    status = 404
+
+
+class Conflict(SourceError):
+    """Stale resourceVersion or failed precondition (HTTP 409)."""
+
+    status = 409
+
+
+class Invalid(SourceError):
+    status = 422
+
+
+class Source(Protocol):
+    description: str
+
+    async def run(self, sink: EventSink) -> None:
+        """Deliver the initial state, mark kinds synced, then follow changes until cancelled."""
+        ...
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The freshest copy of one object (None if it does not exist)."""
+        ...
+
+    async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Write a ResourceClaim's metadata/spec (finalizers); `metadata.resourceVersion` is a precondition."""
+        ...
+
+    async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Write a ResourceClaim's `status` (allocation, reservedFor) with a resourceVersion precondition."""
+        ...
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding (uid precondition); Conflict if already bound or uid differs."""
+        ...

@@ -1,0 +1,518 @@
+"""ClusterState: everything the extender knows about the cluster, kept current.
+
+Sources push ObjectEvents in; the state parses each object once, keeps the
+patched device views (recomputing only the devices a change can touch), an
+index from node to slices, the devices allocated to claims and the in-flight
+ledger of allocations being written. Readers (filter, bind, eviction) get
+plain values and never see a half-applied change: every mutation happens
+synchronously on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.device_view import DeviceView, SliceView
+from allocator.types import (
+    DeviceClass,
+    DeviceID,
+    DeviceTaintRule,
+    Node,
+    Pod,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    ResourceSlicePatch,
+    ValidationError,
+    parse_device_class,
+    parse_device_taint_rule,
+    parse_node,
+    parse_pod,
+    parse_resource_claim,
+    parse_resource_claim_template,
+    parse_resource_slice,
+    parse_resource_slice_patch,
+)
+from tracker import events as ev
+from tracker.patched_view import SelectorContext, effective_view
+
+log = logging.getLogger("dra_extender.tracker")
+
+# The kinds whose initial list gates readiness, as (kind, group).
+REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
+    {
+        (ev.NODE, ev.GROUP_CORE),
+        (ev.POD, ev.GROUP_CORE),
+        (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE),
+        (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE),
+        (ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE),
+        (ev.DEVICE_CLASS, ev.GROUP_RESOURCE),
+    }
+)
+
+_ANY = None  # wildcard in selector index keys
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong with one object, to be reported as a Warning Event."""
+
+    kind: str
+    group: str
+    name: str  # namespace/name or name
+    message: str
+
+
+def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
+    """Every (driver, pool, device) wildcard bucket a device falls into."""
+    return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
+
+
+class ClusterState:
+    def __init__(
+        self,
+        cel: object,
+        *,
+        required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
+        on_problem: Callable[[Problem], None] | None = None,
+    ) -> None:
+        self.cel = cel
+        self.required = frozenset(required)
+        self.synced: set[tuple[str, str]] = set()
+        self.generation = 0  # bumped on every applied change
+        self.on_problem = on_problem
+        self._reported: set[tuple[str, str, str, str]] = set()
+        self.problem_count = 0
+
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}  # only pods with resource claims
+        self.claims: dict[str, ResourceClaim] = {}
+        self.templates: dict[str, ResourceClaimTemplate] = {}
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.rules: dict[tuple[str, str], DeviceTaintRule] = {}  # (group, name)
+        self.patches: dict[str, ResourceSlicePatch] = {}
+        self.raw_claims: dict[str, dict[str, Any]] = {}
+        self.raw_pods: dict[str, dict[str, Any]] = {}
+
+        self._slice_versions: dict[str, int] = {}
+        self._patch_versions: dict[str, int] = {}
+        self._version_counter = 0
+        self.slice_views: dict[str, SliceView] = {}
+        self.devices: dict[DeviceID, DeviceView] = {}
+        self._device_slice: dict[DeviceID, str] = {}
+        self._devices_by_key: dict[tuple[str | None, str | None, str | None], set[DeviceID]] = defaultdict(set)
+        self._node_slices: dict[str, set[str]] = defaultdict(set)  # node-local slices
+        self._shared_slices: set[str] = set()  # reachable from more than one node
+        self._rules_by_key: dict[tuple[str | None, str | None, str | None], set[tuple[str, str]]] = defaultdict(set)
+        self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
+        self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
+
+        self.allocated: dict[DeviceID, str] = {}  # device -> claim key
+        self.inflight: dict[DeviceID, str] = {}  # device -> claim key, while /bind writes
+        self.listeners: list[Callable[[ev.ObjectEvent], None]] = []
+
+    # ------------------------------------------------------------------ readiness
+
+    @property
+    def ready(self) -> bool:
+        return self.required <= self.synced
+
+    def missing(self) -> list[str]:
+        return sorted(f"{k}.{g}" if g else k for k, g in self.required - self.synced)
+
+    def mark_synced(self, kind: str, group: str) -> None:
+        if (kind, group) not in self.synced:
+            self.synced.add((kind, group))
+            log.info("initial state complete", extra={"kind": kind, "group": group})
+
+    # ------------------------------------------------------------------ event intake
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        """A consistent full list of one kind: upsert all, delete what is not in it."""
+        keys = set()
+        for raw in objects:
+            key = ev.object_key(kind, raw)
+            keys.add(key)
+            self.apply(ev.ObjectEvent("MODIFIED", kind, group, key, raw))
+        for key in self._keys_of(kind, group) - keys:
+            self.apply(ev.ObjectEvent("DELETED", kind, group, key, {}))
+
+    def _keys_of(self, kind: str, group: str) -> set[str]:
+        store: Mapping[Any, Any] = {
+            ev.NODE: self.nodes,
+            ev.POD: self.raw_pods,
+            ev.RESOURCE_CLAIM: self.claims,
+            ev.RESOURCE_CLAIM_TEMPLATE: self.templates,
+            ev.DEVICE_CLASS: self.classes,
+            ev.RESOURCE_SLICE: self.slices,
+            ev.RESOURCE_SLICE_PATCH: self.patches,
+        }.get(kind, {})
+        if kind == ev.DEVICE_TAINT_RULE:
+            return {name for (g, name) in self.rules if g == group}
+        return set(store)
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        handler = self._handlers.get(event.kind)
+        if handler is None:
+            return
+        try:
+            handler(self, event)
+        except ValidationError as e:
+            self._report(Problem(event.kind, event.group, event.key, str(e)))
+            log.warning(
+                "ignoring invalid object",
+                extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
+            )
+            return
+        self.generation += 1
+        for listener in self.listeners:
+            listener(event)
+
+    def _next_version(self) -> int:
+        self._version_counter += 1
+        return self._version_counter
+
+    def _report(self, problem: Problem) -> None:
+        key = (problem.kind, problem.group, problem.name, problem.message)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self.problem_count += 1
+        if self.on_problem is not None:
+            self.on_problem(problem)
+
+    def _selector_context(self) -> SelectorContext:
+        def report(kind: str, group: str, name: str, message: str) -> None:
+            self._report(Problem(kind, group, name, message))
+
+        return SelectorContext(self.cel, self.classes, report)
+
+    # ------------------------------------------------------------------ per-kind handlers
+
+    def _on_node(self, event: ev.ObjectEvent) -> None:
+        if event.type == "DELETED":
+            self.nodes.pop(event.key, None)
+        else:
+            self.nodes[event.key] = parse_node(event.object)
+
+    def _on_pod(self, event: ev.ObjectEvent) -> None:
+        if event.type == "DELETED":
+            self.pods.pop(event.key, None)
+            self.raw_pods.pop(event.key, None)
+            return
+        pod = parse_pod(event.object)
+        if pod.resource_claims:
+            self.pods[event.key] = pod
+            self.raw_pods[event.key] = event.object
+        else:
+            # Only pods with claims matter; one that lost them is forgotten.
+            self.pods.pop(event.key, None)
+            self.raw_pods.pop(event.key, None)
+
+    def _on_claim(self, event: ev.ObjectEvent) -> None:
+        old = self.claims.get(event.key)
+        if old is not None:
+            self._release_allocation(old)
+        if event.type == "DELETED":
+            self.claims.pop(event.key, None)
+            self.raw_claims.pop(event.key, None)
+            return
+        claim = parse_resource_claim(event.object)
+        self.claims[event.key] = claim
+        self.raw_claims[event.key] = event.object
+        if claim.allocation is not None:
+            for result in claim.allocation.results:
+                if result.admin_access:
+                    continue  # admin access does not take a device from others (as upstream)
+                holder = self.inflight.get(result.device_id)
+                if holder is not None and holder != claim.key:
+                    log.warning(
+                        "device allocated by another allocator while we were allocating it: "
+                        "only one allocator may manage a device pool",
+                        extra={"device": str(result.device_id), "claim": claim.key, "inflight_for": holder},
+                    )
+                other = self.allocated.get(result.device_id)
+                if other is not None and other != claim.key:
+                    log.warning(
+                        "device is allocated to two claims: only one allocator may manage a device pool",
+                        extra={"device": str(result.device_id), "claim": claim.key, "other": other},
+                    )
+                self.allocated[result.device_id] = claim.key
+
+    def _release_allocation(self, claim: ResourceClaim) -> None:
+        if claim.allocation is None:
+            return
+        for result in claim.allocation.results:
+            if self.allocated.get(result.device_id) == claim.key:
+                del self.allocated[result.device_id]
+
+    def _on_template(self, event: ev.ObjectEvent) -> None:
+        if event.type == "DELETED":
+            self.templates.pop(event.key, None)
+        else:
+            self.templates[event.key] = parse_resource_claim_template(event.object)
+
+    def _on_class(self, event: ev.ObjectEvent) -> None:
+        if event.type == "DELETED":
+            self.classes.pop(event.key, None)
+        else:
+            self.classes[event.key] = parse_device_class(event.object)
+        # Rules and patches that select by this class see a different set now.
+        affected: set[DeviceID] = set()
+        for kind, name in self._class_dependents.get(event.key, ()):
+            if kind == "patch":
+                patch = self.patches.get(name)
+                if patch is not None:
+                    affected |= self._devices_matching(patch.filter.driver, patch.filter.pool, patch.filter.device)
+            else:
+                group, _, rule_name = name.partition("|")
+                rule = self.rules.get((group, rule_name))
+                if rule is not None and rule.selector is not None:
+                    s = rule.selector
+                    affected |= self._devices_matching(s.driver, s.pool, s.device)
+        self._recompute_devices(affected)
+
+    def _on_slice(self, event: ev.ObjectEvent) -> None:
+        name = event.key
+        old = self.slices.get(name)
+        if old is not None:
+            self._unindex_slice(old)
+        if event.type == "DELETED":
+            self.slices.pop(name, None)
+            self.slice_views.pop(name, None)
+            self._slice_versions.pop(name, None)
+            return
+        new = parse_resource_slice(event.object)
+        self.slices[name] = new
+        self._slice_versions[name] = self._next_version()
+        for device in new.devices:
+            did = DeviceID(new.driver, new.pool, device.name)
+            self._device_slice[did] = name
+            for k in _index_keys(did.driver, did.pool, did.device):
+                self._devices_by_key[k].add(did)
+        if new.node_name is not None:
+            self._node_slices[new.node_name].add(name)
+        else:
+            self._shared_slices.add(name)
+        self._rebuild_slice_view(name)
+
+    def _unindex_slice(self, old: ResourceSlice) -> None:
+        for device in old.devices:
+            did = DeviceID(old.driver, old.pool, device.name)
+            if self._device_slice.get(did) == old.meta.name:
+                del self._device_slice[did]
+                self.devices.pop(did, None)
+                for k in _index_keys(did.driver, did.pool, did.device):
+                    bucket = self._devices_by_key.get(k)
+                    if bucket is not None:
+                        bucket.discard(did)
+                        if not bucket:
+                            del self._devices_by_key[k]
+        if old.node_name is not None:
+            bucket = self._node_slices.get(old.node_name)
+            if bucket is not None:
+                bucket.discard(old.meta.name)
+                if not bucket:
+                    del self._node_slices[old.node_name]
+        else:
+            self._shared_slices.discard(old.meta.name)
+
+    def _on_rule(self, event: ev.ObjectEvent) -> None:
+        ident = (event.group, event.key)
+        affected: set[DeviceID] = set()
+        old = self.rules.get(ident)
+        if old is not None:
+            affected |= self._unindex_rule(ident, old)
+        if event.type == "DELETED":
+            self.rules.pop(ident, None)
+        else:
+            rule = parse_device_taint_rule(event.object, group=event.group or ev.GROUP_RESOURCE)
+            self.rules[ident] = rule
+            if rule.selector is not None:
+                s = rule.selector
+                self._rules_by_key[(s.driver, s.pool, s.device)].add(ident)
+                if s.device_class_name:
+                    self._class_dependents[s.device_class_name].add(("rule", f"{ident[0]}|{ident[1]}"))
+                affected |= self._devices_matching(s.driver, s.pool, s.device)
+        self._recompute_devices(affected)
+
+    def _unindex_rule(self, ident: tuple[str, str], rule: DeviceTaintRule) -> set[DeviceID]:
+        if rule.selector is None:
+            return set()
+        s = rule.selector
+        bucket = self._rules_by_key.get((s.driver, s.pool, s.device))
+        if bucket is not None:
+            bucket.discard(ident)
+        if s.device_class_name:
+            self._class_dependents[s.device_class_name].discard(("rule", f"{ident[0]}|{ident[1]}"))
+        return self._devices_matching(s.driver, s.pool, s.device)
+
+    def _on_patch(self, event: ev.ObjectEvent) -> None:
+        name = event.key
+        affected: set[DeviceID] = set()
+        old = self.patches.get(name)
+        if old is not None:
+            f = old.filter
+            self._patches_by_key[(f.driver, f.pool, f.device)].discard(name)
+            if f.device_class_name:
+                self._class_dependents[f.device_class_name].discard(("patch", name))
+            affected |= self._devices_matching(f.driver, f.pool, f.device)
+        if event.type == "DELETED":
+            self.patches.pop(name, None)
+            self._patch_versions.pop(name, None)
+        else:
+            patch = parse_resource_slice_patch(event.object)
+            self.patches[name] = patch
+            self._patch_versions[name] = self._next_version()
+            f = patch.filter
+            self._patches_by_key[(f.driver, f.pool, f.device)].add(name)
+            if f.device_class_name:
+                self._class_dependents[f.device_class_name].add(("patch", name))
+            affected |= self._devices_matching(f.driver, f.pool, f.device)
+        self._recompute_devices(affected)
+
+    _handlers: dict[str, Callable[[ClusterState, ev.ObjectEvent], None]] = {
+        ev.NODE: _on_node,
+        ev.POD: _on_pod,
+        ev.RESOURCE_CLAIM: _on_claim,
+        ev.RESOURCE_CLAIM_TEMPLATE: _on_template,
+        ev.DEVICE_CLASS: _on_class,
+        ev.RESOURCE_SLICE: _on_slice,
+        ev.DEVICE_TAINT_RULE: _on_rule,
+        ev.RESOURCE_SLICE_PATCH: _on_patch,
+    }
+
+    # ------------------------------------------------------------------ patched views
+
+    def _devices_matching(self, driver: str | None, pool: str | None, device: str | None) -> set[DeviceID]:
+        return set(self._devices_by_key.get((driver, pool, device), ()))
+
+    def _candidates(self, did: DeviceID) -> tuple[list[ResourceSlicePatch], list[DeviceTaintRule]]:
+        patches = [self.patches[n] for k in _index_keys(did.driver, did.pool, did.device) for n in self._patches_by_key.get(k, ())]
+        rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
+        return patches, rules
+
+    def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext) -> DeviceView:
+        device = slice_.devices[index]
+        did = DeviceID(slice_.driver, slice_.pool, device.name)
+        patches, rules = self._candidates(did)
+        return effective_view(
+            ctx,
+            slice_,
+            device,
+            patches,
+            rules,
+            self.devices.get(did),
+            self._slice_versions[slice_.meta.name],
+            self._patch_versions,
+        )
+
+    def _rebuild_slice_view(self, name: str) -> None:
+        s = self.slices[name]
+        ctx = self._selector_context()
+        views = []
+        for i in range(len(s.devices)):
+            view = self._compute_device(s, i, ctx)
+            if self._device_slice.get(view.id) == name:
+                self.devices[view.id] = view
+            views.append(view)
+        self._set_slice_view(s, tuple(views))
+
+    def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
+        self.slice_views[s.meta.name] = SliceView(
+            name=s.meta.name,
+            driver=s.driver,
+            pool=s.pool,
+            generation=s.generation,
+            resource_slice_count=s.resource_slice_count,
+            devices=views,
+            node_name=s.node_name,
+            node_selector=s.node_selector,
+            all_nodes=s.all_nodes,
+            per_device_node_selection=s.per_device_node_selection,
+        )
+
+    def _recompute_devices(self, affected: set[DeviceID]) -> None:
+        if not affected:
+            return
+        ctx = self._selector_context()
+        by_slice: dict[str, list[DeviceID]] = defaultdict(list)
+        for did in affected:
+            name = self._device_slice.get(did)
+            if name is not None:
+                by_slice[name].append(did)
+        for name, ids in by_slice.items():
+            s = self.slices[name]
+            view = self.slice_views[name]
+            wanted = {d.device for d in ids}
+            new_devices = list(view.devices)
+            changed = False
+            for i, d in enumerate(s.devices):
+                if d.name not in wanted:
+                    continue
+                nv = self._compute_device(s, i, ctx)
+                if nv is not new_devices[i]:
+                    new_devices[i] = nv
+                    self.devices[nv.id] = nv
+                    changed = True
+            if changed:
+                self._set_slice_view(s, tuple(new_devices))
+
+    # ------------------------------------------------------------------ queries
+
+    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+        """The pod's claims in pod order, or why they cannot be resolved yet."""
+        out: list[ResourceClaim] = []
+        ns = pod.meta.namespace
+        for pc in pod.resource_claims:
+            if pc.resource_claim_name is not None:
+                name = pc.resource_claim_name
+            elif pc.name not in pod.claim_statuses:
+                return out, (
+                    f"pod {pod.key}: the claim for pod claim {pc.name!r} (template "
+                    f"{ns}/{pc.resource_claim_template_name}) has not been created yet"
+                )
+            else:
+                generated = pod.claim_statuses[pc.name]
+                if generated is None:
+                    continue  # no claim needed for this entry (upstream semantics)
+                name = generated
+            claim = self.claims.get(f"{ns}/{name}")
+            if claim is None:
+                return out, f"claim {ns}/{name} (pod claim {pc.name!r}) not found"
+            out.append(claim)
+        return out, None
+
+    def node(self, name: str) -> Node | None:
+        return self.nodes.get(name)
+
+    def slices_for_node(self, node_name: str) -> list[SliceView]:
+        """Slices that may reach `node_name`: its own node-local ones and every shared one."""
+        names = list(self._node_slices.get(node_name, ()))
+        names.extend(self._shared_slices)
+        return [self.slice_views[n] for n in names if n in self.slice_views]
+
+    def device(self, did: DeviceID) -> DeviceView | None:
+        return self.devices.get(did)
+
+    def is_taken(self, did: DeviceID) -> bool:
+        return did in self.allocated or did in self.inflight
+
+    def taken_by(self, did: DeviceID) -> str | None:
+        return self.allocated.get(did) or self.inflight.get(did)
+
+    def device_state_counts(self) -> dict[str, int]:
+        counts = {"free": 0, "allocated": 0, "tainted": 0}
+        for did, view in self.devices.items():
+            if did in self.allocated:
+                counts["allocated"] += 1
+            elif any(t.effect in ("NoSchedule", "NoExecute") for t in view.taints):
+                counts["tainted"] += 1
+            else:
+                counts["free"] += 1
+        return counts
