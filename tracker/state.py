@@ -67,6 +67,18 @@ class Problem:
     message: str
 
 
+def _resource_version(raw: Mapping[str, Any] | None) -> int | None:
+    try:
+        return int(((raw or {}).get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_older(new: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+    a, b = _resource_version(new), _resource_version(current)
+    return a is not None and b is not None and a < b
+
+
 def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
     """Every (driver, pool, device) wildcard bucket a device falls into."""
     return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
@@ -216,6 +228,10 @@ class ClusterState:
 
     def _on_claim(self, event: ev.ObjectEvent) -> None:
         old = self.claims.get(event.key)
+        if old is not None and event.type != "DELETED" and _is_older(event.object, self.raw_claims.get(event.key)):
+            # A write we applied ourselves is newer than this (late) watch event:
+            # going back would make allocated devices look free.
+            return
         if old is not None:
             self._release_allocation(old)
         if event.type == "DELETED":

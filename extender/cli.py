@@ -1,0 +1,235 @@
+"""`dra-extender serve`: wire a source, the tracker, the allocator and HTTP together."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger("dra_extender")
+
+
+class UsageError(Exception):
+    """Bad flags or environment: exit 2 with the message."""
+
+
+def parse_hostport(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"{flag}: expected HOST:PORT (e.g. 127.0.0.1:8888), got {value!r}")
+    host = host.strip("[]")
+    p = int(port)
+    if not 0 <= p <= 65535:
+        raise UsageError(f"{flag}: port {p} is out of range")
+    return host, p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-extender",
+        description="kube-scheduler extender for DRA device taints, tolerations and device attribute patches",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the extender verbs (filter, prioritize, bind)")
+    src = serve.add_mutually_exclusive_group()
+    src.add_argument("--source", metavar="DIR", help="a directory of Kubernetes manifests instead of a cluster")
+    src.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig of the cluster to serve")
+    src.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    serve.add_argument("--listen", default="127.0.0.1:8888", metavar="HOST:PORT", help="every endpoint (default %(default)s)")
+    serve.add_argument("--probe-listen", metavar="HOST:PORT", help="additionally serve /livez, /readyz, /metrics here")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    lead = serve.add_mutually_exclusive_group()
+    lead.add_argument("--leader-elect", action="store_true", help="take the Lease dra-extender in the pod's namespace")
+    lead.add_argument(
+        "--follow-scheduler-lease",
+        metavar="NAMESPACE/NAME",
+        help="lead exactly while the co-located kube-scheduler holds this Lease",
+    )
+    serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
+    serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
+    serve.add_argument("--eviction-mode", choices=("delete", "evict"), default="delete")
+    return parser
+
+
+def _pick_source(args: argparse.Namespace):
+    if args.source:
+        directory = Path(args.source)
+        if not directory.is_dir():
+            raise UsageError(f"--source: {args.source!r} is not a directory")
+        from tracker.manifest_source import ManifestSource
+
+        return ManifestSource(directory)
+    kubeconfig = args.kubeconfig
+    in_cluster = args.in_cluster
+    if not kubeconfig and not in_cluster:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            in_cluster = True
+        else:
+            candidate = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+            first = candidate.split(os.pathsep)[0]
+            if first and Path(first).is_file():
+                kubeconfig = first
+    if not kubeconfig and not in_cluster:
+        raise UsageError(
+            "no cluster to serve: KUBERNETES_SERVICE_HOST is not set (not in a cluster) and no kubeconfig was "
+            "found ($KUBECONFIG, ~/.kube/config); pass --kubeconfig PATH, --in-cluster, or --source DIR "
+            "to serve a directory of manifests"
+        )
+    try:
+        from tracker.api_source import ApiSource
+    except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
+        raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
+    return ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from allocator.allocation import Allocator
+    from allocator.cel import CelEnvironment
+    from extender.app import create_app
+    from extender.metrics import Metrics
+    from extender.service import Service
+    from tracker.state import ClusterState
+
+    listen = parse_hostport(args.listen, "--listen")
+    probe = parse_hostport(args.probe_listen, "--probe-listen") if args.probe_listen else None
+    source = _pick_source(args)
+    metrics = Metrics()
+    cel = CelEnvironment()
+    pending: set[asyncio.Task] = set()
+
+    def on_problem(problem) -> None:
+        metrics.object_problems.labels(problem.kind).inc()
+        log.warning(
+            "faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message}
+        )
+        create_event = getattr(source, "create_event", None)
+        if create_event is not None:
+            task = asyncio.ensure_future(
+                create_event(
+                    {
+                        "type": "Warning",
+                        "reason": "InvalidSelector" if "selector" in problem.message else "Invalid",
+                        "message": problem.message,
+                        "involvedObject": {"kind": problem.kind, "name": problem.name, "apiVersion": problem.group},
+                    }
+                )
+            )
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    state = ClusterState(cel, on_problem=on_problem)
+    state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
+    leadership = None
+    is_leader = lambda: True  # noqa: E731 - single replica / --source: always leader
+    if args.leader_elect or args.follow_scheduler_lease:
+        from tracker.leadership import Leadership
+
+        leadership = Leadership.from_args(source, args)
+        is_leader = leadership.is_leader
+    service = Service(state, source, Allocator(cel), metrics, is_leader=is_leader)
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # we own signal handling for all servers
+            yield
+
+    def server(app, host: str, port: int) -> _Server:
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            loop="none",
+            http="httptools",
+            lifespan="off",
+            timeout_graceful_shutdown=3,
+        )
+        return _Server(config)
+
+    servers = [server(create_app(service), *listen)]
+    if probe is not None:
+        servers.append(server(create_app(service, probes_only=True), *probe))
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+    log.info(
+        "starting dra-extender",
+        extra={"source": source.description, "listen": args.listen, "probe_listen": args.probe_listen or ""},
+    )
+    source_task = asyncio.create_task(source.run(state), name="source")
+    tasks = [asyncio.create_task(s.serve(), name="http") for s in servers]
+    extra_tasks = []
+    if leadership is not None:
+        extra_tasks.append(asyncio.create_task(leadership.run(), name="leadership"))
+    if not args.no_eviction:
+        try:
+            from extender.eviction_wiring import start_eviction  # type: ignore[import-not-found]
+        except ImportError:
+            start_eviction = None
+        if start_eviction is not None:
+            extra_tasks.append(asyncio.create_task(start_eviction(state, source, args, is_leader), name="eviction"))
+    stopper = asyncio.create_task(stop.wait(), name="stop")
+    done, _ = await asyncio.wait([stopper, source_task, *tasks, *extra_tasks], return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    for t in done:
+        if t is stopper:
+            continue
+        if t.cancelled():
+            continue
+        exc = t.exception()
+        if isinstance(exc, SystemExit):
+            code = int(exc.code or 1)
+            log.error("server stopped", extra={"task": t.get_name()})
+        elif exc is not None:
+            code = 1
+            log.error("fatal error", extra={"task": t.get_name()}, exc_info=exc)
+        elif t.get_name() == "http":
+            code = code or 1
+            log.error("HTTP server exited (could it bind its address?)")
+    log.info("shutting down")
+    for s in servers:
+        s.should_exit = True
+    for t in (source_task, *extra_tasks):
+        t.cancel()
+    await asyncio.gather(*tasks, source_task, *extra_tasks, return_exceptions=True)
+    stopper.cancel()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from extender.logs import configure
+
+    configure(args.log_format, getattr(logging, args.log_level.upper()))
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    try:
+        return runner(serve(args))
+    except UsageError as e:
+        print(f"dra-extender: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

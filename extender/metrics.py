@@ -1,0 +1,56 @@
+"""Prometheus metrics, all under `dra_extender_` (never kube-scheduler's `scheduler_`)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# kube-scheduler's extender latency shape: exponential from 0.1 ms.
+_LATENCY_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=r
+        )
+        self.latency = Histogram(
+            "dra_extender_request_duration_seconds",
+            "Extender request latency by verb.",
+            ["verb"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.outcomes = Counter(
+            "dra_extender_allocation_outcomes",
+            "Per-node allocation decisions by outcome (ok or the failure reason).",
+            ["reason"],
+            registry=r,
+        )
+        self.binds = Counter("dra_extender_binds", "Bind attempts by result.", ["result"], registry=r)
+        self.devices = Gauge("dra_extender_devices", "Published devices by state.", ["state"], registry=r)
+        self.tracker_events = Counter(
+            "dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r
+        )
+        self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
+        self.leader = Gauge("dra_extender_leader", "1 while this process may allocate.", registry=r)
+        self.object_problems = Counter(
+            "dra_extender_object_problems",
+            "Faulty objects and failing rule/patch selectors, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.cel = Gauge("dra_extender_cel_cache", "CEL cache statistics.", ["stat"], registry=r)
+        self._verb = {
+            v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
+            for v in ("filter", "prioritize", "bind")
+        }
+
+    def observe(self, verb: str, seconds: float, ok: bool) -> None:
+        hist, good, bad = self._verb[verb]
+        hist.observe(seconds)
+        (good if ok else bad).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
