@@ -133,7 +133,12 @@ async def serve(args: argparse.Namespace) -> int:
     if args.leader_elect or args.follow_scheduler_lease:
         from tracker.leadership import Leadership
 
-        leadership = Leadership.from_args(source, args)
+        if not hasattr(source, "request"):
+            raise UsageError("--leader-elect and --follow-scheduler-lease need a cluster, not --source")
+        try:
+            leadership = Leadership.from_args(source, args)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         is_leader = leadership.is_leader
     service = Service(state, source, Allocator(cel), metrics, is_leader=is_leader)
 

@@ -1,0 +1,480 @@
+"""The API server as a Source: our own reflectors over kubernetes-asyncio.
+
+kubernetes-asyncio provides configuration, authentication and the HTTP
+session; it has no informer, and its models are 16x slower than orjson on
+raw bytes (FACTS.md), so every list and watch here goes through
+`call_api(..., _preload_content=False)` and orjson.
+
+One reflector per kind: paginated list, then watch from the list's
+resourceVersion with bookmarks; a dropped stream resumes from the last
+resourceVersion seen, a 410 Gone re-lists and reconciles (objects missing
+from the new list are deleted), and failures back off exponentially with
+jitter. The last consistent view keeps serving throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from tracker import events as ev
+from tracker.events import EventSink
+from tracker.source import Conflict, Invalid, NotFound, SourceError
+
+log = logging.getLogger("dra_extender.source")
+
+LIST_PAGE_SIZE = 500
+WATCH_TIMEOUT_SECONDS = 290
+OPTIONAL_RECHECK_SECONDS = 60.0
+BACKOFF_INITIAL = 0.5
+BACKOFF_MAX = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Where one kind lives on the API server."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    required: bool = True
+
+    @property
+    def api_prefix(self) -> str:
+        return f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+
+    def collection(self, namespace: str | None = None) -> str:
+        if self.namespaced and namespace:
+            return f"{self.api_prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{self.api_prefix}/{self.plural}"
+
+    def item(self, namespace: str, name: str) -> str:
+        return f"{self.collection(namespace if self.namespaced else None)}/{name}"
+
+
+CORE_RESOURCES = [
+    Resource(ev.NODE, ev.GROUP_CORE, "v1", "nodes", False),
+    Resource(ev.POD, ev.GROUP_CORE, "v1", "pods", True),
+    Resource(ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "v1", "resourceslices", False),
+    Resource(ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "v1", "resourceclaims", True),
+    Resource(ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE, "v1", "resourceclaimtemplates", True),
+    Resource(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "v1", "deviceclasses", False),
+]
+UPSTREAM_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
+OWN_RULES = Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, "v1alpha1", "devicetaintrules", False, required=False)
+OWN_PATCHES = Resource(ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "v1alpha1", "resourceslicepatches", False, required=False)
+
+KIND_RESOURCES = {r.kind: r for r in CORE_RESOURCES}
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion is too old: re-list."""
+
+
+def _status_error(status: int, body: bytes, what: str) -> SourceError:
+    try:
+        message = orjson.loads(body).get("message") or body.decode(errors="replace")
+    except (orjson.JSONDecodeError, AttributeError):
+        message = body.decode(errors="replace")[:500]
+    text = f"{what}: HTTP {status}: {message}"
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return Conflict(text)
+    if status in (400, 422):
+        return Invalid(text)
+    err = SourceError(text)
+    err.status = status
+    return err
+
+
+class ApiSource:
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        in_cluster: bool = False,
+        context: str | None = None,
+        optional_recheck_seconds: float = OPTIONAL_RECHECK_SECONDS,
+        watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.in_cluster = in_cluster
+        self.context = context
+        self.description = "in-cluster API server" if in_cluster else f"API server from kubeconfig {kubeconfig}"
+        self.optional_recheck_seconds = optional_recheck_seconds
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self._api: Any = None
+        self.rule_resources: list[Resource] = []
+        self.last_resource_versions: dict[tuple[str, str], str] = {}
+        self.stats: dict[str, int] = {"lists": 0, "watch_events": 0, "relists_410": 0, "watch_restarts": 0, "errors": 0}
+
+    # ------------------------------------------------------------------ client
+
+    async def _client(self) -> Any:
+        if self._api is not None:
+            return self._api
+        from kubernetes_asyncio import client, config
+
+        configuration = client.Configuration()
+        if self.in_cluster:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            await config.load_kube_config(
+                config_file=self.kubeconfig, context=self.context, client_configuration=configuration
+            )
+        self._api = client.ApiClient(configuration)
+        return self._api
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> tuple[int, bytes]:
+        api = await self._client()
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        resp = await api.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        try:
+            data = await resp.read()
+            return resp.status, data
+        finally:
+            resp.release()
+
+    async def close(self) -> None:
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    # ------------------------------------------------------------------ discovery
+
+    async def _served(self, group: str, version: str) -> set[str] | None:
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            status, body = await self.request("GET", path, timeout=10)
+        except (OSError, asyncio.TimeoutError) as e:
+            log.warning("discovery failed", extra={"path": path, "err": str(e)})
+            return None
+        if status != 200:
+            return None
+        try:
+            return {r.get("name", "") for r in orjson.loads(body).get("resources", [])}
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+
+    async def _discover_rules(self) -> Resource | None:
+        for version in UPSTREAM_RULE_VERSIONS:
+            served = await self._served(ev.GROUP_RESOURCE, version)
+            if served and "devicetaintrules" in served:
+                return Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, version, "devicetaintrules", False, required=False)
+        return None
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, sink: EventSink) -> None:
+        await self._client()
+        tasks = [asyncio.create_task(self._reflect(r, sink), name=f"reflector-{r.plural}") for r in CORE_RESOURCES]
+        tasks.append(asyncio.create_task(self._optional(sink), name="optional-apis"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.close()
+
+    async def _optional(self, sink: EventSink) -> None:
+        """Upstream DeviceTaintRules and our CRDs: started when served, re-checked slowly when not."""
+        running: dict[str, asyncio.Task] = {}
+        reported: set[str] = set()
+        try:
+            while True:
+                wanted: list[Resource] = []
+                upstream = await self._discover_rules()
+                self.rule_resources = [upstream] if upstream is not None else []
+                if upstream is not None:
+                    wanted.append(upstream)
+                for own in (OWN_RULES, OWN_PATCHES):
+                    served = await self._served(own.group, own.version)
+                    if served and own.plural in served:
+                        wanted.append(own)
+                names = {f"{r.group}/{r.version}/{r.plural}" for r in wanted}
+                for r in wanted:
+                    key = f"{r.group}/{r.version}/{r.plural}"
+                    if key not in running or running[key].done():
+                        log.info("watching optional API", extra={"resource": key})
+                        running[key] = asyncio.create_task(self._reflect(r, sink), name=f"reflector-{key}")
+                for key in [k for k in running if k not in names]:
+                    log.info("optional API no longer served", extra={"resource": key})
+                    running.pop(key).cancel()
+                for label, present in (
+                    ("resource.k8s.io DeviceTaintRule", upstream is not None),
+                    ("resource.dra-extender.io CRDs", any(r.group == ev.GROUP_EXTENDER for r in wanted)),
+                ):
+                    if not present and label not in reported:
+                        reported.add(label)
+                        log.info("optional API not served; checking again periodically", extra={"resource": label})
+                    elif present:
+                        reported.discard(label)
+                # Not served yet: their (empty) state is complete.
+                if upstream is None:
+                    sink.replace(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, [])
+                if not any(r.kind == ev.DEVICE_TAINT_RULE and r.group == ev.GROUP_EXTENDER for r in wanted):
+                    sink.replace(ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, [])
+                if not any(r.kind == ev.RESOURCE_SLICE_PATCH for r in wanted):
+                    sink.replace(ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, [])
+                await asyncio.sleep(self.optional_recheck_seconds)
+        finally:
+            for t in running.values():
+                t.cancel()
+
+    async def _reflect(self, res: Resource, sink: EventSink) -> None:
+        """List+watch forever; every failure backs off, a 410 re-lists."""
+        backoff = BACKOFF_INITIAL
+        rv: str | None = None
+        while True:
+            try:
+                if rv is None:
+                    rv = await self._list(res, sink)
+                    backoff = BACKOFF_INITIAL
+                rv = await self._watch(res, sink, rv)
+                backoff = BACKOFF_INITIAL
+                self.stats["watch_restarts"] += 1
+            except asyncio.CancelledError:
+                raise
+            except _Gone:
+                self.stats["relists_410"] += 1
+                log.info("watch expired (410 Gone); re-listing", extra={"resource": res.plural})
+                rv = None
+            except Exception as e:  # noqa: BLE001 - keep reflecting whatever happens
+                self.stats["errors"] += 1
+                delay = min(BACKOFF_MAX, backoff) * (0.5 + random.random())
+                log.warning(
+                    "list/watch failed; retrying",
+                    extra={"resource": res.plural, "err": str(e) or type(e).__name__, "retry_in_s": round(delay, 2)},
+                )
+                await asyncio.sleep(delay)
+                backoff = min(BACKOFF_MAX, backoff * 2)
+
+    async def _list(self, res: Resource, sink: EventSink) -> str:
+        started = time.perf_counter()
+        items: list[dict[str, Any]] = []
+        cont = ""
+        rv = ""
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # GC roughly doubles the time of a big parse (FACTS.md)
+        try:
+            while True:
+                query: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+                if cont:
+                    query["continue"] = cont
+                status, body = await self.request("GET", res.collection(), query=query, timeout=120)
+                if status == 410:
+                    cont = ""  # the continue token expired: start over
+                    items.clear()
+                    continue
+                if status != 200:
+                    raise _status_error(status, body, f"list {res.plural}")
+                page = orjson.loads(body)
+                for item in page.get("items") or []:
+                    item.setdefault("kind", res.kind)
+                    item.setdefault("apiVersion", f"{res.group}/{res.version}" if res.group else res.version)
+                    items.append(item)
+                meta = page.get("metadata") or {}
+                rv = meta.get("resourceVersion") or rv
+                cont = meta.get("continue") or ""
+                if not cont:
+                    break
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        sink.replace(res.kind, res.group, items)
+        if len(items) > 1000:
+            gc.freeze()  # the big, long-lived parse results need not be scanned again
+        sink.mark_synced(res.kind, res.group)
+        self.stats["lists"] += 1
+        self.last_resource_versions[(res.kind, res.group)] = rv
+        log.info(
+            "listed",
+            extra={"resource": res.plural, "items": len(items), "resourceVersion": rv, "seconds": round(time.perf_counter() - started, 3)},
+        )
+        return rv
+
+    async def _watch(self, res: Resource, sink: EventSink, rv: str) -> str:
+        api = await self._client()
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", rv),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self.watch_timeout_seconds)),
+        ]
+        resp = await api.call_api(
+            res.collection(),
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=self.watch_timeout_seconds + 30,
+        )
+        try:
+            if resp.status == 410:
+                raise _Gone()
+            if resp.status != 200:
+                raise _status_error(resp.status, await resp.read(), f"watch {res.plural}")
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return rv  # stream ended (timeout or dropped): resume from rv
+                line = line.strip()
+                if not line:
+                    continue
+                event = orjson.loads(line)
+                etype = event.get("type")
+                obj = event.get("object") or {}
+                if etype == "ERROR":
+                    code = obj.get("code")
+                    if code == 410 or obj.get("reason") in ("Expired", "Gone"):
+                        raise _Gone()
+                    raise SourceError(f"watch {res.plural}: {obj.get('message') or obj}")
+                new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if etype == "BOOKMARK":
+                    if new_rv:
+                        rv = new_rv
+                        self.last_resource_versions[(res.kind, res.group)] = rv
+                    continue
+                if etype not in ("ADDED", "MODIFIED", "DELETED"):
+                    continue
+                obj.setdefault("kind", res.kind)
+                sink.apply(ev.ObjectEvent(etype, res.kind, res.group, ev.object_key(res.kind, obj), obj))
+                self.stats["watch_events"] += 1
+                if new_rv:
+                    rv = new_rv
+                    self.last_resource_versions[(res.kind, res.group)] = rv
+        finally:
+            resp.release()
+
+    # ------------------------------------------------------------------ reads and writes
+
+    def _resource(self, kind: str, group: str | None = None) -> Resource:
+        if kind == ev.DEVICE_TAINT_RULE:
+            if group == ev.GROUP_EXTENDER:
+                return OWN_RULES
+            return next((r for r in self.rule_resources), Resource(kind, ev.GROUP_RESOURCE, "v1beta2", "devicetaintrules", False))
+        if kind == ev.RESOURCE_SLICE_PATCH:
+            return OWN_PATCHES
+        return KIND_RESOURCES[kind]
+
+    async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
+        res = self._resource(kind, group)
+        status, body = await self.request("GET", res.item(namespace, name))
+        if status == 404:
+            return None
+        if status != 200:
+            raise _status_error(status, body, f"get {kind} {namespace}/{name}")
+        return orjson.loads(body)
+
+    async def _write(self, method: str, path: str, body: Any, what: str, content_type: str = "application/json") -> dict[str, Any]:
+        status, data = await self.request(method, path, body=body, content_type=content_type)
+        if status not in (200, 201, 202):
+            raise _status_error(status, data, what)
+        return orjson.loads(data) if data else {}
+
+    async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
+        meta = claim["metadata"]
+        res = KIND_RESOURCES[ev.RESOURCE_CLAIM]
+        return await self._write("PUT", res.item(meta["namespace"], meta["name"]), claim, f"update ResourceClaim {meta['namespace']}/{meta['name']}")
+
+    async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
+        meta = claim["metadata"]
+        res = KIND_RESOURCES[ev.RESOURCE_CLAIM]
+        return await self._write(
+            "PUT", res.item(meta["namespace"], meta["name"]) + "/status", claim, f"update ResourceClaim {meta['namespace']}/{meta['name']} status"
+        )
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._write("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding, f"bind Pod {namespace}/{name}")
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        await self._write("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body, f"delete Pod {namespace}/{name}")
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        await self._write("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body, f"evict Pod {namespace}/{name}")
+
+    async def update_pod_status_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
+        patch = {"status": {"conditions": [condition]}}
+        await self._write(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            patch,
+            f"patch Pod {namespace}/{name} status",
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
+        res = self._resource(ev.DEVICE_TAINT_RULE, group)
+        await self._write(
+            "PATCH", res.item("", name) + "/status", {"status": status}, f"patch DeviceTaintRule {name} status", content_type="application/merge-patch+json"
+        )
+
+    async def create_event(self, event: dict[str, Any]) -> None:
+        involved = event.get("involvedObject") or {}
+        namespace = involved.get("namespace") or "default"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{involved.get('name', 'dra-extender')}.", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": event.get("reason", ""),
+            "message": event.get("message", ""),
+            "type": event.get("type", "Normal"),
+            "source": {"component": "dra-extender"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._write("POST", f"/api/v1/namespaces/{namespace}/events", body, "create Event")
+        except (SourceError, OSError, asyncio.TimeoutError) as e:
+            log.warning("could not record event", extra={"err": str(e), "object": involved.get("name")})
+
+
+__all__ = ["ApiSource", "Resource"]

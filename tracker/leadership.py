@@ -1,0 +1,185 @@
+"""Who may allocate at /bind and run the eviction controller.
+
+Two modes (DESIGN §3 "Leadership"):
+- follow: lead exactly while the co-located kube-scheduler holds its Lease
+  (`holderIdentity` starts with this pod's hostname + "_", kube-scheduler's
+  identity format) and the lease has not expired, so the sidecar leads
+  together with its own scheduler;
+- elect: take our own Lease (`dra-extender` in the pod's namespace) with the
+  usual acquire/renew protocol of client-go's leaderelection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("dra_extender.leadership")
+
+LEASE_DURATION = 15.0
+RENEW_DEADLINE = 10.0
+RETRY_PERIOD = 2.0
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _micro(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(value, fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    return None
+
+
+def pod_namespace() -> str:
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def lease_expired(spec: dict[str, Any], now: datetime) -> bool:
+    renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+    duration = spec.get("leaseDurationSeconds") or LEASE_DURATION
+    return renew is None or (now - renew).total_seconds() > float(duration)
+
+
+class Leadership:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        mode: str,
+        namespace: str,
+        name: str,
+        identity: str,
+        hostname: str,
+        retry_period: float = RETRY_PERIOD,
+        lease_duration: float = LEASE_DURATION,
+    ) -> None:
+        self.source = source
+        self.mode = mode
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.hostname = hostname
+        self.retry_period = retry_period
+        self.lease_duration = lease_duration
+        self._leader = False
+        self._valid_until = 0.0
+
+    @classmethod
+    def from_args(cls, source: Any, args: Any) -> Leadership:
+        hostname = os.environ.get("HOSTNAME") or socket.gethostname()
+        if args.follow_scheduler_lease:
+            namespace, sep, name = args.follow_scheduler_lease.partition("/")
+            if not sep or not namespace or not name:
+                raise ValueError(f"--follow-scheduler-lease: expected NAMESPACE/NAME, got {args.follow_scheduler_lease!r}")
+            return cls(source, mode="follow", namespace=namespace, name=name, identity=hostname, hostname=hostname)
+        identity = f"{hostname}_{uuid.uuid4()}"
+        return cls(source, mode="elect", namespace=pod_namespace(), name="dra-extender", identity=identity, hostname=hostname)
+
+    def is_leader(self) -> bool:
+        # Leadership lapses on its own if renewals stop (e.g. the API server is unreachable).
+        return self._leader and time.monotonic() < self._valid_until
+
+    def _set(self, leader: bool, why: str) -> None:
+        if leader != self._leader:
+            log.info("leadership changed", extra={"leader": leader, "lease": f"{self.namespace}/{self.name}", "why": why})
+        self._leader = leader
+        if leader:
+            self._valid_until = time.monotonic() + self.lease_duration
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if self.mode == "follow":
+                    await self._follow_once()
+                else:
+                    await self._elect_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - leadership must keep trying
+                log.warning("lease check failed", extra={"lease": f"{self.namespace}/{self.name}", "err": str(e)})
+            await asyncio.sleep(self.retry_period)
+
+    async def _get_lease(self) -> tuple[int, dict[str, Any] | None]:
+        status, body = await self.source.request(
+            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+        )
+        if status == 404:
+            return status, None
+        if status != 200:
+            raise RuntimeError(f"get Lease {self.namespace}/{self.name}: HTTP {status}")
+        return status, orjson.loads(body)
+
+    async def _follow_once(self) -> None:
+        _, lease = await self._get_lease()
+        if lease is None:
+            self._set(False, "scheduler lease not found")
+            return
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        if holder.startswith(f"{self.hostname}_") and not lease_expired(spec, _now()):
+            self._set(True, f"co-located scheduler {holder} holds the lease")
+        else:
+            self._set(False, f"lease held by {holder or 'nobody'}")
+
+    async def _elect_once(self) -> None:
+        now = _now()
+        _, lease = await self._get_lease()
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {
+                    "holderIdentity": self.identity,
+                    "leaseDurationSeconds": int(self.lease_duration),
+                    "acquireTime": _micro(now),
+                    "renewTime": _micro(now),
+                    "leaseTransitions": 0,
+                },
+            }
+            status, _ = await self.source.request("POST", path, body=body, content_type="application/json")
+            self._set(status in (200, 201), "created lease" if status in (200, 201) else f"create failed: {status}")
+            return
+        spec = dict(lease.get("spec") or {})
+        holder = spec.get("holderIdentity") or ""
+        if holder != self.identity and not lease_expired(spec, now):
+            self._set(False, f"lease held by {holder}")
+            return
+        if holder != self.identity:
+            spec["acquireTime"] = _micro(now)
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        spec["holderIdentity"] = self.identity
+        spec["renewTime"] = _micro(now)
+        spec["leaseDurationSeconds"] = int(self.lease_duration)
+        lease["spec"] = spec
+        status, _ = await self.source.request("PUT", f"{path}/{self.name}", body=lease, content_type="application/json")
+        if status == 200:
+            self._set(True, "renewed lease" if holder == self.identity else "acquired lease")
+        else:
+            self._set(False, f"lease update failed: HTTP {status}")
