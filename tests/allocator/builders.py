@@ -6,6 +6,7 @@ tests also exercise parsing.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from allocator.device_view import DeviceView, SliceView
@@ -21,6 +22,7 @@ from allocator.types import (
 )
 
 DRIVER = "gpu.example.com"
+_versions = itertools.count()  # every built view is a new device version for the CEL caches
 
 
 def dev(name: str, attrs: dict[str, Any] | None = None, capacity: dict[str, str] | None = None, taints=(), **node) -> dict:
@@ -86,7 +88,7 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
         devices.append(
             DeviceView(
                 id=DeviceID(s.driver, s.pool, d.name),
-                cel_key=(s.meta.name, s.generation, d.name, len(taints)),
+                cel_key=(s.meta.name, d.name, next(_versions)),
                 attributes=d.attributes,
                 capacity=d.capacity,
                 taints=taints,
