@@ -1,0 +1,225 @@
+"""ClusterState: effective taints, patches, incremental recomputation, claims."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from allocator.cel import CelEnvironment
+from allocator.types import DeviceID
+from tracker import events as ev
+from tracker.state import ClusterState, Problem
+
+D = "gpu.example.com"
+
+
+def slice_obj(name: str, pool: str, devices: list[dict[str, Any]], node: str = "n1") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": D, "nodeName": node, "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}, "devices": devices},
+    }
+
+
+def gpu(name: str, model: str = "a100", taints: list | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name, "attributes": {"model": {"string": model}}, "capacity": {"memory": {"value": "40Gi"}}}
+    if taints:
+        d["taints"] = taints
+    return d
+
+
+def rule(name: str, selector: dict | None, effect: str = "NoSchedule", key: str = "example.com/rule") -> dict[str, Any]:
+    spec: dict[str, Any] = {"taint": {"key": key, "effect": effect}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def patch(name: str, filt: dict, attrs: dict | None = None, priority: int = 0, created: str = "2026-01-01T00:00:00Z", capacity=None) -> dict:
+    devices: dict[str, Any] = {"filter": filt, "priority": priority}
+    if attrs is not None:
+        devices["attributes"] = attrs
+    if capacity is not None:
+        devices["capacity"] = capacity
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"devices": devices}}
+
+
+@pytest.fixture
+def problems() -> list[Problem]:
+    return []
+
+
+@pytest.fixture
+def state(problems) -> ClusterState:
+    s = ClusterState(CelEnvironment(), on_problem=problems.append)
+    s.apply(ev.ObjectEvent("ADDED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "big", {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "h100"'}}]}}))
+    s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", slice_obj("s1", "p1", [gpu("g0"), gpu("g1", "h100")])))
+    s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", taints=[{"key": "drv", "effect": "None"}])], node="n2")))
+    return s
+
+
+def taint_keys(state: ClusterState, pool: str, device: str) -> list[str]:
+    return [f"{t.key}:{t.effect}" for t in state.device(DeviceID(D, pool, device)).taints]
+
+
+def add_rule(state: ClusterState, body: dict, group: str = ev.GROUP_RESOURCE) -> None:
+    state.apply(ev.ObjectEvent("ADDED", ev.DEVICE_TAINT_RULE, group, body["metadata"]["name"], body))
+
+
+RULE_CASES = [
+    # name, selector, {(pool, device): tainted?}
+    ("by-driver", {"driver": D}, {("p1", "g0"): True, ("p1", "g1"): True, ("p2", "g0"): True}),
+    ("by-pool", {"driver": D, "pool": "p1"}, {("p1", "g0"): True, ("p1", "g1"): True, ("p2", "g0"): False}),
+    ("by-device", {"driver": D, "pool": "p1", "device": "g1"}, {("p1", "g0"): False, ("p1", "g1"): True, ("p2", "g0"): False}),
+    ("device-name-across-pools", {"device": "g0"}, {("p1", "g0"): True, ("p1", "g1"): False, ("p2", "g0"): True}),
+    ("empty-selector-matches-all", {}, {("p1", "g0"): True, ("p1", "g1"): True, ("p2", "g0"): True}),
+    ("missing-selector-matches-none", None, {("p1", "g0"): False, ("p1", "g1"): False, ("p2", "g0"): False}),
+    ("other-driver", {"driver": "other.example.com"}, {("p1", "g0"): False, ("p2", "g0"): False}),
+]
+
+
+@pytest.mark.parametrize(("selector", "expected"), [c[1:] for c in RULE_CASES], ids=[c[0] for c in RULE_CASES])
+def test_rule_selectors(state: ClusterState, selector, expected) -> None:
+    add_rule(state, rule("r", selector))
+    for (pool, device), tainted in expected.items():
+        assert ("example.com/rule:NoSchedule" in taint_keys(state, pool, device)) is tainted
+
+
+def test_effective_taints_slice_first_then_rules_no_dedup(state: ClusterState) -> None:
+    add_rule(state, rule("b", {"pool": "p2"}, "NoExecute", key="drv"))
+    add_rule(state, rule("a", {"pool": "p2"}, "NoExecute", key="drv"), group=ev.GROUP_EXTENDER)
+    view = state.device(DeviceID(D, "p2", "g0"))
+    assert [f"{t.key}:{t.effect}" for t in view.taints] == ["drv:None", "drv:NoExecute", "drv:NoExecute"]
+    assert view.taint_sources == ("slice", "DeviceTaintRule/resource.dra-extender.io/a", "DeviceTaintRule/resource.k8s.io/b")
+
+
+def test_rule_deleted_removes_taint_and_views_update(state: ClusterState) -> None:
+    add_rule(state, rule("r", {"pool": "p1"}))
+    assert any(t.key == "example.com/rule" for d in state.slice_views["s1"].devices for t in d.taints)
+    state.apply(ev.ObjectEvent("DELETED", ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, "r", {}))
+    assert taint_keys(state, "p1", "g0") == []
+    assert all(not d.taints for d in state.slice_views["s1"].devices)
+
+
+def test_class_and_cel_selected_rule(state: ClusterState) -> None:
+    add_rule(state, {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}}, ev.GROUP_EXTENDER)
+    assert taint_keys(state, "p1", "g1") == ["k:NoSchedule"] and taint_keys(state, "p1", "g0") == []
+    add_rule(
+        state,
+        {"metadata": {"name": "cel"}, "spec": {"deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]}, "taint": {"key": "j", "effect": "NoExecute"}}},
+        ev.GROUP_EXTENDER,
+    )
+    assert taint_keys(state, "p1", "g0") == ["j:NoExecute"]
+
+
+def test_class_change_recomputes_class_selected_rules(state: ClusterState) -> None:
+    add_rule(state, {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}}, ev.GROUP_EXTENDER)
+    state.apply(ev.ObjectEvent("MODIFIED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "big", {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}))
+    assert taint_keys(state, "p1", "g0") == ["k:NoSchedule"]
+
+
+def test_failing_rule_selector_does_not_apply_and_is_reported_once(state: ClusterState, problems) -> None:
+    bad = {"metadata": {"name": "bad"}, "spec": {"deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].nope == 1'}}]}, "taint": {"key": "k", "effect": "NoSchedule"}}}
+    add_rule(state, bad, ev.GROUP_EXTENDER)
+    assert taint_keys(state, "p1", "g0") == []
+    assert len(problems) == 3  # one per device it failed for, each reported once
+    add_rule(state, bad, ev.GROUP_EXTENDER)  # re-applied: no duplicate reports
+    assert len(problems) == 3
+    assert all(p.kind == "DeviceTaintRule" and p.name == "bad" and "nope" in p.message for p in problems)
+
+
+def test_invalid_object_is_reported_not_applied(state: ClusterState, problems) -> None:
+    state.apply(ev.ObjectEvent("ADDED", ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, "x", {"metadata": {"name": "x"}, "spec": {}}))
+    assert ("resource.k8s.io", "x") not in state.rules
+    assert problems and "spec.taint" in problems[0].message
+
+
+PATCH_CASES = [
+    # name, patches, expected model of p1/g0 (None: attribute removed)
+    ("no-filter-matches-all", [patch("a", {}, {f"{D}/model": {"string": "patched"}})], "patched"),
+    ("filter-by-device", [patch("a", {"device": "g1"}, {f"{D}/model": {"string": "patched"}})], "a100"),
+    ("higher-priority-wins", [patch("lo", {}, {f"{D}/model": {"string": "lo"}}, 1), patch("hi", {}, {f"{D}/model": {"string": "hi"}}, 5)], "hi"),
+    (
+        "tie-older-wins",
+        [patch("new", {}, {f"{D}/model": {"string": "new"}}, created="2026-02-01T00:00:00Z"), patch("old", {}, {f"{D}/model": {"string": "old"}}, created="2026-01-01T00:00:00Z")],
+        "old",
+    ),
+    ("tie-name-decides", [patch("b", {}, {f"{D}/model": {"string": "b"}}), patch("a", {}, {f"{D}/model": {"string": "a"}})], "a"),
+    ("null-removes", [patch("a", {}, {f"{D}/model": {"null": {}}})], None),
+    ("filter-sees-original", [patch("a", {}, {f"{D}/model": {"string": "x"}}), patch("b", {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]}, {f"{D}/model": {"string": "y"}}, 9)], "y"),
+]
+
+
+@pytest.mark.parametrize(("patches", "expected"), [c[1:] for c in PATCH_CASES], ids=[c[0] for c in PATCH_CASES])
+def test_patch_precedence(state: ClusterState, patches, expected) -> None:
+    for p in patches:
+        state.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, p["metadata"]["name"], p))
+    assert state.device(DeviceID(D, "p1", "g0")).attributes.get(f"{D}/model") == expected
+
+
+def test_rules_and_classes_see_the_patched_device(state: ClusterState) -> None:
+    p = patch("h", {"device": "g0", "pool": "p1"}, {f"{D}/model": {"string": "h100"}}, capacity={f"{D}/memory": {"value": "80Gi"}})
+    state.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "h", p))
+    add_rule(state, {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}}, ev.GROUP_EXTENDER)
+    assert taint_keys(state, "p1", "g0") == ["k:NoSchedule"]
+    assert str(state.device(DeviceID(D, "p1", "g0")).capacity[f"{D}/memory"]) == "80Gi"
+    state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "h", p))
+    assert taint_keys(state, "p1", "g0") == []
+
+
+def test_rule_change_touches_only_selected_devices(state: ClusterState) -> None:
+    before = {did: v for did, v in state.devices.items()}
+    add_rule(state, rule("r", {"driver": D, "pool": "p2"}))
+    changed = [did for did, v in state.devices.items() if v is not before[did]]
+    assert changed == [DeviceID(D, "p2", "g0")]
+
+
+def test_cel_rule_costs_one_evaluation_per_device(state: ClusterState) -> None:
+    cel = state.cel
+    start = cel.stats["evaluations"]
+    add_rule(state, {"metadata": {"name": "cel"}, "spec": {"deviceSelector": {"driver": D, "selectors": [{"cel": {"expression": "device.driver != \"\""}}]}, "taint": {"key": "j", "effect": "None"}}}, ev.GROUP_EXTENDER)
+    assert cel.stats["evaluations"] - start == 3
+    # An unrelated slice change does not re-evaluate devices of other slices.
+    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0")], node="n2")))
+    assert cel.stats["evaluations"] - start == 4
+
+
+def test_node_index(state: ClusterState) -> None:
+    assert [s.name for s in state.slices_for_node("n1")] == ["s1"]
+    assert [s.name for s in state.slices_for_node("n2")] == ["s2"]
+    state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", {}))
+    assert state.slices_for_node("n1") == [] and state.device(DeviceID(D, "p1", "g0")) is None
+
+
+def claim_obj(name: str, devices: list[str], rv: str) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "default", "resourceVersion": rv},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "big"}}]}},
+        "status": {"allocation": {"devices": {"results": [{"request": "r", "driver": D, "pool": "p1", "device": d} for d in devices]}}},
+    }
+
+
+def test_allocated_devices_follow_claims_and_ignore_stale_events(state: ClusterState) -> None:
+    state.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "default/c", claim_obj("c", ["g0"], "10")))
+    assert state.is_taken(DeviceID(D, "p1", "g0"))
+    stale = claim_obj("c", [], "9")
+    del stale["status"]
+    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "default/c", stale))
+    assert state.is_taken(DeviceID(D, "p1", "g0")), "a late, older event must not free an allocated device"
+    state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "default/c", {}))
+    assert not state.is_taken(DeviceID(D, "p1", "g0"))
+
+
+def test_replace_deletes_missing_objects(state: ClusterState) -> None:
+    state.replace(ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, [slice_obj("s2", "p2", [gpu("g0")], node="n2")])
+    assert set(state.slices) == {"s2"}
+
+
+def test_readiness_waits_for_required_kinds() -> None:
+    s = ClusterState(CelEnvironment())
+    assert not s.ready and "ResourceSlice.resource.k8s.io" in s.missing()
+    for kind, group in list(s.required):
+        s.mark_synced(kind, group)
+    assert s.ready and s.missing() == []
