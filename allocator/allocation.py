@@ -166,6 +166,8 @@ class _Tally:
 
     matched: int = 0
     usable: int = 0
+    in_class: int = 0
+    class_name: str = ""
     counts: Counter[str] = field(default_factory=Counter)
     taints: Counter[str] = field(default_factory=Counter)
     incomplete_pools: list[str] = field(default_factory=list)
@@ -181,12 +183,14 @@ class _Tally:
         if self.counts["picked"]:
             parts.append(f"{self.counts['picked']} picked for other requests of this pod")
         if self.counts[REASON_SELECTOR]:
-            parts.append(f"{self.counts[REASON_SELECTOR]} not matching the class or request selectors")
+            parts.append(f"{self.counts[REASON_SELECTOR]} not matching the request's selectors")
         if self.incomplete_pools:
             parts.append(f"pool {', '.join(self.incomplete_pools)} incomplete (being updated)")
         if self.invalid_pools:
             parts.append(f"pool {', '.join(self.invalid_pools)} invalid")
-        return ", ".join(parts) if parts else "no devices reachable from this node"
+        if parts:
+            return ", ".join(parts)
+        return f"no devices of class {self.class_name} reachable from this node"
 
 
 class Allocator:
@@ -336,10 +340,11 @@ class Allocator:
                 REASON_CLASS_MISSING, f"{where}: device class {req.device_class_name} not found", claim.key, result_name
             )
         try:
-            compiled = [(e, self._cel.compile(e)) for e in (*device_class.selectors, *req.selectors)]
+            class_selectors = [self._cel.compile(e) for e in device_class.selectors]
+            request_selectors = [self._cel.compile(e) for e in req.selectors]
         except ValueError as e:  # CelCompileError names the expression and the reason
             return Failure(REASON_SELECTOR_ERROR, f"{where}: {e}", claim.key, result_name)
-        tally = _Tally()
+        tally = _Tally(class_name=device_class.meta.name)
         candidates: list[DeviceView] = []
         all_mode = req.allocation_mode == MODE_ALL
         for pool in pools:
@@ -359,7 +364,8 @@ class Allocator:
                     if s.per_device_node_selection and not device.reachable_from(node):
                         continue
                     try:
-                        matches = all(self._cel.evaluate(sel, device) for _, sel in compiled)
+                        in_class = all(self._cel.evaluate(sel, device) for sel in class_selectors)
+                        matches = in_class and all(self._cel.evaluate(sel, device) for sel in request_selectors)
                     except ValueError as e:  # CelRuntimeError names the expression and the cause
                         return Failure(
                             REASON_SELECTOR_ERROR,
@@ -367,6 +373,9 @@ class Allocator:
                             claim.key,
                             result_name,
                         )
+                    if not in_class:
+                        continue  # another kind of device: not worth mentioning
+                    tally.in_class += 1
                     if not matches:
                         tally.counts[REASON_SELECTOR] += 1
                         continue

@@ -244,7 +244,7 @@ CASES = [
         [view(slice_("s1", [dev("gpu-0")], node="node-2"))],
         [claim("c", req("r"))],
         code=A.REASON_NO_DEVICES,
-        fail="no devices reachable from this node",
+        fail="no devices of class gpu reachable from this node",
     ),
     Case(
         "node-selector-reach",

@@ -59,7 +59,7 @@ FILTER_CASES = [
         "rule-taint-tolerated",
         "maintenance-job",
         ["node-c"],
-        {"node-a": "not matching the class or request selectors", "node-b": "not matching"},
+        {"node-a": "0 of 1 devices available: 2 not matching the request's selectors", "node-b": "not matching"},
     ),
     (
         "driver-noexecute-taint-and-none-effect",

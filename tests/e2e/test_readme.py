@@ -1,0 +1,56 @@
+"""The README walkthrough shows what the server really says."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+from tests.e2e.harness import DEMO, ROOT, Extender
+
+REQUESTS = ROOT / "examples" / "requests"
+EXPECTED = REQUESTS / "expected"
+
+# In walkthrough order: (request file, verb, expected output file)
+STEPS = [
+    ("filter-trainer", "filter", "filter-trainer"),
+    ("filter-maintenance-job", "filter", "filter-maintenance-job"),
+    ("filter-pair", "filter", "filter-pair"),
+    ("filter-templated", "filter", "filter-templated"),
+    ("filter-gpu-and-nic", "filter", "filter-gpu-and-nic"),
+    ("filter-plain", "filter", "filter-plain"),
+    ("prioritize-gpu-and-nic", "prioritize", "prioritize-gpu-and-nic"),
+    ("bind-trainer", "bind", "bind-trainer"),
+    ("filter-pair", "filter", "filter-pair-after-bind"),
+]
+
+
+def test_walkthrough_outputs_match_the_server(tmp_path) -> None:
+    directory = tmp_path / "demo"
+    shutil.copytree(DEMO, directory)
+    ext = Extender("--source", str(directory))
+    try:
+        ext.wait_ready()
+        for request, verb, expected in STEPS:
+            body = (REQUESTS / f"{request}.json").read_bytes()
+            got = ext.post(verb, body).json()
+            want = json.loads((EXPECTED / f"{expected}.json").read_text())
+            assert got == want, f"{request} ({verb}) differs from examples/requests/expected/{expected}.json"
+    finally:
+        ext.stop()
+
+
+def test_readme_shows_the_expected_outputs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)\n```", readme, re.S)]
+    for _, _, expected in STEPS:
+        if expected == "filter-plain":
+            continue
+        assert json.loads((EXPECTED / f"{expected}.json").read_text()) in blocks, expected
+
+
+def test_readme_quick_start_has_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("##", 1)[0]
+    commands = [line.split("#")[0].strip() for line in re.findall(r"```sh\n(.*?)```", quick, re.S)[0].splitlines() if line.strip()]
+    assert commands == ["make run", "make test"]
