@@ -83,6 +83,7 @@ class Failure:
     message: str
     claim: str = ""
     request: str = ""
+    device_class: str = ""  # set when a DeviceClass selector failed: the class is at fault
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +342,14 @@ class Allocator:
             )
         try:
             class_selectors = [self._cel.compile(e) for e in device_class.selectors]
-            request_selectors = [self._cel.compile(e) for e in req.selectors]
         except ValueError as e:  # CelCompileError names the expression and the reason
+            return Failure(
+                REASON_SELECTOR_ERROR, f"{where}: device class {device_class.meta.name}: {e}", claim.key, result_name,
+                device_class.meta.name,
+            )
+        try:
+            request_selectors = [self._cel.compile(e) for e in req.selectors]
+        except ValueError as e:
             return Failure(REASON_SELECTOR_ERROR, f"{where}: {e}", claim.key, result_name)
         tally = _Tally(class_name=device_class.meta.name)
         candidates: list[DeviceView] = []
@@ -365,13 +372,19 @@ class Allocator:
                         continue
                     try:
                         in_class = all(self._cel.evaluate(sel, device) for sel in class_selectors)
-                        matches = in_class and all(self._cel.evaluate(sel, device) for sel in request_selectors)
                     except ValueError as e:  # CelRuntimeError names the expression and the cause
                         return Failure(
                             REASON_SELECTOR_ERROR,
-                            f"{where}: device {device.id}: {e}",
+                            f"{where}: device class {device_class.meta.name}, device {device.id}: {e}",
                             claim.key,
                             result_name,
+                            device_class.meta.name,
+                        )
+                    try:
+                        matches = in_class and all(self._cel.evaluate(sel, device) for sel in request_selectors)
+                    except ValueError as e:
+                        return Failure(
+                            REASON_SELECTOR_ERROR, f"{where}: device {device.id}: {e}", claim.key, result_name
                         )
                     if not in_class:
                         continue  # another kind of device: not worth mentioning

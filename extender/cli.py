@@ -15,6 +15,17 @@ from pathlib import Path
 log = logging.getLogger("dra_extender")
 
 
+# apiVersion for Events' involvedObject, by (kind, group).
+API_VERSIONS = {
+    ("DeviceClass", "resource.k8s.io"): "resource.k8s.io/v1",
+    ("ResourceClaim", "resource.k8s.io"): "resource.k8s.io/v1",
+    ("ResourceSlice", "resource.k8s.io"): "resource.k8s.io/v1",
+    ("DeviceTaintRule", "resource.k8s.io"): "resource.k8s.io/v1beta2",
+    ("DeviceTaintRule", "resource.dra-extender.io"): "resource.dra-extender.io/v1alpha1",
+    ("ResourceSlicePatch", "resource.dra-extender.io"): "resource.dra-extender.io/v1alpha1",
+}
+
+
 class UsageError(Exception):
     """Bad flags or environment: exit 2 with the message."""
 
@@ -119,7 +130,12 @@ async def serve(args: argparse.Namespace) -> int:
                         "type": "Warning",
                         "reason": "InvalidSelector" if "selector" in problem.message else "Invalid",
                         "message": problem.message,
-                        "involvedObject": {"kind": problem.kind, "name": problem.name, "apiVersion": problem.group},
+                        "involvedObject": {
+                            "kind": problem.kind,
+                            "name": problem.name.rpartition("/")[2],
+                            **({"namespace": problem.name.partition("/")[0]} if "/" in problem.name else {}),
+                            "apiVersion": API_VERSIONS.get((problem.kind, problem.group), problem.group),
+                        },
                     }
                 )
             )

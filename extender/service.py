@@ -29,7 +29,7 @@ from extender.metrics import Metrics
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import Conflict, NotFound, Source, SourceError
-from tracker.state import ClusterState
+from tracker.state import ClusterState, Problem
 
 log = logging.getLogger("dra_extender.extender")
 
@@ -110,6 +110,10 @@ class Service:
         self._outcomes[key] = outcome
         if len(self._outcomes) > self._cache_size:
             self._outcomes.popitem(last=False)
+        failure = outcome.failure
+        if failure is not None and failure.device_class:
+            # The class is at fault, not the claim: tell its owner with an Event.
+            self.state.report(Problem(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, failure.device_class, failure.message))
         self.metrics.outcomes.labels("ok" if outcome.ok else outcome.failure.code).inc()  # type: ignore[union-attr]
         return outcome
 

@@ -189,6 +189,10 @@ class ClusterState:
         self._version_counter += 1
         return self._version_counter
 
+    def report(self, problem: Problem) -> None:
+        """Report a faulty object once per distinct message (an Event and a metric downstream)."""
+        self._report(problem)
+
     def _report(self, problem: Problem) -> None:
         key = (problem.kind, problem.group, problem.name, problem.message)
         if key in self._reported:
@@ -277,7 +281,13 @@ class ClusterState:
         if event.type == "DELETED":
             self.classes.pop(event.key, None)
         else:
-            self.classes[event.key] = parse_device_class(event.object)
+            device_class = parse_device_class(event.object)
+            self.classes[event.key] = device_class
+            for i, expression in enumerate(device_class.selectors):
+                try:
+                    self.cel.compile(expression)  # type: ignore[attr-defined]
+                except ValueError as e:
+                    self._report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
         # Rules and patches that select by this class see a different set now.
         affected: set[DeviceID] = set()
         for kind, name in self._class_dependents.get(event.key, ()):

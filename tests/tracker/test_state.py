@@ -223,3 +223,9 @@ def test_readiness_waits_for_required_kinds() -> None:
     for kind, group in list(s.required):
         s.mark_synced(kind, group)
     assert s.ready and s.missing() == []
+
+
+def test_class_with_bad_cel_is_reported(state: ClusterState, problems) -> None:
+    state.apply(ev.ObjectEvent("ADDED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "broken", {"metadata": {"name": "broken"}, "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}}))
+    assert [(p.kind, p.name) for p in problems] == [("DeviceClass", "broken")]
+    assert "spec.selectors[0]" in problems[0].message
