@@ -1,135 +1,130 @@
 """`--source DIR`: a directory of manifests as the cluster.
 
-Objects get the defaults the API server would give them; invalid ones are
-skipped alone with the path, object and field logged; the directory is
-watched and changes are applied as events. Writes (bind, claim status,
-eviction) live in an in-memory overlay on top of the files: a changed file
-replaces its objects, but a claim's allocation and reservations and a pod's
-binding survive unless the new file sets them itself.
+Objects get the defaults the API server would give them (namespace, uid,
+creationTimestamp, generation, resourceVersion, taint timeAdded); a file
+that does not parse, or an object that is invalid, is logged and skipped
+alone (see `manifest_load`). The directory is watched and real differences
+are emitted as events.
+
+Writes (claim metadata and status, bindings, pod deletion and conditions,
+rule status) live in an in-memory overlay on top of the files, so the
+binder and the eviction controller work unchanged in this mode. A changed
+file replaces its objects, but the overlay's claim allocations and
+reservations and a pod's binding survive unless the new file sets them
+itself; a deleted pod stays deleted until its manifest changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import logging
-import uuid
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from allocator.types import (
-    ValidationError,
-    parse_device_class,
-    parse_device_taint_rule,
-    parse_node,
-    parse_pod,
-    parse_resource_claim,
-    parse_resource_claim_template,
-    parse_resource_slice,
-    parse_resource_slice_patch,
-)
 from tracker import events as ev
 from tracker.events import EventSink
-from tracker.source import Conflict, NotFound
+from tracker.manifest_load import (
+    MAX_FILE_BYTES,
+    SUFFIXES,
+    TRACKED,
+    FileResult,
+    Identity,
+    LoadError,
+    json_copy,
+    manifest_files,
+    read_file,
+    rfc3339,
+)
+from tracker.source import Conflict, Invalid, NotFound
+
+__all__ = ["SUFFIXES", "TRACKED", "LoadError", "LoadReport", "ManifestSource", "now_utc"]
 
 log = logging.getLogger("dra_extender.source")
 
-SUFFIXES = (".yaml", ".yml", ".json")
-_UID_NAMESPACE = uuid.UUID("6f1d5a52-3a0c-4b8e-9d2f-0d2a7e1c5b11")
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-Identity = tuple[str, str, str]  # (kind, group, key)
-
-# (kind, group) pairs the tracker is given as full lists, so deletions reconcile.
-TRACKED: tuple[tuple[str, str], ...] = (
-    (ev.NODE, ev.GROUP_CORE),
-    (ev.POD, ev.GROUP_CORE),
-    (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE),
-    (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE),
-    (ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE),
-    (ev.DEVICE_CLASS, ev.GROUP_RESOURCE),
-    (ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE),
-    (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER),
-    (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER),
-)
-
-_VERSIONS: dict[tuple[str, str], frozenset[str]] = {
-    (ev.NODE, ev.GROUP_CORE): frozenset({"v1"}),
-    (ev.POD, ev.GROUP_CORE): frozenset({"v1"}),
-    (ev.NAMESPACE, ev.GROUP_CORE): frozenset({"v1"}),
-    (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE): frozenset({"v1", "v1beta2", "v1beta1"}),
-    (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE): frozenset({"v1", "v1beta2", "v1beta1"}),
-    (ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE): frozenset({"v1", "v1beta2", "v1beta1"}),
-    (ev.DEVICE_CLASS, ev.GROUP_RESOURCE): frozenset({"v1", "v1beta2", "v1beta1"}),
-    (ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE): frozenset({"v1", "v1beta2", "v1alpha3"}),
-    (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER): frozenset({"v1alpha1"}),
-    (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER): frozenset({"v1alpha1"}),
-    (ev.RESOURCE_SLICE_PATCH, ev.GROUP_RESOURCE): frozenset({"v1alpha1", "v1alpha3", "v1beta1", "v1beta2", "v1"}),
-}
+RESCAN_MS = 10_000  # an idle watcher re-checks the directory this often (lost events, odd mounts)
+_RETRY_MAX_S = 30.0
 
 
-def _now() -> datetime:
+def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(slots=True)
-class LoadError:
-    path: str
-    message: str
-    object: str = ""
-    field: str = ""
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LoadReport:
+    """What the last (re)load found, for the CLI's summary and for tests."""
+
     files: int = 0
-    objects: dict[str, int] = field(default_factory=dict)
-    errors: list[LoadError] = field(default_factory=list)
+    objects: Mapping[str, int] = field(default_factory=dict)  # kind -> objects loaded
+    errors: tuple[LoadError, ...] = ()
+    ignored: Mapping[str, int] = field(default_factory=dict)  # kind -> objects ignored
 
 
 @dataclass(slots=True)
 class _FileObject:
-    path: str
-    raw: dict[str, Any]  # normalized, without the overlay
-    digest: str
+    """The winning definition of one object, with the time defaults filled in."""
+
+    source: Any  # the manifest_load.Candidate it came from (same object: file unchanged)
+    raw: dict[str, Any]
+    digest: bytes
+    spec_digest: bytes
 
 
-def _validate(kind: str, group: str, raw: dict[str, Any], default_time: str) -> None:
-    if kind == ev.NODE:
-        parse_node(raw)
-    elif kind == ev.POD:
-        parse_pod(raw)
-    elif kind == ev.RESOURCE_SLICE:
-        parse_resource_slice(raw, default_time=default_time)
-    elif kind == ev.RESOURCE_CLAIM:
-        parse_resource_claim(raw)
-    elif kind == ev.RESOURCE_CLAIM_TEMPLATE:
-        parse_resource_claim_template(raw)
-    elif kind == ev.DEVICE_CLASS:
-        parse_device_class(raw)
-    elif kind == ev.DEVICE_TAINT_RULE:
-        parse_device_taint_rule(raw, group=group, default_time=default_time)
-    elif kind == ev.RESOURCE_SLICE_PATCH:
-        parse_resource_slice_patch(raw)
+@dataclass(slots=True)
+class _Overlay:
+    """Writes made while running, kept on top of an object's file definition."""
+
+    finalizers: list[str] | None = None  # claims
+    labels: dict[str, Any] | None = None  # claims
+    annotations: dict[str, Any] | None = None  # claims
+    status: dict[str, Any] | None = None  # claims (replaced whole), rules (merged)
+    node_name: str | None = None  # pods
+    conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # pods, by type
+    deleted: bool = False  # pods
+
+    def empty(self) -> bool:
+        return (
+            self.finalizers is None
+            and self.labels is None
+            and self.annotations is None
+            and self.status is None
+            and self.node_name is None
+            and not self.conditions
+            and not self.deleted
+        )
+
+
+def _digest(value: Any) -> bytes:
+    return hashlib.sha1(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+def _ref(ident: Identity) -> str:
+    kind, group, key = ident
+    return f"{kind}.{group} {key}" if kind == ev.DEVICE_TAINT_RULE else f"{kind} {key}"
+
+
+def _without_rv(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("resourceVersion", None)
+    return {**obj, "metadata": meta}
 
 
 class ManifestSource:
+    """The `Source` for `--source DIR` (see the module docstring)."""
+
     def __init__(
         self,
         directory: Path,
         *,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = now_utc,
         watch: bool = True,
         debounce_ms: int = 50,
     ) -> None:
@@ -137,239 +132,323 @@ class ManifestSource:
         self.description = f"manifest directory {self.directory}"
         self.clock = clock
         self.watch = watch
-        self.debounce_ms = debounce_ms
+        self.debounce_ms = max(1, int(debounce_ms))
         self.load_report = LoadReport()
-        self.events: list[dict[str, Any]] = []  # Events written (for tests and the log)
-        self.rule_status: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []  # Events "created" (recorded and logged)
         self._sink: EventSink | None = None
-        self._files: dict[Identity, _FileObject] = {}
-        self._objects: dict[Identity, dict[str, Any]] = {}  # what the cluster "has": files + overlay
-        self._overlay: dict[Identity, dict[str, Any]] = {}
+        self._results: dict[str, FileResult] = {}  # path -> parse result, cached by content
+        self._files: dict[Identity, _FileObject] = {}  # winners from the files
+        self._objects: dict[Identity, dict[str, Any]] = {}  # what the "cluster" has: files + overlay
+        self._overlay: dict[Identity, _Overlay] = {}
         self._first_seen: dict[Identity, str] = {}
-        self._taint_times: dict[tuple[Identity, str], str] = {}
-        self._generations: dict[Identity, tuple[str, int]] = {}
+        self._taint_times: dict[Identity, dict[str, str]] = {}
+        self._generations: dict[Identity, tuple[bytes, int]] = {}
+        self._duplicates: set[tuple[Identity, str, str]] = set()
+        self._ignored_logged: set[str] = set()
         self._rv = 0
-        self._ignored_kinds: set[str] = set()
 
-    # ------------------------------------------------------------------ loading
+    # ------------------------------------------------------------------ reading the directory
+
+    def _scan(self) -> tuple[dict[str, FileResult], list[LoadError]]:
+        """Read every manifest; parse only those whose bytes changed. Runs in a worker thread."""
+        listing_errors: list[LoadError] = []
+
+        def on_list_error(path: str, message: str) -> None:
+            listing_errors.append(LoadError(path, message))
+            log.error("cannot list manifest directory", extra={"path": path, "err": message})
+
+        results: dict[str, FileResult] = {}
+        for path in manifest_files(self.directory, on_list_error):
+            where = str(path)
+            previous = self._results.get(where)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read(MAX_FILE_BYTES + 1)
+            except FileNotFoundError:
+                continue  # deleted since the listing: the next event removes its objects
+            except OSError as e:
+                message = f"cannot read: {e.strerror or e}"
+                digest = b"unreadable:" + message.encode()
+                if previous is None or previous.digest != digest:
+                    log.error("cannot read manifest file", extra={"path": where, "err": message})
+                results[where] = FileResult(digest, (), (LoadError(where, message),), ())
+                continue
+            if len(data) > MAX_FILE_BYTES:
+                message = f"larger than {MAX_FILE_BYTES} bytes"
+                digest = b"too-large"
+                if previous is None or previous.digest != digest:
+                    log.error("skipping manifest file that is too large", extra={"path": where, "err": message})
+                results[where] = FileResult(digest, (), (LoadError(where, message),), ())
+                continue
+            digest = hashlib.sha1(data).digest()
+            if previous is not None and previous.digest == digest:
+                results[where] = previous
+            else:
+                results[where] = read_file(path, data, digest)
+        return results, listing_errors
+
+    def _merge(self, results: dict[str, FileResult], listing_errors: list[LoadError]) -> dict[Identity, _FileObject]:
+        """Pick each object's winning definition (last path wins) and fill the time defaults."""
+        load_time = rfc3339(self.clock())
+        winners: dict[Identity, Any] = {}
+        duplicates: set[tuple[Identity, str, str]] = set()
+        ignored: Counter[str] = Counter()
+        errors: list[LoadError] = list(listing_errors)
+        for path, result in results.items():
+            errors.extend(result.errors)
+            for api_version, kind in result.ignored:
+                ignored[kind] += 1
+                if kind not in self._ignored_logged:
+                    self._ignored_logged.add(kind)
+                    log.info(
+                        "ignoring objects of a kind the extender does not use",
+                        extra={"kind": kind, "apiVersion": api_version, "path": path},
+                    )
+            for candidate in result.candidates:
+                previous = winners.get(candidate.ident)
+                if previous is not None:
+                    duplicates.add((candidate.ident, previous.path, candidate.path))
+                winners[candidate.ident] = candidate
+        for ident, loser, winner in sorted(duplicates - self._duplicates):
+            log.warning(
+                "object defined twice; the later path wins",
+                extra={"object": _ref(ident), "path": winner, "overridden": loser},
+            )
+        self._duplicates = duplicates
+        self._results = results
+
+        files: dict[Identity, _FileObject] = {}
+        for ident, candidate in winners.items():
+            old = self._files.get(ident)
+            if old is not None and old.source is candidate:
+                files[ident] = old
+                continue
+            raw = json_copy(candidate.raw)
+            raw["metadata"].setdefault("creationTimestamp", self._first_seen.setdefault(ident, load_time))
+            self._fill_taint_times(ident, raw, load_time)
+            files[ident] = _FileObject(candidate, raw, _digest(raw), _digest(raw.get("spec")))
+        for ident in [i for i in self._first_seen if i not in files]:
+            # Gone from the files: a later object of that name is a new object.
+            self._first_seen.pop(ident, None)
+            self._taint_times.pop(ident, None)
+            self._generations.pop(ident, None)
+        counts = Counter(ident[0] for ident in files)
+        self.load_report = LoadReport(len(results), dict(counts), tuple(errors), dict(ignored))
+        return files
+
+    def _fill_taint_times(self, ident: Identity, raw: dict[str, Any], load_time: str) -> None:
+        """A taint without timeAdded gets the time it was first seen, and keeps it while it is unchanged."""
+        kind = ident[0]
+        if kind not in (ev.RESOURCE_SLICE, ev.DEVICE_TAINT_RULE):
+            return
+        old = self._taint_times.get(ident, {})
+        new: dict[str, str] = {}
+
+        def fill(taint: Any, where: str) -> None:
+            if isinstance(taint, dict) and not taint.get("timeAdded"):
+                sig = f"{where}|{taint.get('key')}|{taint.get('value')}|{taint.get('effect')}"
+                new[sig] = taint["timeAdded"] = new.get(sig) or old.get(sig) or load_time
+
+        spec = raw.get("spec")
+        if not isinstance(spec, dict):
+            return
+        if kind == ev.DEVICE_TAINT_RULE:
+            fill(spec.get("taint"), "")
+        elif isinstance(spec.get("devices"), list):
+            for device in spec["devices"]:
+                if isinstance(device, dict):
+                    body = device["basic"] if isinstance(device.get("basic"), dict) else device
+                    for taint in body.get("taints") or ():
+                        fill(taint, str(device.get("name")))
+        if new:
+            self._taint_times[ident] = new
+        else:
+            self._taint_times.pop(ident, None)
+
+    # ------------------------------------------------------------------ effective objects
 
     def _next_rv(self) -> str:
         self._rv += 1
         return str(self._rv)
 
-    def _files_in(self) -> list[Path]:
-        return sorted(p for p in self.directory.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
-
-    def _documents(self, path: Path, report: LoadReport) -> Iterator[Any]:
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            report.errors.append(LoadError(str(path), f"cannot read: {e}"))
-            log.error("cannot read manifest file", extra={"path": str(path), "err": str(e)})
-            return
-        try:
-            docs = [orjson.loads(text)] if path.suffix == ".json" else list(yaml.load_all(text, Loader=_Loader))
-        except (yaml.YAMLError, orjson.JSONDecodeError, ValueError, RecursionError) as e:
-            report.errors.append(LoadError(str(path), f"does not parse: {e}"))
-            log.error("skipping manifest file that does not parse", extra={"path": str(path), "err": str(e).splitlines()[0] if str(e) else type(e).__name__})
-            return
-        for doc in docs:
-            if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-                yield from doc["items"]
-            elif doc is not None:
-                yield doc
-
-    def _classify(self, doc: Any, path: Path, report: LoadReport) -> tuple[str, str] | None:
-        if not isinstance(doc, dict):
-            report.errors.append(LoadError(str(path), "document is not an object"))
-            log.error("skipping document that is not an object", extra={"path": str(path)})
-            return None
-        kind, api_version = doc.get("kind"), doc.get("apiVersion")
-        if not isinstance(kind, str) or not isinstance(api_version, str) or not kind or not api_version:
-            name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
-            report.errors.append(LoadError(str(path), "apiVersion and kind are required", str(name or ""), "apiVersion" if not api_version else "kind"))
-            log.error("skipping object without apiVersion/kind", extra={"path": str(path), "object": str(name or "<unnamed>")})
-            return None
-        group, _, version = api_version.rpartition("/")
-        versions = _VERSIONS.get((kind, group))
-        if versions is None:
-            if kind not in self._ignored_kinds:
-                self._ignored_kinds.add(kind)
-                log.info("ignoring objects of a kind the extender does not use", extra={"kind": kind, "apiVersion": api_version, "path": str(path)})
-            return None
-        if version not in versions:
-            report.errors.append(LoadError(str(path), f"unsupported apiVersion {api_version}", kind, "apiVersion"))
-            log.error("skipping object of an unsupported apiVersion", extra={"path": str(path), "kind": kind, "apiVersion": api_version})
-            return None
-        if kind == ev.RESOURCE_SLICE_PATCH:
-            group = ev.GROUP_EXTENDER
-        return kind, group
-
-    def _normalize(self, kind: str, group: str, doc: dict[str, Any], load_time: str) -> tuple[Identity, dict[str, Any]]:
-        raw = copy.deepcopy(doc)
-        meta = raw.get("metadata")
-        if not isinstance(meta, dict):
-            raise ValidationError(f"{kind} <unnamed>", "metadata", "required field is missing")
-        if not isinstance(meta.get("name"), str) or not meta["name"]:
-            raise ValidationError(f"{kind} <unnamed>", "metadata.name", "required field is missing")
-        if kind in ev.NAMESPACED_KINDS:
-            if not isinstance(meta.get("namespace"), str) or not meta["namespace"]:
-                meta["namespace"] = "default"
+    def _generation(self, ident: Identity, fo: _FileObject) -> int:
+        previous = self._generations.get(ident)
+        if previous is None:
+            generation = 1
         else:
-            meta.pop("namespace", None)
-        key = ev.object_key(kind, raw)
-        ident = (kind, group, key)
-        meta.setdefault("uid", str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{group}/{key}")))
-        first = self._first_seen.setdefault(ident, load_time)
-        meta.setdefault("creationTimestamp", first)
-        self._fill_taint_times(ident, kind, raw, load_time)
-        return ident, raw
+            generation = previous[1] + (previous[0] != fo.spec_digest)
+        self._generations[ident] = (fo.spec_digest, generation)
+        return generation
 
-    def _fill_taint_times(self, ident: Identity, kind: str, raw: dict[str, Any], load_time: str) -> None:
-        """timeAdded defaults to when the taint was first seen, and stays that across reloads."""
-
-        def fill(taint: Any, where: str) -> None:
-            if isinstance(taint, dict) and not taint.get("timeAdded"):
-                sig = f"{where}|{taint.get('key')}|{taint.get('value')}|{taint.get('effect')}"
-                taint["timeAdded"] = self._taint_times.setdefault((ident, sig), load_time)
-
-        spec = raw.get("spec")
-        if not isinstance(spec, dict):
-            return
-        if kind == ev.RESOURCE_SLICE and isinstance(spec.get("devices"), list):
-            for d in spec["devices"]:
-                if not isinstance(d, dict):
-                    continue
-                body = d.get("basic") if isinstance(d.get("basic"), dict) else d
-                if isinstance(body.get("taints"), list):
-                    for t in body["taints"]:
-                        fill(t, str(d.get("name")))
-        elif kind == ev.DEVICE_TAINT_RULE:
-            fill(spec.get("taint"), "rule")
-
-    def _load(self) -> tuple[dict[Identity, _FileObject], LoadReport]:
-        report = LoadReport()
-        found: dict[Identity, _FileObject] = {}
-        load_time = _rfc3339(self.clock())
-        for path in self._files_in():
-            report.files += 1
-            for doc in self._documents(path, report):
-                kind_group = self._classify(doc, path, report)
-                if kind_group is None:
-                    continue
-                kind, group = kind_group
-                try:
-                    ident, raw = self._normalize(kind, group, doc, load_time)
-                    _validate(kind, group, raw, load_time)
-                except ValidationError as e:
-                    report.errors.append(LoadError(str(path), e.reason, e.obj, e.field))
-                    log.error(
-                        "skipping invalid object",
-                        extra={"path": str(path), "object": e.obj, "field": e.field, "err": e.reason},
-                    )
-                    continue
-                except (TypeError, AttributeError, ValueError) as e:
-                    report.errors.append(LoadError(str(path), str(e), kind))
-                    log.error("skipping invalid object", extra={"path": str(path), "kind": kind, "err": str(e)})
-                    continue
-                previous = found.get(ident)
-                if previous is not None:
-                    log.warning(
-                        "object defined twice; the later file wins",
-                        extra={"object": f"{kind} {ident[2]}", "path": str(path), "overridden": previous.path},
-                    )
-                digest = hashlib.sha1(orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)).hexdigest()
-                found[ident] = _FileObject(str(path), raw, digest)
-        for ident in found:
-            report.objects[ident[0]] = report.objects.get(ident[0], 0) + 1
-        return found, report
-
-    # ------------------------------------------------------------------ effective objects
-
-    def _effective(self, ident: Identity, file_obj: _FileObject) -> dict[str, Any]:
-        raw = copy.deepcopy(file_obj.raw)
-        meta = raw["metadata"]
-        spec_digest = hashlib.sha1(orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)).hexdigest()
-        prev = self._generations.get(ident)
-        generation = 1 if prev is None else prev[1] + (prev[0] != spec_digest)
-        self._generations[ident] = (spec_digest, generation)
-        meta.setdefault("generation", generation)
+    def _compose(self, ident: Identity) -> dict[str, Any]:
+        """File definition + overlay, without a resourceVersion. Never mutates the file definition."""
+        fo = self._files[ident]
+        raw = {**fo.raw, "metadata": {**fo.raw["metadata"], "generation": self._generation(ident, fo)}}
+        raw["metadata"].pop("resourceVersion", None)
         over = self._overlay.get(ident)
-        if over:
-            if "finalizers" in over and "finalizers" not in file_obj.raw["metadata"]:
-                meta["finalizers"] = list(over["finalizers"])
-            if "status" in over and "status" not in file_obj.raw:
-                raw["status"] = copy.deepcopy(over["status"])
-            if "nodeName" in over and not (raw.get("spec") or {}).get("nodeName"):
-                raw.setdefault("spec", {})["nodeName"] = over["nodeName"]
-            if "conditions" in over:
-                raw.setdefault("status", {}).setdefault("conditions", []).extend(copy.deepcopy(over["conditions"]))
-        meta["resourceVersion"] = self._next_rv()
+        if over is None:
+            return raw
+        meta = raw["metadata"]
+        for name in ("finalizers", "labels", "annotations"):
+            value = getattr(over, name)
+            if value:
+                meta[name] = copy.deepcopy(value)
+            elif value is not None:
+                meta.pop(name, None)  # written empty: omitted, as the API server returns it
+        if over.status is not None:
+            if ident[0] == ev.DEVICE_TAINT_RULE:
+                raw["status"] = {**(raw.get("status") or {}), **copy.deepcopy(over.status)}
+            else:
+                raw["status"] = copy.deepcopy(over.status)
+        if over.node_name is not None:
+            raw["spec"] = {**(raw.get("spec") or {}), "nodeName": over.node_name}
+        if over.conditions:
+            status = dict(raw.get("status") or {})
+            conditions = [c for c in status.get("conditions") or () if not (isinstance(c, dict) and c.get("type") in over.conditions)]
+            status["conditions"] = conditions + [copy.deepcopy(c) for c in over.conditions.values()]
+            raw["status"] = status
         return raw
 
     def _emit(self, etype: ev.EventType, ident: Identity, obj: dict[str, Any]) -> None:
         if self._sink is not None:
             self._sink.apply(ev.ObjectEvent(etype, ident[0], ident[1], ident[2], obj))
 
-    def _initial(self, sink: EventSink) -> None:
-        found, report = self._load()
-        self.load_report = report
-        self._files = found
-        self._objects = {ident: self._effective(ident, fo) for ident, fo in found.items()}
+    def _rebase(self, ident: Identity, new_raw: dict[str, Any]) -> None:
+        """The object's manifest changed: what the new file sets replaces the overlay's writes."""
+        over = self._overlay.get(ident)
+        if over is None:
+            return
+        if over.deleted:  # a pod whose manifest changed after its deletion is a new pod
+            del self._overlay[ident]
+            return
+        meta = new_raw.get("metadata") or {}
+        if "finalizers" in meta:
+            over.finalizers = None
+        over.labels = over.annotations = None
+        if "status" in new_raw:
+            over.status = None
+        if (new_raw.get("spec") or {}).get("nodeName"):
+            over.node_name = None
+        if (new_raw.get("status") or {}).get("conditions"):
+            over.conditions = {}
+        if over.empty():
+            del self._overlay[ident]
+
+    def _apply_files(self, files: dict[Identity, _FileObject], *, emit: bool) -> None:
+        """Make `files` the current definitions; emit events for what really changed."""
+        old_files, self._files = self._files, files
+        for ident, fo in files.items():
+            before = old_files.get(ident)
+            changed = before is None or before.digest != fo.digest
+            if changed and before is not None:
+                self._rebase(ident, fo.raw)
+            over = self._overlay.get(ident)
+            if over is not None and over.deleted:
+                continue
+            current = self._objects.get(ident)
+            if not changed and current is not None:
+                continue
+            obj = self._compose(ident)
+            if current is not None and _without_rv(current) == obj:
+                continue
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._objects[ident] = obj
+            if emit:
+                self._emit("ADDED" if current is None else "MODIFIED", ident, obj)
+        for ident in [i for i in self._objects if i not in files]:
+            obj = self._objects.pop(ident)
+            obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_rv()}}
+            if emit:
+                self._emit("DELETED", ident, obj)
+        for ident in [i for i in self._overlay if i not in files]:
+            del self._overlay[ident]
+
+    # ------------------------------------------------------------------ loading and following
+
+    def reload(self) -> None:
+        """Re-read the directory now and emit events for what changed (synchronous; tests, tools)."""
+        files = self._merge(*self._scan())
+        self._apply_files(files, emit=True)
+
+    async def _reload(self) -> None:
+        scanned = await asyncio.to_thread(self._scan)
+        files = self._merge(*scanned)
+        self._apply_files(files, emit=True)
+
+    async def _initial(self, sink: EventSink) -> None:
+        scanned = await asyncio.to_thread(self._scan)
+        files = self._merge(*scanned)
+        self._apply_files(files, emit=False)
         for kind, group in TRACKED:
             sink.replace(kind, group, [o for (k, g, _), o in self._objects.items() if k == kind and g == group])
         for kind, group in TRACKED:
             sink.mark_synced(kind, group)
+        report = self.load_report
         log.info(
             "loaded manifest directory",
-            extra={"path": str(self.directory), "files": report.files, "objects": report.objects, "errors": len(report.errors)},
+            extra={"path": str(self.directory), "files": report.files, "objects": dict(report.objects), "errors": len(report.errors)},
         )
 
-    def reload(self) -> None:
-        """Re-read the directory and emit events for what really changed."""
-        found, report = self._load()
-        self.load_report = report
-        old_files = self._files
-        self._files = found
-        for ident, fo in found.items():
-            before = old_files.get(ident)
-            if before is not None and before.digest == fo.digest and ident in self._objects:
-                continue
-            if before is not None and before.digest != fo.digest:
-                # A changed pod file undoes an overlay deletion; new status/nodeName in the file win.
-                over = self._overlay.get(ident)
-                if over is not None:
-                    over.pop("deleted", None)
-            if (self._overlay.get(ident) or {}).get("deleted"):
-                continue
-            obj = self._effective(ident, fo)
-            etype: ev.EventType = "ADDED" if ident not in self._objects else "MODIFIED"
-            self._objects[ident] = obj
-            self._emit(etype, ident, obj)
-        for ident in [i for i in self._objects if i not in found]:
-            obj = self._objects.pop(ident)
-            self._overlay.pop(ident, None)
-            self._emit("DELETED", ident, obj)
-        for ident in [i for i in self._overlay if i not in found]:
-            del self._overlay[ident]
-
     async def run(self, sink: EventSink) -> None:
+        """Load everything, mark every kind synced, then follow the directory until cancelled."""
         self._sink = sink
-        self._initial(sink)
         if not self.watch:
+            await self._initial(sink)
             await asyncio.Event().wait()
+            return
         from watchfiles import awatch
 
-        try:
-            async for _changes in awatch(self.directory, debounce=self.debounce_ms, step=20, recursive=True):
-                try:
-                    self.reload()
-                except Exception:  # noqa: BLE001 - a bad reload must not stop the watcher
-                    log.exception("reloading the manifest directory failed", extra={"path": str(self.directory)})
-        except asyncio.CancelledError:
-            raise
+        loaded = False
+        retry = 1.0
+        while True:
+            stop = asyncio.Event()
+            changes = awatch(
+                self.directory,
+                watch_filter=None,  # any change rescans: a ConfigMap volume swaps a hidden `..data` link
+                debounce=self.debounce_ms,
+                step=min(50, self.debounce_ms),
+                stop_event=stop,
+                rust_timeout=RESCAN_MS,
+                yield_on_timeout=True,
+                ignore_permission_denied=True,
+            )
 
-    # ------------------------------------------------------------------ reads and writes (the overlay)
+            async def step(changes: Any = changes) -> Any:
+                return await changes.__anext__()
+
+            pending = asyncio.ensure_future(step())
+            try:
+                # The generator creates its watcher when first stepped; from then on no change is missed,
+                # including those made while the (re)load below runs.
+                await asyncio.sleep(0)
+                if not loaded:
+                    await self._initial(sink)
+                    loaded = True
+                else:
+                    await self._reload()
+                while True:
+                    # shield: our cancellation must not wait for the watcher thread's timeout.
+                    await asyncio.shield(pending)
+                    retry = 1.0
+                    await self._reload()
+                    pending = asyncio.ensure_future(step())
+            except Exception as e:  # noqa: BLE001 - the watcher (or a reload) failed: keep serving, retry
+                log.warning(
+                    "watching the manifest directory failed; retrying",
+                    extra={"path": str(self.directory), "err": f"{type(e).__name__}: {e}", "retry_s": retry},
+                )
+            finally:
+                stop.set()  # the watcher thread sees this within one step and returns
+                if not pending.done():
+                    await asyncio.wait([pending], timeout=2.0)
+                if pending.done() and not pending.cancelled():
+                    pending.exception()  # retrieved, so asyncio does not log it as lost
+                with contextlib.suppress(Exception):
+                    await changes.aclose()
+            await asyncio.sleep(retry)
+            retry = min(retry * 2, _RETRY_MAX_S)
+
+    # ------------------------------------------------------------------ reads
 
     def _find(self, kind: str, namespace: str, name: str, group: str | None = None) -> Identity | None:
         key = f"{namespace or 'default'}/{name}" if kind in ev.NAMESPACED_KINDS else name
@@ -381,79 +460,144 @@ class ManifestSource:
         return None
 
     async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
+        """The freshest copy (files + overlay); a DeviceTaintRule is looked up in resource.k8s.io first."""
         ident = self._find(kind, namespace, name, group)
         return copy.deepcopy(self._objects[ident]) if ident is not None else None
 
-    def _write(self, ident: Identity, change: Callable[[dict[str, Any]], None], what: str) -> dict[str, Any]:
-        over = self._overlay.setdefault(ident, {})
-        change(over)
-        obj = self._effective(ident, self._files[ident])
+    @property
+    def rule_status(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """(group, name) -> status written with update_rule_status (for tests and tools)."""
+        return {
+            (g, key): copy.deepcopy(over.status)
+            for (kind, g, key), over in self._overlay.items()
+            if kind == ev.DEVICE_TAINT_RULE and over.status is not None
+        }
+
+    # ------------------------------------------------------------------ writes (the overlay)
+
+    def _write(self, ident: Identity, what: str, **details: Any) -> dict[str, Any]:
+        obj = self._compose(ident)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
         self._objects[ident] = obj
-        log.info("recorded write in the overlay", extra={"write": what, "object": f"{ident[0]} {ident[2]}"})
+        log.info(
+            "recorded write in the overlay",
+            extra={"write": what, "object": _ref(ident), "resourceVersion": obj["metadata"]["resourceVersion"], **details},
+        )
         self._emit("MODIFIED", ident, obj)
         return copy.deepcopy(obj)
 
-    def _claim_ident(self, claim: dict[str, Any]) -> Identity:
-        meta = claim.get("metadata") or {}
-        ident = self._find(ev.RESOURCE_CLAIM, meta.get("namespace") or "default", meta.get("name") or "")
+    def _overlay_of(self, ident: Identity) -> _Overlay:
+        return self._overlay.setdefault(ident, _Overlay())
+
+    def _claim_for_write(self, claim: dict[str, Any]) -> Identity:
+        meta = claim.get("metadata") if isinstance(claim, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            raise Invalid("ResourceClaim: metadata.name is required")
+        namespace = meta.get("namespace") or "default"
+        ident = self._find(ev.RESOURCE_CLAIM, namespace, meta["name"])
         if ident is None:
-            raise NotFound(f"ResourceClaim {meta.get('namespace')}/{meta.get('name')} not found")
-        current = self._objects[ident]["metadata"]["resourceVersion"]
-        want = meta.get("resourceVersion")
-        if want and want != current:
+            raise NotFound(f'resourceclaims.resource.k8s.io "{meta["name"]}" not found in namespace {namespace}')
+        current = self._objects[ident]["metadata"]
+        want_rv = meta.get("resourceVersion")
+        if want_rv and str(want_rv) != current["resourceVersion"]:
             raise Conflict(
-                f"ResourceClaim {ident[2]}: the object has been modified (resourceVersion {want}, now {current})"
+                f'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "{meta["name"]}": the object has been '
+                f"modified; please apply your changes to the latest version and try again "
+                f"(resourceVersion {want_rv}, now {current['resourceVersion']})"
             )
+        want_uid = meta.get("uid")
+        if want_uid and want_uid != current.get("uid"):
+            raise Conflict(f"ResourceClaim {ident[2]}: UID {want_uid} does not match {current.get('uid')}")
         return ident
 
     async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
-        ident = self._claim_ident(claim)
-        finalizers = list((claim.get("metadata") or {}).get("finalizers") or [])
-        return self._write(ident, lambda o: o.__setitem__("finalizers", finalizers), "update claim metadata")
+        """Metadata (finalizers, labels, annotations) of a claim; its spec is immutable, as upstream."""
+        ident = self._claim_for_write(claim)
+        if "spec" in claim and claim["spec"] != self._objects[ident].get("spec"):
+            raise Invalid(f"ResourceClaim {ident[2]}: spec: field is immutable")
+        meta = claim["metadata"]
+        over = self._overlay_of(ident)
+        over.finalizers = [str(f) for f in meta.get("finalizers") or ()]
+        over.labels = dict(meta.get("labels") or {})
+        over.annotations = dict(meta.get("annotations") or {})
+        return self._write(ident, "update claim", finalizers=over.finalizers)
 
     async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
-        ident = self._claim_ident(claim)
-        status = copy.deepcopy(claim.get("status") or {})
-        return self._write(ident, lambda o: o.__setitem__("status", status), "update claim status")
+        """Only `.status` is taken (allocation, reservedFor), as the /status subresource does."""
+        ident = self._claim_for_write(claim)
+        status = claim.get("status")
+        if status is not None and not isinstance(status, dict):
+            raise Invalid(f"ResourceClaim {ident[2]}: status must be an object")
+        self._overlay_of(ident).status = copy.deepcopy(status or {})
+        allocation = (status or {}).get("allocation") or {}
+        devices = [
+            f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+            for r in (allocation.get("devices") or {}).get("results") or ()
+            if isinstance(r, dict)
+        ]
+        reserved = [r.get("name") for r in (status or {}).get("reservedFor") or () if isinstance(r, dict)]
+        return self._write(ident, "update claim status", devices=devices, reservedFor=reserved)
 
-    def _pod_ident(self, namespace: str, name: str, uid: str) -> Identity:
+    def _pod_for_write(self, namespace: str, name: str, uid: str) -> Identity:
         ident = self._find(ev.POD, namespace, name)
         if ident is None:
-            raise NotFound(f"Pod {namespace}/{name} not found")
+            raise NotFound(f'pods "{name}" not found in namespace {namespace or "default"}')
         have = self._objects[ident]["metadata"].get("uid")
         if uid and have != uid:
-            raise Conflict(f"Pod {namespace}/{name}: UID {uid} does not match {have}")
+            raise Conflict(f"Pod {ident[2]}: precondition failed: UID in precondition: {uid}, UID in object meta: {have}")
         return ident
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        ident = self._pod_ident(namespace, name, uid)
+        ident = self._pod_for_write(namespace, name, uid)
         bound = (self._objects[ident].get("spec") or {}).get("nodeName")
         if bound:
-            raise Conflict(f"Pod {namespace}/{name} is already assigned to node {bound!r}")
-        self._write(ident, lambda o: o.__setitem__("nodeName", node), f"bind to {node}")
+            raise Conflict(f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{bound}"')
+        if not node:
+            raise Invalid(f"Pod {ident[2]}: binding target node is required")
+        self._overlay_of(ident).node_name = node
+        self._write(ident, "bind", node=node)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        ident = self._pod_ident(namespace, name, uid)
-        self._overlay.setdefault(ident, {})["deleted"] = True
-        obj = self._objects.pop(ident)
-        log.info("recorded pod deletion in the overlay", extra={"object": f"Pod {namespace}/{name}"})
-        self._emit("DELETED", ident, obj)
+        """The pod stays deleted, though its file is unchanged, until its manifest changes."""
+        ident = self._pod_for_write(namespace, name, uid)
+        self._overlay_of(ident).deleted = True
+        last = {**self._objects.pop(ident)}
+        last["metadata"] = {**last["metadata"], "resourceVersion": self._next_rv()}
+        log.info("recorded pod deletion in the overlay", extra={"object": _ref(ident), "uid": uid})
+        self._emit("DELETED", ident, last)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Without PodDisruptionBudgets to consult, an eviction here is a deletion."""
         await self.delete_pod(namespace, name, uid)
 
     async def update_pod_status_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
-        ident = self._pod_ident(namespace, name, "")
-        self._write(ident, lambda o: o.setdefault("conditions", []).append(dict(condition)), "pod condition")
+        """Set one pod condition (by type), like a strategic-merge patch of status.conditions."""
+        ident = self._pod_for_write(namespace, name, "")
+        if not isinstance(condition, dict) or not isinstance(condition.get("type"), str) or not condition["type"]:
+            raise Invalid(f"Pod {ident[2]}: status.conditions[].type is required")
+        self._overlay_of(ident).conditions[condition["type"]] = copy.deepcopy(condition)
+        self._write(ident, "pod condition", condition=condition["type"], status=condition.get("status"))
 
     async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
-        self.rule_status[(group, name)] = copy.deepcopy(status)
-        log.info("recorded DeviceTaintRule status", extra={"object": f"DeviceTaintRule {group}/{name}"})
+        """Merge `status` into a DeviceTaintRule's status (a merge patch of /status)."""
+        ident = self._find(ev.DEVICE_TAINT_RULE, "", name, group)
+        if ident is None:
+            raise NotFound(f'devicetaintrules.{group} "{name}" not found')
+        if not isinstance(status, dict):
+            raise Invalid(f"DeviceTaintRule {name}: status must be an object")
+        over = self._overlay_of(ident)
+        over.status = {**(over.status or {}), **copy.deepcopy(status)}
+        self._write(ident, "rule status")
 
     async def create_event(self, event: dict[str, Any]) -> None:
         self.events.append(copy.deepcopy(event))
         involved = event.get("involvedObject") or {}
         log.info(
             "event",
-            extra={"type": event.get("type"), "reason": event.get("reason"), "object": involved.get("name"), "msg_": event.get("message")},
+            extra={
+                "type": event.get("type"),
+                "reason": event.get("reason"),
+                "object": f"{involved.get('kind')} {involved.get('namespace') or ''}/{involved.get('name')}".replace(" /", " "),
+                "note": event.get("message"),
+            },
         )
