@@ -1,0 +1,56 @@
+"""An in-repo fake Kubernetes API server: real HTTP for the production client path.
+
+    async with FakeApiServer(bookmark_interval=0.2) as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+        ...  # drive kubernetes_asyncio / the extender against api.url
+        api.compact(); api.drop_watches(); api.set_faults(error_rate=0.2)
+
+Python helpers (synchronous; call them from the server's event loop; they
+are privileged: no HTTP validation, `status` kept as given; they return
+copies and raise `FakeApiError` with `.status`/`.reason` like the server):
+`create(obj)`, `get(kind, ns, name)` (None if missing), `update(obj)`,
+`update_status(obj)`, `apply(obj)` (upsert), `patch(kind, ns, name, patch,
+patch_type="merge"|"strategic"|"json"|"apply")`, `delete(kind, ns, name,
+uid=, resource_version=, force=)`, `list(kind, ns, label_selector=,
+field_selector=)`, `count(kind)`, `bind(ns, name, node)`, `load(*files_dirs_or_objs,
+copy=True)`. `kind` is a plural, kind, singular or short name; pass
+`group=` (or `plural.group`) to pick `resource.dra-extender.io` over
+`resource.k8s.io` for DeviceTaintRule.
+
+Faults and inspection: `set_faults(error_rate=, error_status=, latency_ms=,
+jitter_ms=, verbs=, paths=, retry_after_seconds=, fail_next=)`,
+`fail_next(n, status=)`, `clear_faults()`, `compact()`, `drop_watches(abrupt=True,
+resource=)`, `set_served(group, version=None, served=)`, `add_reactor(fn)`,
+`requests` / `requests_for(verb=, resource=)`, `open_watches`,
+`await wait_for_watches(n, resource=)`, `resource_version`, `state()`.
+
+Or as a subprocess for end-to-end tests: `python -m tests.fakeapi --port 0
+--kubeconfig-out PATH [--load DIR_OR_FILE ...]` prints `{"url": ...}` when
+ready and takes the same controls over HTTP under `/_fake/` (state, faults,
+fail-next, compact, drop-watches, serve, requests, objects).
+
+Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
+`watch=True` handling together (FACTS.md "Fake API servers").
+"""
+
+from __future__ import annotations
+
+from tests.fakeapi.registry import Registry, ResourceType, default_types
+from tests.fakeapi.server import FakeApiServer, Faults, RequestInfo, RequestRecord, iter_manifests
+from tests.fakeapi.store import ApiError
+
+FakeApiError = ApiError
+
+__all__ = [
+    "ApiError",
+    "FakeApiError",
+    "FakeApiServer",
+    "Faults",
+    "Registry",
+    "RequestInfo",
+    "RequestRecord",
+    "ResourceType",
+    "default_types",
+    "iter_manifests",
+]
