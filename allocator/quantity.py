@@ -26,6 +26,10 @@ _DECIMAL = {
     "E": Fraction(10**18),
 }
 _EXPONENT_RE = re.compile(r"^[eE]([+-]?[0-9]+)$")
+# Bounds that keep exact arithmetic cheap: "1e999999999" would otherwise build a
+# billion-digit integer (a hang on hostile input); no real quantity comes near them.
+MAX_QUANTITY_LENGTH = 1024
+MAX_EXPONENT = 1000
 
 
 class QuantityError(ValueError):
@@ -70,6 +74,8 @@ def parse_quantity(raw: str | int | float) -> Quantity:
     if not isinstance(raw, str):
         raise QuantityError(f"quantity must be a string or number, not {type(raw).__name__}")
     text = raw.strip()
+    if len(text) > MAX_QUANTITY_LENGTH:
+        raise QuantityError(f"quantity is longer than {MAX_QUANTITY_LENGTH} characters")
     match = _QUANTITY_RE.match(text)
     if not match:
         raise QuantityError(f"quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {raw!r}")
@@ -83,7 +89,10 @@ def parse_quantity(raw: str | int | float) -> Quantity:
         exp = _EXPONENT_RE.match(suffix)
         if not exp:
             raise QuantityError(f"unable to parse quantity's suffix {suffix!r} in {raw!r}")
-        value *= Fraction(10) ** int(exp.group(1))
+        exponent = int(exp.group(1))
+        if abs(exponent) > MAX_EXPONENT:
+            raise QuantityError(f"quantity exponent out of range in {raw!r}")
+        value *= Fraction(10) ** exponent
     return Quantity(value, text)
 
 

@@ -17,6 +17,9 @@ _SEMVER_RE = re.compile(
 )
 
 
+MAX_SEMVER_LENGTH = 256  # upstream allows 64 characters in a version attribute
+
+
 class SemverError(ValueError):
     """A string that is not a semantic version."""
 
@@ -42,6 +45,10 @@ class Semver:
         pre: tuple = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in self.prerelease)
         return (self.major, self.minor, self.patch, 0 if self.prerelease else 1, pre)
 
+    def precedence_key(self) -> tuple:
+        """A key that orders versions by semver precedence (equal keys: equal precedence)."""
+        return self._key()
+
     def compare(self, other: Semver) -> int:
         a, b = self._key(), other._key()
         return (a > b) - (a < b)
@@ -62,6 +69,8 @@ class Semver:
 def parse_semver(text: str) -> Semver:
     if not isinstance(text, str):
         raise SemverError(f"version must be a string, not {type(text).__name__}")
+    if len(text) > MAX_SEMVER_LENGTH:  # also keeps int() below the interpreter's digit limit
+        raise SemverError(f"version is longer than {MAX_SEMVER_LENGTH} characters")
     m = _SEMVER_RE.match(text)
     if not m:
         raise SemverError(f"{text!r} is not a valid semantic version")
