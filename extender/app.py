@@ -126,6 +126,16 @@ def create_app(service: Service, *, probes_only: bool = False) -> FastAPI:
     ) -> Response:
         return _json(orjson.dumps(debug_device_page(service, node, driver, pool, tainted, limit, cont)))
 
+    @app.get("/debug/objects")
+    async def debug_objects() -> Response:
+        """resourceVersion of every object in the view, by `Kind.group`: compare it with the API server."""
+        state = service.state
+        body = {
+            f"{kind}.{group}" if group else kind: dict(sorted(versions.items()))
+            for (kind, group), versions in sorted(state.versions.items())
+        }
+        return _json(orjson.dumps({"generation": state.generation, "ready": state.ready, "objects": body}))
+
     return app
 
 

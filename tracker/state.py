@@ -127,6 +127,9 @@ class ClusterState:
         self.allocated: dict[DeviceID, str] = {}  # device -> claim key
         self.inflight: dict[DeviceID, str] = {}  # device -> claim key, while /bind writes
         self.listeners: list[Callable[[ev.ObjectEvent], None]] = []
+        # resourceVersion of every object the view holds, per (kind, group): lets an
+        # operator (and the tests) compare the view with the API server's state.
+        self.versions: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
 
     # ------------------------------------------------------------------ readiness
 
@@ -158,8 +161,8 @@ class ClusterState:
         for key in self._keys_of(kind, group) - keys:
             self.apply(ev.ObjectEvent("DELETED", kind, group, key, {}))
 
-    def _keys_of(self, kind: str, group: str) -> set[str]:
-        store: Mapping[Any, Any] = {
+    def _store(self, kind: str) -> Mapping[str, Any]:
+        return {
             ev.NODE: self.nodes,
             ev.POD: self.raw_pods,
             ev.RESOURCE_CLAIM: self.claims,
@@ -168,9 +171,16 @@ class ClusterState:
             ev.RESOURCE_SLICE: self.slices,
             ev.RESOURCE_SLICE_PATCH: self.patches,
         }.get(kind, {})
+
+    def _keys_of(self, kind: str, group: str) -> set[str]:
         if kind == ev.DEVICE_TAINT_RULE:
             return {name for (g, name) in self.rules if g == group}
-        return set(store)
+        return set(self._store(kind))
+
+    def _holds(self, kind: str, group: str, key: str) -> bool:
+        if kind == ev.DEVICE_TAINT_RULE:
+            return (group, key) in self.rules
+        return key in self._store(kind)
 
     def apply(self, event: ev.ObjectEvent) -> None:
         handler = self._handlers.get(event.kind)
@@ -186,6 +196,13 @@ class ClusterState:
             )
             return
         self.generation += 1
+        versions = self.versions[(event.kind, event.group)]
+        if event.type == "DELETED" or not self._holds(event.kind, event.group, event.key):
+            versions.pop(event.key, None)
+        else:
+            # A claim keeps the newest of our write and its watch echo (see _on_claim).
+            held = self.raw_claims[event.key] if event.kind == ev.RESOURCE_CLAIM else event.object
+            versions[event.key] = str((held.get("metadata") or {}).get("resourceVersion") or "")
         for listener in self.listeners:
             listener(event)
 

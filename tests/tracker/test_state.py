@@ -213,6 +213,18 @@ def test_allocated_devices_follow_claims_and_ignore_stale_events(state: ClusterS
     assert not state.is_taken(DeviceID(D, "p1", "g0"))
 
 
+def test_versions_track_what_the_view_holds(state: ClusterState) -> None:
+    claims = state.versions[(ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE)]
+    state.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "default/c", claim_obj("c", ["g0"], "10")))
+    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "default/c", claim_obj("c", ["g0"], "9")))
+    assert claims == {"default/c": "10"}, "a stale event does not move the recorded version back"
+    pod = {"metadata": {"name": "p", "namespace": "default", "resourceVersion": "11"}, "spec": {"containers": []}}
+    state.apply(ev.ObjectEvent("ADDED", ev.POD, ev.GROUP_CORE, "default/p", pod))
+    assert "default/p" not in state.versions[(ev.POD, ev.GROUP_CORE)], "pods without claims are not kept"
+    state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "default/c", {}))
+    assert claims == {}
+
+
 def test_replace_deletes_missing_objects(state: ClusterState) -> None:
     state.replace(ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, [slice_obj("s2", "p2", [gpu("g0")], node="n2")])
     assert set(state.slices) == {"s2"}
