@@ -21,7 +21,8 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
-	$(BIN)/python -m bench
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

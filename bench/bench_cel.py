@@ -225,11 +225,11 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", type=int, default=10_000)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result = run(args.devices)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cel.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -216,6 +216,7 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
             },
             "rule_update_to_filter_seconds": round(update_s, 3) if update_s is not None else None,
             "rss_mb": round(rss_mb(proc.pid), 1),
+            "samples_ms": {verb: [round(x * 1000, 3) for x in v] for verb, v in lat.items()},
         }
         proc.terminate()
         proc.wait(10)
@@ -224,13 +225,13 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="scheduler_perf-style workload over HTTP")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--pods", type=int, default=300)
     parser.add_argument("--tainted-pools", type=int, default=50)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     result = run(args.nodes, args.devices, args.pods, args.tainted_pools)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scheduling.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,88 @@
+"""Plots of the benchmark results (`bench/results/*.json` -> `*.png`).
+
+matplotlib is an optional dependency (`pip install -e '.[bench]'`); without
+it the plots are skipped with a message and the JSON/markdown stay the record.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def scheduling(plt: Any, data: dict[str, Any]) -> Path | None:
+    samples = data.get("samples_ms")
+    if not samples:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for verb, values in samples.items():
+        if not values:
+            continue
+        xs = sorted(values)
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=f"{verb} (p99 {data['latency_ms'][verb]['p99']:.0f} ms)")
+    w = data["workload"]
+    ax.set(
+        xscale="log",
+        xlabel="latency (ms, log scale)",
+        ylabel="fraction of requests",
+        title=f"{w['nodes']} nodes x {w['devices_per_node']} devices, {w['pods']} pods: latency per verb",
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return _save(plt, fig, "scheduling-latency.png")
+
+
+def cel(plt: Any, data: dict[str, Any]) -> Path | None:
+    selectors = data.get("selectors") or []
+    if not selectors:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = [s["name"] for s in selectors]
+    xs = range(len(names))
+    width = 0.4
+    ax.bar([x - width / 2 for x in xs], [s["interpreted"]["run_us"] for s in selectors], width, label="celpy interpreter")
+    ax.bar([x + width / 2 for x in xs], [s["compiled"]["run_us"] for s in selectors], width, label="compiled (celpy transpiler)")
+    ax.set_xticks(list(xs), names, rotation=15, ha="right", fontsize=8)
+    ax.set(yscale="log", ylabel="µs per evaluation (log scale)", title=f"CEL selector cost ({data['devices']:,} devices)")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend()
+    return _save(plt, fig, "cel-cost.png")
+
+
+def _save(plt: Any, fig: Any, name: str) -> Path:
+    path = RESULTS / name
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str]) -> int:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no plots drawn", file=sys.stderr)
+        return 0
+    for name, draw in (("scheduling", scheduling), ("cel", cel)):
+        data = _load(name)
+        path = draw(plt, data) if data else None
+        if path is not None:
+            print(f"plot: {path.relative_to(RESULTS.parent.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
