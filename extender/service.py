@@ -272,8 +272,10 @@ class Service:
             try:
                 for claim in claims:
                     allocation = outcome.allocations.get(claim.key)
-                    await self._write_claim(claim, allocation, pod, uid)
-                    written.append((claim.key, allocation is not None))
+                    if await self._write_claim(claim, allocation, pod, uid):
+                        # Only what this bind wrote is undone if the binding fails: a reservation
+                        # that was already there (a retried bind) belongs to an earlier success.
+                        written.append((claim.key, allocation is not None))
                 return "", written
             except Conflict as e:
                 log.info("claim changed while binding; retrying", extra={"pod": pod.key, "attempt": attempt + 1, "err": e.message})
@@ -308,7 +310,8 @@ class Service:
             return  # the watch already delivered something newer
         self.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, raw))
 
-    async def _write_claim(self, claim: ResourceClaim, allocation, pod: Pod, uid: str) -> None:
+    async def _write_claim(self, claim: ResourceClaim, allocation, pod: Pod, uid: str) -> bool:
+        """Allocate and/or reserve; False when the claim was already reserved for the pod (nothing written)."""
         raw = self.state.raw_claims[claim.key]
         reservation = {"resource": "pods", "name": pod.meta.name, "uid": uid}
         if allocation is not None:
@@ -330,14 +333,15 @@ class Service:
                     "devices": [str(r.device_id) for r in allocation.results],
                 },
             )
-            return
+            return True
         reserved = (raw.get("status") or {}).get("reservedFor") or []
         if any(r.get("uid") == uid for r in reserved):
-            return
+            return False
         status = dict(raw.get("status") or {})
         status["reservedFor"] = [*reserved, reservation]
         raw = await self.source.update_claim_status({**raw, "status": status})
         self._apply_claim(raw)
+        return True
 
     async def _undo(self, pod: Pod, uid: str, written: list[tuple[str, bool]]) -> None:
         """Take back reservations (and allocations nobody else holds) after a failed bind."""

@@ -272,6 +272,13 @@ class ApiSource:
                 rv = None
             except Exception as e:  # noqa: BLE001 - keep reflecting whatever happens
                 self.stats["errors"] += 1
+                seen = self.last_resource_versions.get((res.kind, res.group))
+                if rv is not None and seen is not None and seen != rv:
+                    # The stream broke after delivering events or bookmarks: resume from
+                    # the last one seen (not the list's, which may be compacted by now),
+                    # and do not count it as a failure in a row.
+                    rv = seen
+                    backoff = BACKOFF_INITIAL
                 delay = min(BACKOFF_MAX, backoff) * (0.5 + random.random())
                 log.warning(
                     "list/watch failed; retrying",
