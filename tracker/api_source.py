@@ -240,13 +240,18 @@ class ApiSource:
                         log.info("optional API not served; checking again periodically", extra={"resource": label})
                     elif present:
                         reported.discard(label)
-                # Not served yet: their (empty) state is complete.
+                # Not served yet: their (empty) state is complete. A served one is
+                # marked synced by its reflector's first list (readiness waits for it).
+                absent = []
                 if upstream is None:
-                    sink.replace(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, [])
+                    absent.append((ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE))
                 if not any(r.kind == ev.DEVICE_TAINT_RULE and r.group == ev.GROUP_EXTENDER for r in wanted):
-                    sink.replace(ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, [])
+                    absent.append((ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER))
                 if not any(r.kind == ev.RESOURCE_SLICE_PATCH for r in wanted):
-                    sink.replace(ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, [])
+                    absent.append((ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER))
+                for kind, group in absent:
+                    sink.replace(kind, group, [])
+                    sink.mark_synced(kind, group)
                 await asyncio.sleep(self.optional_recheck_seconds)
         finally:
             for t in running.values():

@@ -42,7 +42,10 @@ from tracker.patched_view import SelectorContext, effective_view
 
 log = logging.getLogger("dra_extender.tracker")
 
-# The kinds whose initial list gates readiness, as (kind, group).
+# The kinds whose initial list gates readiness, as (kind, group). The optional APIs
+# (rules, patches) count too: a filter answered before a served rule API is listed
+# would ignore its taints. A source marks an optional kind synced (and empty) once
+# it knows the API is not served, so a missing API does not block.
 REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
     {
         (ev.NODE, ev.GROUP_CORE),
@@ -51,6 +54,9 @@ REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
         (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE),
         (ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE),
         (ev.DEVICE_CLASS, ev.GROUP_RESOURCE),
+        (ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE),
+        (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER),
+        (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER),
     }
 )
 
