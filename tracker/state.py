@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from allocator.device_view import DeviceView, SliceView
 from allocator.types import (
     DeviceClass,
@@ -62,6 +64,10 @@ REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
 
 _ANY = None  # wildcard in selector index keys
 
+# Objects blamed with one Event per spec (DESIGN §4: "one deduplicated Warning Event on
+# the object"), however many devices, claims or nodes their selectors fail for.
+_BLAMED_PER_SPEC = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
+
 
 @dataclass(frozen=True, slots=True)
 class Problem:
@@ -103,7 +109,9 @@ class ClusterState:
         self.synced: set[tuple[str, str]] = set()
         self.generation = 0  # bumped on every applied change
         self.on_problem = on_problem
-        self._reported: set[tuple[str, str, str, str]] = set()
+        # (kind, group, name) -> what was reported: spec tokens for _BLAMED_PER_SPEC, else messages.
+        self._reported: dict[tuple[str, str, str], set[bytes | str]] = {}
+        self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
         self.problem_count = 0
 
         self.nodes: dict[str, Node] = {}
@@ -192,6 +200,8 @@ class ClusterState:
         handler = self._handlers.get(event.kind)
         if handler is None:
             return
+        if event.kind in _BLAMED_PER_SPEC:
+            self._track_spec(event)
         try:
             handler(self, event)
         except ValidationError as e:
@@ -217,14 +227,32 @@ class ClusterState:
         return self._version_counter
 
     def report(self, problem: Problem) -> None:
-        """Report a faulty object once per distinct message (an Event and a metric downstream)."""
+        """Report a faulty object once (an Event and a metric downstream).
+
+        Classes, rules and patches are reported once per spec (a new spec or a
+        re-created object may be reported again); other kinds once per message.
+        """
         self._report(problem)
 
-    def _report(self, problem: Problem) -> None:
-        key = (problem.kind, problem.group, problem.name, problem.message)
-        if key in self._reported:
+    def _track_spec(self, event: ev.ObjectEvent) -> None:
+        ident = (event.kind, event.group, event.key)
+        if event.type == "DELETED":
+            self._spec_tokens.pop(ident, None)
+            self._reported.pop(ident, None)
             return
-        self._reported.add(key)
+        meta = event.object.get("metadata") or {}
+        token = orjson.dumps([meta.get("uid"), event.object.get("spec")], option=orjson.OPT_SORT_KEYS)
+        if self._spec_tokens.get(ident) != token:
+            self._spec_tokens[ident] = token
+            self._reported.pop(ident, None)
+
+    def _report(self, problem: Problem) -> None:
+        ident = (problem.kind, problem.group, problem.name)
+        token = self._spec_tokens.get(ident, problem.message)
+        seen = self._reported.setdefault(ident, set())
+        if token in seen:
+            return
+        seen.add(token)
         self.problem_count += 1
         if self.on_problem is not None:
             self.on_problem(problem)

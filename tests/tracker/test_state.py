@@ -124,10 +124,24 @@ def test_failing_rule_selector_does_not_apply_and_is_reported_once(state: Cluste
     bad = {"metadata": {"name": "bad"}, "spec": {"deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].nope == 1'}}]}, "taint": {"key": "k", "effect": "NoSchedule"}}}
     add_rule(state, bad, ev.GROUP_EXTENDER)
     assert taint_keys(state, "p1", "g0") == []
-    assert len(problems) == 3  # one per device it failed for, each reported once
+    assert len(problems) == 1  # one Event per object, though it failed for 3 devices
     add_rule(state, bad, ev.GROUP_EXTENDER)  # re-applied: no duplicate reports
-    assert len(problems) == 3
+    add_rule(state, {**bad, "metadata": {"name": "bad", "labels": {"a": "b"}}}, ev.GROUP_EXTENDER)  # metadata only
+    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", slice_obj("s1", "p1", [gpu("g0"), gpu("g1", "h100")])))
+    assert len(problems) == 1
     assert all(p.kind == "DeviceTaintRule" and p.name == "bad" and "nope" in p.message for p in problems)
+
+
+def test_failing_rule_is_reported_again_for_a_new_spec_or_object(state: ClusterState, problems) -> None:
+    def bad(expression: str, uid: str = "u1") -> dict:
+        selector = {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].{expression} == 1'}}]}
+        return {"metadata": {"name": "bad", "uid": uid}, "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoSchedule"}}}
+
+    add_rule(state, bad("nope"), ev.GROUP_EXTENDER)
+    add_rule(state, bad("other"), ev.GROUP_EXTENDER)  # a new spec, a new mistake
+    state.apply(ev.ObjectEvent("DELETED", ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, "bad", {}))
+    add_rule(state, bad("other", uid="u2"), ev.GROUP_EXTENDER)  # re-created
+    assert [("nope" in p.message, "other" in p.message) for p in problems] == [(True, False), (False, True), (False, True)]
 
 
 def test_invalid_object_is_reported_not_applied(state: ClusterState, problems) -> None:
