@@ -151,12 +151,18 @@ class FakeApi:
     def expected_view(self) -> dict[str, dict[str, str]]:
         """What the extender should hold: every tracked object's resourceVersion (pods only with claims)."""
         out: dict[str, dict[str, str]] = {}
-        tracked = [k for k in KINDS if k not in ("Lease", "Event")]
-        for kind in tracked:
-            group = KINDS[kind][0]
+        tracked = [(k, KINDS[k][0]) for k in KINDS if k not in ("Lease", "Event")]
+        tracked.append(("DeviceTaintRule", CRD_GROUP))  # the project's rules, beside resource.k8s.io's
+        for kind, group in tracked:
             name = f"{kind}.{group}" if group else kind
             versions: dict[str, str] = {}
-            for obj in self.list(kind):
+            try:
+                objects = self.list(kind, group)
+            except ApiError as e:
+                if e.status != 404:  # an API the server does not serve holds nothing
+                    raise
+                objects = []
+            for obj in objects:
                 meta = obj["metadata"]
                 if kind == "Pod" and not (obj.get("spec") or {}).get("resourceClaims"):
                     continue
