@@ -124,6 +124,10 @@ async def serve(args: argparse.Namespace) -> int:
         )
         create_event = getattr(source, "create_event", None)
         if create_event is not None:
+            api_version = API_VERSIONS.get((problem.kind, problem.group), problem.group)
+            rule_resources = getattr(source, "rule_resources", None)
+            if problem.kind == "DeviceTaintRule" and problem.group == "resource.k8s.io" and rule_resources:
+                api_version = f"{problem.group}/{rule_resources[0].version}"  # the version served and watched
             task = asyncio.ensure_future(
                 create_event(
                     {
@@ -134,7 +138,8 @@ async def serve(args: argparse.Namespace) -> int:
                             "kind": problem.kind,
                             "name": problem.name.rpartition("/")[2],
                             **({"namespace": problem.name.partition("/")[0]} if "/" in problem.name else {}),
-                            "apiVersion": API_VERSIONS.get((problem.kind, problem.group), problem.group),
+                            **({"uid": problem.uid} if problem.uid else {}),
+                            "apiVersion": api_version,
                         },
                     }
                 )

@@ -77,6 +77,7 @@ class Problem:
     group: str
     name: str  # namespace/name or name
     message: str
+    uid: str = ""  # the object's, so the Event is found on it (kubectl describe matches involvedObject.uid)
 
 
 def _resource_version(raw: Mapping[str, Any] | None) -> int | None:
@@ -205,7 +206,8 @@ class ClusterState:
         try:
             handler(self, event)
         except ValidationError as e:
-            self._report(Problem(event.kind, event.group, event.key, str(e)))
+            uid = str((event.object.get("metadata") or {}).get("uid") or "")
+            self._report(Problem(event.kind, event.group, event.key, str(e), uid))
             log.warning(
                 "ignoring invalid object",
                 extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
@@ -254,8 +256,16 @@ class ClusterState:
             return
         seen.add(token)
         self.problem_count += 1
+        if not problem.uid:
+            uid = self._uid_of(problem.kind, problem.group, problem.name)
+            problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid)
         if self.on_problem is not None:
             self.on_problem(problem)
+
+    def _uid_of(self, kind: str, group: str, name: str) -> str:
+        held: Any = self.rules.get((group, name)) if kind == ev.DEVICE_TAINT_RULE else self._store(kind).get(name)
+        meta = getattr(held, "meta", None)
+        return meta.uid if meta is not None else ""
 
     def _selector_context(self) -> SelectorContext:
         def report(kind: str, group: str, name: str, message: str) -> None:

@@ -11,6 +11,7 @@ for /bind, where every test allocates on nodes of its own.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from allocator.types import TOLERATIONS_ANNOTATION
 from extender.service import BIND_ATTEMPTS
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
@@ -201,6 +203,19 @@ def _slice_taint(taints: list[dict[str, Any]]) -> Callable[[FakeApi], Any]:
     return lambda api: api.mutate("ResourceSlice", None, f"node-b-{GPU}", change)
 
 
+def _claim_tolerations(tolerations: dict[str, list[dict[str, Any]]] | None) -> Callable[[FakeApi], Any]:
+    """Claim-annotation tolerations (DESIGN §3), for API servers that drop `tolerations`: metadata stays mutable."""
+
+    def change(obj: dict[str, Any]) -> None:
+        annotations = obj["metadata"].setdefault("annotations", {})
+        if tolerations is None:
+            annotations.pop(TOLERATIONS_ANNOTATION, None)
+        else:
+            annotations[TOLERATIONS_ANNOTATION] = json.dumps(tolerations)
+
+    return lambda api: api.mutate("ResourceClaim", "default", "gpu-claim", change)
+
+
 def _zone(node_name: str, zone: str) -> Callable[[FakeApi], Any]:
     def change(obj: dict[str, Any]) -> None:
         obj["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
@@ -243,24 +258,37 @@ CHANGE_CASES = [
         _zone("node-a", "east"),
         "claim default/gpu-and-nic, request nic: 0 of 1",
     ),
+    (
+        # The other way round: a node the pod could not use becomes usable.
+        "claim-annotation-toleration",
+        "trainer",
+        "node-c",
+        _claim_tolerations({"gpu": [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}]}),
+        _claim_tolerations(None),
+        None,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("pod_name", "node_name", "change", "undo", "reason"), [c[1:] for c in CHANGE_CASES], ids=[c[0] for c in CHANGE_CASES])
-def test_api_changes_reach_filter(live, pod_name: str, node_name: str, change, undo, reason: str) -> None:
+def test_api_changes_reach_filter(live, pod_name: str, node_name: str, change, undo, reason: str | None) -> None:
+    """`reason`: what rejects the node while changed; None: the node is rejected before and accepted while changed."""
     api, ext, _ = live
     body = demo_pod_args(pod_name, ALL)
     before = reasons(ext, body)
-    assert before[node_name] is None, before
+    assert (before[node_name] is None) is (reason is not None), before
     change(api)
     try:
-        wait_for(lambda: reasons(ext, body)[node_name] is not None, what=f"{node_name} rejected")
+        wait_for(lambda: reasons(ext, body)[node_name] != before[node_name], what=f"{node_name}'s answer changes")
         after = reasons(ext, body)
-        assert reason in after[node_name], after[node_name]
+        if reason is None:
+            assert after[node_name] is None, after[node_name]
+        else:
+            assert reason in (after[node_name] or ""), after[node_name]
         assert {n: r for n, r in after.items() if n != node_name} == {n: r for n, r in before.items() if n != node_name}
     finally:
         undo(api)
-    wait_for(lambda: reasons(ext, body) == before, what=f"{node_name} accepted again")
+    wait_for(lambda: reasons(ext, body) == before, what=f"{node_name}'s answer restored")
 
 
 def test_claim_created_later(live) -> None:
@@ -348,7 +376,7 @@ def test_faulty_object_gets_one_warning_event(live, obj: dict[str, Any], group: 
     kind, name = obj["kind"], obj["metadata"]["name"]
     sentinel = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": f"{name}-sentinel"},
                 "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}}  # does not compile
-    api.create(copy.deepcopy(obj))
+    uid = api.create(copy.deepcopy(obj))["metadata"]["uid"]
     try:
         if kind != "DeviceClass":  # rules and patches are evaluated on arrival; a class when a claim uses it
             wait_for(lambda: events_on(api, kind, name), what=f"an Event on {kind} {name}")
@@ -360,7 +388,9 @@ def test_faulty_object_gets_one_warning_event(live, obj: dict[str, Any], group: 
         assert len(events) == 1, [e["message"] for e in events]
         event = events[0]
         assert event["type"] == "Warning"
-        assert event["involvedObject"]["apiVersion"] == obj["apiVersion"]
+        # What `kubectl describe` matches on: kind, name, namespace ("" for cluster-scoped objects) and uid.
+        assert event["involvedObject"] == {"kind": kind, "name": name, "uid": uid, "apiVersion": obj["apiVersion"]}
+        assert event["metadata"]["namespace"] == "default"
         assert "nosuch" in event["message"]
         assert event["source"]["component"] == "dra-extender"
         # The faulty selector selects nothing: no taint, no patched attribute.
@@ -370,6 +400,42 @@ def test_faulty_object_gets_one_warning_event(live, obj: dict[str, Any], group: 
     finally:
         api.delete(kind, None, name, group)
         api.delete("DeviceClass", None, sentinel["metadata"]["name"])
+
+
+def test_old_cluster_serving_v1alpha3_rules() -> None:
+    """1.33-1.35 serve DeviceTaintRule at v1alpha3 only, whose rules may still select by CEL (DESIGN §3):
+    the selector is honoured (not widened), and a faulty one is blamed at the version the server serves."""
+    manifests = [p for p in sorted(DEMO.glob("*.yaml")) if p.name != "devicetaintrules.yaml"]  # v1beta2 there
+    api = FakeApi(*manifests, extra_args=("--dtr-versions", "v1alpha3"))
+    ext = cluster_extender(api)
+    rules = "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
+
+    def rule(name: str, expression: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1alpha3",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name},
+            "spec": {"deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": expression}}]},
+                     "taint": {"key": f"example.com/{name}", "value": "e2e", "effect": "NoSchedule"}},
+        }
+
+    try:
+        ext.wait_ready()
+        assert api.http.post(rules, json=rule("old-h100", f'device.attributes["{GPU}"].model == "h100"')).status_code == 201
+        created = api.http.post(rules, json=rule("old-broken", BROKEN_CEL))
+        assert created.status_code == 201, created.text
+        body = demo_pod_args("trainer", ALL)
+        wait_for(lambda: reasons(ext, body)["node-c"] is not None, what="the v1alpha3 rule applies")
+        after = reasons(ext, body)
+        assert after["node-a"] is None and after["node-b"] is None  # a100s: not selected
+        assert "example.com/old-h100=e2e:NoSchedule not tolerated" in after["node-c"]
+        events = wait_for(lambda: events_on(api, "DeviceTaintRule", "old-broken"), what="an Event on the faulty rule")
+        assert [e["involvedObject"] for e in events] == [
+            {"kind": "DeviceTaintRule", "name": "old-broken", "uid": created.json()["metadata"]["uid"], "apiVersion": "resource.k8s.io/v1alpha3"}
+        ]
+    finally:
+        ext.stop()
+        api.stop()
 
 
 # ----------------------------------------------------------------------------- bind
