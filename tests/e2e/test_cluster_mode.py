@@ -496,6 +496,48 @@ def test_bind_writes_allocation_reservation_and_binding(binding) -> None:
     wait_converged(api, ext)
 
 
+def _nic_claim_pod(api: FakeApi) -> tuple[str, str, str]:
+    api.create(claim("nic-only", "nic.example.com"))
+    return "nic-user", add_pod(api, "nic-user", "nic-only", new_claim=False), "nic-only"
+
+
+ALLOCATION_CASES = [
+    # name, setup -> (pod, uid, claim), node, expected result, expected allocation nodeSelector, nodes the claim fits then
+    (
+        "tolerations-copied-into-results",  # without them NoExecute tolerations are lost (kubernetes#134434)
+        lambda api: ("maintenance-job", DEMO_UIDS["maintenance-job"], "maintenance-ok"),
+        "node-c",
+        {"request": "gpu", "driver": GPU, "pool": "node-c", "device": "gpu-0",
+         "tolerations": [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}]},
+        {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-c"]}]}]},
+        ["node-c"],
+    ),
+    (
+        "network-device-keeps-the-pool-selector",
+        _nic_claim_pod,
+        "node-b",
+        {"request": "gpu", "driver": "nic.example.com", "pool": "east", "device": "nic-0"},
+        {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["east"]}]}]},
+        ["node-a", "node-b"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("setup", "node_name", "result", "selector", "fits"), [c[1:] for c in ALLOCATION_CASES], ids=[c[0] for c in ALLOCATION_CASES])
+def test_bind_allocation_results(binding, setup, node_name: str, result: dict[str, Any], selector: dict[str, Any], fits: list[str]) -> None:
+    api, ext = binding
+    pod_name, uid, claim_name = setup(api)
+    wait_converged(api, ext)
+    assert ext.post("bind", bind_args(pod_name, uid, node_name)).json() == {"Error": ""}
+    allocation = get_claim(api, claim_name)["status"]["allocation"]
+    assert allocation["devices"]["results"] == [result]
+    assert allocation["nodeSelector"] == selector
+    # Read back through the watch, the allocation's node selector decides where the claim's pods fit.
+    wait_converged(api, ext)
+    answers = reasons(ext, pod_args("another", claim_name, ALL))
+    assert [n for n, r in answers.items() if r is None] == fits, answers
+
+
 def _allocate_elsewhere(api: FakeApi, claim_name: str, node_name: str, device: str) -> None:
     """Someone else's allocation, written through the API as the in-tree scheduler would."""
     api.create(claim(claim_name))
