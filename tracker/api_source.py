@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import orjson
 
 from tracker import events as ev
@@ -78,6 +79,35 @@ KIND_RESOURCES = {r.kind: r for r in CORE_RESOURCES}
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old: re-list."""
+
+
+class _Unknown(Exception):
+    """Discovery failed (not a 404): whether the API is served is unknown."""
+
+
+SHORT_WATCH_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class _WatchProgress:
+    """Where a reflector's watch stands: the RV to resume from, and whether the last stream was of use."""
+
+    rv: str
+    opened_at: float | None = None  # monotonic time the server accepted the current watch
+    delivered: int = 0  # events and bookmarks on the current watch
+
+    def start(self) -> None:
+        self.opened_at, self.delivered = None, 0
+
+    def useful(self) -> bool:
+        """It delivered something, or stayed open a while: its end is no failure in a row.
+
+        A watch the server closes or breaks at once, with nothing delivered, is one
+        (client-go's "very short watch"): repeated, it must back off, not hot-loop.
+        """
+        if self.delivered:
+            return True
+        return self.opened_at is not None and time.monotonic() - self.opened_at >= SHORT_WATCH_SECONDS
 
 
 def _status_error(status: int, body: bytes, what: str) -> SourceError:
@@ -173,23 +203,31 @@ class ApiSource:
     # ------------------------------------------------------------------ discovery
 
     async def _served(self, group: str, version: str) -> set[str] | None:
+        """The resources served at group/version: empty when not served (404), None when unknown (an error)."""
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
             status, body = await self.request("GET", path, timeout=10)
-        except (OSError, asyncio.TimeoutError) as e:
-            log.warning("discovery failed", extra={"path": path, "err": str(e)})
+        except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as e:
+            log.warning("discovery failed", extra={"path": path, "err": str(e) or type(e).__name__})
             return None
+        if status == 404:
+            return set()
         if status != 200:
+            log.warning("discovery failed", extra={"path": path, "status": status})
             return None
         try:
             return {r.get("name", "") for r in orjson.loads(body).get("resources", [])}
         except (orjson.JSONDecodeError, AttributeError):
+            log.warning("discovery failed: not an APIResourceList", extra={"path": path})
             return None
 
     async def _discover_rules(self) -> Resource | None:
+        """resource.k8s.io DeviceTaintRule at the newest served version; None if none; _Unknown on errors."""
         for version in UPSTREAM_RULE_VERSIONS:
             served = await self._served(ev.GROUP_RESOURCE, version)
-            if served and "devicetaintrules" in served:
+            if served is None:
+                raise _Unknown(f"{ev.GROUP_RESOURCE}/{version}")  # a newer version may be served: don't guess
+            if "devicetaintrules" in served:
                 return Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, version, "devicetaintrules", False, required=False)
         return None
 
@@ -208,51 +246,59 @@ class ApiSource:
             await self.close()
 
     async def _optional(self, sink: EventSink) -> None:
-        """Upstream DeviceTaintRules and our CRDs: started when served, re-checked slowly when not."""
+        """Upstream DeviceTaintRules and our CRDs: started when served, re-checked slowly when not.
+
+        Only a 404 means "not served". A discovery error leaves that group as it was
+        (its reflectors keep running, its objects stay in the view, a kind not yet
+        known stays unsynced) and is retried sooner, with backoff.
+        """
         running: dict[str, asyncio.Task] = {}
         reported: set[str] = set()
+        served: dict[str, list[Resource]] = {}  # group -> what it serves, once discovery has answered
+        backoff = BACKOFF_INITIAL
         try:
             while True:
-                wanted: list[Resource] = []
-                upstream = await self._discover_rules()
-                self.rule_resources = [upstream] if upstream is not None else []
-                if upstream is not None:
-                    wanted.append(upstream)
-                for own in (OWN_RULES, OWN_PATCHES):
-                    served = await self._served(own.group, own.version)
-                    if served and own.plural in served:
-                        wanted.append(own)
-                names = {f"{r.group}/{r.version}/{r.plural}" for r in wanted}
-                for r in wanted:
-                    key = f"{r.group}/{r.version}/{r.plural}"
+                unknown: list[str] = []
+                try:
+                    upstream = await self._discover_rules()
+                    served[ev.GROUP_RESOURCE] = [upstream] if upstream is not None else []
+                    self.rule_resources = served[ev.GROUP_RESOURCE]
+                except _Unknown as e:
+                    unknown.append(str(e))
+                own = await self._served(ev.GROUP_EXTENDER, OWN_RULES.version)
+                if own is None:
+                    unknown.append(f"{ev.GROUP_EXTENDER}/{OWN_RULES.version}")
+                else:
+                    served[ev.GROUP_EXTENDER] = [r for r in (OWN_RULES, OWN_PATCHES) if r.plural in own]
+                wanted = {f"{r.group}/{r.version}/{r.plural}": r for rs in served.values() for r in rs}
+                for key, r in wanted.items():
                     if key not in running or running[key].done():
                         log.info("watching optional API", extra={"resource": key})
                         running[key] = asyncio.create_task(self._reflect(r, sink), name=f"reflector-{key}")
-                for key in [k for k in running if k not in names]:
+                for key in [k for k in running if k not in wanted]:
                     log.info("optional API no longer served", extra={"resource": key})
                     running.pop(key).cancel()
-                for label, present in (
-                    ("resource.k8s.io DeviceTaintRule", upstream is not None),
-                    ("resource.dra-extender.io CRDs", any(r.group == ev.GROUP_EXTENDER for r in wanted)),
-                ):
-                    if not present and label not in reported:
+                for group, label in ((ev.GROUP_RESOURCE, "resource.k8s.io DeviceTaintRule"), (ev.GROUP_EXTENDER, "resource.dra-extender.io CRDs")):
+                    if group not in served:
+                        continue
+                    if not served[group] and label not in reported:
                         reported.add(label)
                         log.info("optional API not served; checking again periodically", extra={"resource": label})
-                    elif present:
+                    elif served[group]:
                         reported.discard(label)
-                # Not served yet: their (empty) state is complete. A served one is
+                # Known not to be served: their (empty) state is complete. A served one is
                 # marked synced by its reflector's first list (readiness waits for it).
-                absent = []
-                if upstream is None:
-                    absent.append((ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE))
-                if not any(r.kind == ev.DEVICE_TAINT_RULE and r.group == ev.GROUP_EXTENDER for r in wanted):
-                    absent.append((ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER))
-                if not any(r.kind == ev.RESOURCE_SLICE_PATCH for r in wanted):
-                    absent.append((ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER))
-                for kind, group in absent:
-                    sink.replace(kind, group, [])
-                    sink.mark_synced(kind, group)
-                await asyncio.sleep(self.optional_recheck_seconds)
+                for kind, group in ((ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE), (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER), (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER)):
+                    if group in served and not any(r.kind == kind for r in served[group]):
+                        sink.replace(kind, group, [])
+                        sink.mark_synced(kind, group)
+                if unknown:
+                    delay = min(self.optional_recheck_seconds, backoff) * (0.5 + random.random())
+                    backoff = min(self.optional_recheck_seconds, backoff * 2)
+                    log.warning("optional API discovery failed; keeping what runs", extra={"apis": ",".join(unknown), "retry_in_s": round(delay, 2)})
+                else:
+                    delay, backoff = self.optional_recheck_seconds, BACKOFF_INITIAL
+                await asyncio.sleep(delay)
         finally:
             for t in running.values():
                 t.cancel()
@@ -260,37 +306,38 @@ class ApiSource:
     async def _reflect(self, res: Resource, sink: EventSink) -> None:
         """List+watch forever; every failure backs off, a 410 re-lists."""
         backoff = BACKOFF_INITIAL
-        rv: str | None = None
+        progress: _WatchProgress | None = None
         while True:
             try:
-                if rv is None:
-                    rv = await self._list(res, sink)
+                if progress is None:
+                    progress = _WatchProgress(await self._list(res, sink))
                     backoff = BACKOFF_INITIAL
-                rv = await self._watch(res, sink, rv)
-                backoff = BACKOFF_INITIAL
+                progress.start()
+                await self._watch(res, sink, progress)
                 self.stats["watch_restarts"] += 1
+                if progress.useful():
+                    backoff = BACKOFF_INITIAL
+                    continue  # ended (timeout or closed): resume at once from the last RV seen
+                problem = "watch ended at once without delivering anything"
             except asyncio.CancelledError:
                 raise
             except _Gone:
                 self.stats["relists_410"] += 1
                 log.info("watch expired (410 Gone); re-listing", extra={"resource": res.plural})
-                rv = None
+                progress = None
+                continue
             except Exception as e:  # noqa: BLE001 - keep reflecting whatever happens
                 self.stats["errors"] += 1
-                seen = self.last_resource_versions.get((res.kind, res.group))
-                if rv is not None and seen is not None and seen != rv:
-                    # The stream broke after delivering events or bookmarks: resume from
-                    # the last one seen (not the list's, which may be compacted by now),
-                    # and do not count it as a failure in a row.
-                    rv = seen
+                problem = str(e) or type(e).__name__
+                if progress is not None and progress.useful():
+                    # The stream broke after it was established and of use (a dropped
+                    # connection): resume from the last RV it delivered after one short
+                    # delay, rather than as the next step of a failure streak.
                     backoff = BACKOFF_INITIAL
-                delay = min(BACKOFF_MAX, backoff) * (0.5 + random.random())
-                log.warning(
-                    "list/watch failed; retrying",
-                    extra={"resource": res.plural, "err": str(e) or type(e).__name__, "retry_in_s": round(delay, 2)},
-                )
-                await asyncio.sleep(delay)
-                backoff = min(BACKOFF_MAX, backoff * 2)
+            delay = min(BACKOFF_MAX, backoff) * (0.5 + random.random())
+            log.warning("list/watch failed; retrying", extra={"resource": res.plural, "err": problem, "retry_in_s": round(delay, 2)})
+            await asyncio.sleep(delay)
+            backoff = min(BACKOFF_MAX, backoff * 2)
 
     async def _list(self, res: Resource, sink: EventSink) -> str:
         started = time.perf_counter()
@@ -336,11 +383,12 @@ class ApiSource:
         )
         return rv
 
-    async def _watch(self, res: Resource, sink: EventSink, rv: str) -> str:
+    async def _watch(self, res: Resource, sink: EventSink, progress: _WatchProgress) -> None:
+        """Follow one watch stream from `progress.rv`, advancing it with every event and bookmark."""
         api = await self._client()
         query = [
             ("watch", "true"),
-            ("resourceVersion", rv),
+            ("resourceVersion", progress.rv),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(self.watch_timeout_seconds)),
         ]
@@ -358,10 +406,11 @@ class ApiSource:
                 raise _Gone()
             if resp.status != 200:
                 raise _status_error(resp.status, await resp.read(), f"watch {res.plural}")
+            progress.opened_at = time.monotonic()
             while True:
                 line = await resp.content.readline()
                 if not line:
-                    return rv  # stream ended (timeout or dropped): resume from rv
+                    return  # stream ended (timeout or closed): the caller resumes from progress.rv
                 line = line.strip()
                 if not line:
                     continue
@@ -375,18 +424,20 @@ class ApiSource:
                     raise SourceError(f"watch {res.plural}: {obj.get('message') or obj}")
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if etype == "BOOKMARK":
+                    progress.delivered += 1
                     if new_rv:
-                        rv = new_rv
-                        self.last_resource_versions[(res.kind, res.group)] = rv
+                        progress.rv = new_rv
+                        self.last_resource_versions[(res.kind, res.group)] = new_rv
                     continue
                 if etype not in ("ADDED", "MODIFIED", "DELETED"):
                     continue
                 obj.setdefault("kind", res.kind)
                 sink.apply(ev.ObjectEvent(etype, res.kind, res.group, ev.object_key(res.kind, obj), obj))
                 self.stats["watch_events"] += 1
+                progress.delivered += 1
                 if new_rv:
-                    rv = new_rv
-                    self.last_resource_versions[(res.kind, res.group)] = rv
+                    progress.rv = new_rv
+                    self.last_resource_versions[(res.kind, res.group)] = new_rv
         finally:
             resp.release()
 

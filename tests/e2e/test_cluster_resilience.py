@@ -13,6 +13,8 @@ Two layers:
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +22,8 @@ from typing import Any
 import pytest
 
 from allocator.cel import CelEnvironment
+from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, wait_for
+from tests.e2e.harness import DEMO, Extender, demo_pod_args, filter_args
 from tests.fakeapi import FakeApiServer
 from tracker import events as ev
 from tracker.api_source import ApiSource
@@ -206,5 +210,501 @@ async def test_expired_watch_relists_and_forgets_deleted_objects(fake, how):
         assert not any(t.key == "example.com/broken" for d in r.state.devices.values() for t in d.taints)
         assert r.source.stats["relists_410"] >= 2  # slices and rules at least
         assert r.requests_since(n, "list", "resourceslices"), "no re-list after 410"
-        relisted = [x for x in r.requests_since(n, "watch", "resourceslices") if int(x.query["resourceVersion"]) >= compacted]
-        assert relisted, "the watch after the re-list must start from the new list's RV"
+        await until(
+            lambda: [x for x in r.requests_since(n, "watch", "resourceslices") if int(x.query["resourceVersion"]) >= compacted],
+            what="a watch from the new list's RV",
+        )
+
+
+async def test_discovery_errors_are_not_absence(fake):
+    """An optional API whose discovery answers 500 keeps its objects (and its reflector)."""
+    fake.create(node("n1"))
+    fake.create(gpu_slice("s0", "n1"))
+    fake.create(rule("upstream", pool="s0"))
+    fake.create(rule("own", CRD_GROUP, "v1alpha1", pool="s0", key="example.com/own"))
+    fake.create(slice_patch("p1"))
+    async with Reflecting(fake, fake.kubeconfig, optional_recheck_seconds=0.1) as r:
+        await until(lambda: r.state.ready and r.view_matches_server(), what="initial sync")
+        n = len(fake.requests)
+        fake.set_faults(error_rate=1.0, paths=[r"^/apis/resource\.k8s\.io/v1[a-z0-9]*$", r"^/apis/resource\.dra-extender\.io/v1alpha1$"])
+        await until(lambda: sum(1 for x in list(fake.requests)[n:] if x.fault) >= 8, what="several failed discovery rounds")
+        assert (ev.GROUP_RESOURCE, "upstream") in r.state.rules and (CRD_GROUP, "own") in r.state.rules
+        assert "p1" in r.state.patches
+        taints = {t.key for t in r.state.devices[next(iter(r.state.devices))].taints}
+        assert {"example.com/broken", "example.com/own"} <= taints
+        # The reflectors were left running: a change still arrives.
+        fake.patch("devicetaintrules", None, "own", {"spec": {"taint": {"value": "changed"}}}, group=CRD_GROUP)
+        await until(lambda: r.view_matches_server(), what="the change through the untouched reflector")
+
+
+async def test_discovery_errors_at_startup_hold_readiness(fake):
+    """Unknown is not absent: while discovery fails, the optional kinds are not synced; retried soon, not in 60 s."""
+    fake.create(node("n1"))
+    fake.create(gpu_slice("s0", "n1"))
+    fake.create(rule("upstream", pool="s0"))
+    fake.set_faults(error_rate=1.0, paths=[r"^/apis/resource\.k8s\.io/v1[a-z0-9]*$", r"^/apis/resource\.dra-extender\.io/v1alpha1$"])
+    async with Reflecting(fake, fake.kubeconfig) as r:  # the production recheck interval (60 s)
+        await until(lambda: sum(1 for x in fake.requests if x.fault) >= 4, what="failed discovery, retried")
+        assert not r.state.ready
+        assert any("DeviceTaintRule" in m for m in r.state.missing()), r.state.missing()
+        fake.clear_faults()
+        await until(lambda: r.state.ready, timeout=15, what="ready once discovery answers")
+        assert (ev.GROUP_RESOURCE, "upstream") in r.state.rules
+
+
+async def test_a_watch_that_ends_at_once_backs_off(fake):
+    """A server that accepts watches and ends them at once, delivering nothing, is not hammered."""
+
+    def empty_watch(info):
+        return (200, {"kind": "Status"}) if info.verb == "watch" and info.resource == "resourceclaimtemplates" else None
+
+    fake.add_reactor(empty_watch)
+    async with Reflecting(fake, fake.kubeconfig) as r:
+        await until(lambda: r.state.ready, what="ready")
+        started = time.monotonic()
+        n = len(fake.requests)
+        await asyncio.sleep(3)
+        watches = r.requests_since(n, "watch", "resourceclaimtemplates")
+        # Backoff 0.5 s doubling, jittered x0.5-1.5: at most ~5 in 3 s; a hot loop makes hundreds.
+        assert 1 <= len(watches) <= 6, f"{len(watches)} watches in {time.monotonic() - started:.1f}s"
+
+
+async def test_ready_waits_for_served_optional_kinds(fake):
+    """Ready means complete: a served DeviceTaintRule API is listed before /readyz says so."""
+    fake.create(node("n1"))
+    fake.create(gpu_slice("s0", "n1"))
+    fake.create(rule("upstream", pool="s0"))
+    fake.create(rule("own", CRD_GROUP, "v1alpha1", pool="s0"))
+    fake.create(slice_patch("p1"))
+    fake.set_faults(latency_ms=2500, verbs=["list"], paths=["devicetaintrules", "resourceslicepatches"])
+    async with Reflecting(fake, fake.kubeconfig) as r:
+        await until(lambda: r.state.ready, what="ready")
+        assert (ev.GROUP_RESOURCE, "upstream") in r.state.rules
+        assert (CRD_GROUP, "own") in r.state.rules
+        assert "p1" in r.state.patches
+
+
+async def test_optional_group_missing_then_served(fake, caplog):
+    """A missing CRD group: ready anyway, logged once, picked up when served (short recheck here)."""
+    fake.set_served(CRD_GROUP, served=False)
+    fake.create(node("n1"))
+    fake.create(gpu_slice("s0", "n1"))
+    caplog.set_level(logging.INFO, logger="dra_extender.source")
+    async with Reflecting(fake, fake.kubeconfig, optional_recheck_seconds=0.1) as r:
+        await until(lambda: r.state.ready, what="ready without the CRDs")
+        await until(lambda: len([x for x in fake.requests if x.path.startswith(f"/apis/{CRD_GROUP}")]) >= 6, what="several rechecks")
+        missing = [m for m in caplog.records if m.getMessage() == "optional API not served; checking again periodically" and "dra-extender.io" in str(getattr(m, "resource", ""))]
+        assert len(missing) == 1, [m.__dict__ for m in missing]
+        assert not [x for x in fake.requests if x.path.startswith(f"/apis/{CRD_GROUP}") and x.verb in ("list", "watch")]
+        fake.create(rule("own", CRD_GROUP, "v1alpha1", pool="s0"))
+        fake.create(slice_patch("p1"))
+        fake.set_served(CRD_GROUP, served=True)
+        await until(lambda: (CRD_GROUP, "own") in r.state.rules and "p1" in r.state.patches, what="the CRD objects")
+        await until(lambda: r.view_matches_server(), what="view == server")
+
+
+# ---------------------------------------------------------------------- end to end: helpers
+
+
+def full_expected_view(api: FakeApi) -> dict[str, dict[str, str]]:
+    """api.expected_view() plus our CRD group's DeviceTaintRules (the harness lists only resource.k8s.io's)."""
+    want = api.expected_view()
+    own = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in api.list("DeviceTaintRule", CRD_GROUP)}
+    if own:
+        want[f"DeviceTaintRule.{CRD_GROUP}"] = own
+    return want
+
+
+def view_diff(want: dict[str, dict[str, str]], have: dict[str, dict[str, str]]) -> dict[str, Any]:
+    out = {}
+    for k in sorted(set(want) | set(have)):
+        w, h = want.get(k, {}), have.get(k, {})
+        d = {
+            "missing": sorted(set(w) - set(h))[:10],
+            "extra": sorted(set(h) - set(w))[:10],
+            "stale": sorted(n for n in set(w) & set(h) if w[n] != h[n])[:10],
+        }
+        if any(d.values()):
+            out[k] = d
+    return out
+
+
+def converge(api: FakeApi, ext: Extender, timeout: float) -> float:
+    """Wait until the extender's view equals the server's (CRD rules included); the seconds it took."""
+    started = time.monotonic()
+    seen: dict[str, Any] = {}
+    while True:
+        seen["want"], seen["have"] = full_expected_view(api), extender_view(ext)
+        if seen["want"] == seen["have"]:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"view != server after {timeout}s: {view_diff(seen['want'], seen['have'])}")
+        time.sleep(0.1)
+
+
+def percentile(samples: list[float], p: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s)) - 1))]
+
+
+def node_names(api: FakeApi) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in api.list("Node"))
+
+
+def filter_answer(ext: Extender, body: dict[str, Any]) -> dict[str, Any]:
+    r = ext.post("filter", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def devices_page(ext: Extender) -> list[dict[str, Any]]:
+    r = ext.http.get("/debug/devices", params={"limit": 5000})
+    assert r.status_code == 200, r.text
+    return r.json()["items"]
+
+
+DEMO_PODS = ("trainer", "maintenance-job", "pair", "templated", "gpu-and-nic")
+
+
+class Burst:
+    """Seeded random valid changes through the API, with a small model of what exists.
+
+    Creates, updates and deletes Nodes, ResourceSlices, ResourceClaims (status
+    allocations included, never two claims on one device), Pods with and without
+    claims, DeviceClasses, DeviceTaintRules of both groups and ResourceSlicePatches.
+    Demo objects are updated but not deleted, so the demo pods' answers stay interesting.
+    """
+
+    EFFECTS = ("NoSchedule", "NoExecute", "None")
+
+    def __init__(self, api: FakeApi, seed: int) -> None:
+        self.api = api
+        self.rng = random.Random(seed)
+        self.counter = 0
+        self.changes = 0
+        self.nodes = set(node_names(api))
+        self.demo_nodes = set(self.nodes)
+        self.slices = {o["metadata"]["name"]: o["spec"]["pool"]["name"] for o in api.list("ResourceSlice") if o["spec"]["driver"] == "gpu.example.com"}
+        self.demo_slices = set(self.slices)
+        self.claims: dict[str, str | None] = {"gpu-claim": None, "templated-gpu-x7k2p": None}  # name -> allocated device key
+        self.demo_claims = set(self.claims)
+        self.allocated: dict[tuple[str, str, str], str] = {}
+        self.pods: set[str] = set()
+        self.classes: set[str] = set()
+        self.rules: dict[str, set[str]] = {ev.GROUP_RESOURCE: {o["metadata"]["name"] for o in api.list("DeviceTaintRule")}, CRD_GROUP: set()}
+        self.demo_rules = set(self.rules[ev.GROUP_RESOURCE])
+        self.patches: set[str] = set()
+        self.deleted: list[tuple[str, str]] = []  # (view kind, key)
+
+    def name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"burst-{prefix}-{self.counter}"
+
+    def pools(self) -> list[str]:
+        return sorted(set(self.slices.values()))
+
+    # -------------------------------------------------------------- one change
+
+    def step(self) -> None:
+        kind = self.rng.choices(
+            ["node", "slice", "claim", "pod", "class", "rule", "own-rule", "patch"],
+            weights=[10, 20, 22, 18, 6, 10, 8, 6],
+        )[0]
+        getattr(self, "_" + kind.replace("-", "_"))()
+        self.changes += 1
+
+    def _pick_op(self, existing: int, deletable: int) -> str:
+        ops = ["create", "create"]  # populations grow, so there is plenty to update and delete
+        if existing:
+            ops += ["update", "update"]
+        if deletable:
+            ops.append("delete")
+        return self.rng.choice(ops)
+
+    def _node(self) -> None:
+        op = self._pick_op(len(self.nodes), len(self.nodes - self.demo_nodes))
+        if op == "create":
+            name = self.name("node")
+            self.api.create(node(name, {"zone": self.rng.choice(["east", "west"])}))
+            self.nodes.add(name)
+        elif op == "update":
+            name = self.rng.choice(sorted(self.nodes))
+            self.api.mutate("Node", None, name, lambda o: o["metadata"].setdefault("labels", {}).update(burst=str(self.counter)))
+        else:
+            name = self.rng.choice(sorted(self.nodes - self.demo_nodes))
+            self.api.delete("Node", None, name)
+            self.nodes.discard(name)
+            self.deleted.append(("Node", name))
+
+    def _slice_taints(self, devices: int) -> dict[int, list[dict[str, str]]]:
+        taints: dict[int, list[dict[str, str]]] = {}
+        for i in range(devices):
+            if self.rng.random() < 0.3:
+                taints[i] = [{"key": "gpu.example.com/xid", "value": str(self.rng.randint(1, 99)), "effect": self.rng.choice(self.EFFECTS), "timeAdded": "2026-01-01T00:00:00Z"}]
+        return taints
+
+    def _slice(self) -> None:
+        op = self._pick_op(len(self.slices), len(set(self.slices) - self.demo_slices))
+        if op == "create":
+            name = self.name("slice")
+            self.api.create(gpu_slice(name, self.rng.choice(sorted(self.nodes)), self.rng.randint(1, 4), taints=self._slice_taints(4)))
+            self.slices[name] = name
+        elif op == "update":
+            name = self.rng.choice(sorted(self.slices))
+            taints = self._slice_taints(4)
+
+            def change(o: dict[str, Any]) -> None:
+                o["spec"]["pool"]["generation"] += 1
+                for i, d in enumerate(o["spec"]["devices"]):
+                    if i in taints:
+                        d["taints"] = taints[i]
+                    else:
+                        d.pop("taints", None)
+
+            self.api.mutate("ResourceSlice", None, name, change)
+        else:
+            name = self.rng.choice(sorted(set(self.slices) - self.demo_slices))
+            self.api.delete("ResourceSlice", None, name)
+            del self.slices[name]
+            self.deleted.append(("ResourceSlice.resource.k8s.io", name))
+
+    def _claim(self) -> None:
+        op = self._pick_op(len(self.claims), len(set(self.claims) - self.demo_claims))
+        if op == "create":
+            name = self.name("claim")
+            request: dict[str, Any] = {"deviceClassName": "gpu.example.com"}
+            if self.rng.random() < 0.5:
+                request["tolerations"] = [{"key": self.rng.choice(["example.com/broken", "gpu.example.com/xid", "example.com/maintenance"]), "operator": "Exists"}]
+            self.api.create({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+            })
+            self.claims[name] = None
+        elif op == "update":
+            name = self.rng.choice(sorted(self.claims))
+            if self.claims[name] is None:
+                self._allocate(name)
+            elif self.rng.random() < 0.7:
+                self._deallocate(name)
+            else:
+                self.api.mutate("ResourceClaim", "default", name, lambda o: o["metadata"].setdefault("labels", {}).update(burst=str(self.counter)))
+        else:
+            name = self.rng.choice(sorted(set(self.claims) - self.demo_claims))
+            self.api.delete("ResourceClaim", "default", name)
+            self._free(name)
+            del self.claims[name]
+            self.deleted.append(("ResourceClaim.resource.k8s.io", f"default/{name}"))
+
+    def _allocate(self, claim: str) -> None:
+        slices = sorted(self.slices)
+        self.rng.shuffle(slices)
+        for slice_name in slices[:5]:
+            obj = self.api.get("ResourceSlice", None, slice_name)
+            if obj is None:
+                continue
+            free = [d["name"] for d in obj["spec"]["devices"] if ("gpu.example.com", obj["spec"]["pool"]["name"], d["name"]) not in self.allocated]
+            if not free:
+                continue
+            device = ("gpu.example.com", obj["spec"]["pool"]["name"], self.rng.choice(free))
+            node_name = obj["spec"]["nodeName"]
+            status = {
+                "allocation": {
+                    "devices": {"results": [{"request": "gpu", "driver": device[0], "pool": device[1], "device": device[2]}]},
+                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
+                    "allocationTimestamp": "2026-01-01T00:00:00Z",
+                },
+            }
+            self.api.mutate("ResourceClaim", "default", claim, lambda o: o.update(status=status), subresource="status")
+            self.allocated[device] = claim
+            self.claims[claim] = "/".join(device)
+            return
+
+    def _free(self, claim: str) -> None:
+        for device in [d for d, c in self.allocated.items() if c == claim]:
+            del self.allocated[device]
+        self.claims[claim] = None
+
+    def _deallocate(self, claim: str) -> None:
+        self.api.mutate("ResourceClaim", "default", claim, lambda o: o.update(status={}), subresource="status")
+        self._free(claim)
+
+    def _pod(self) -> None:
+        op = self._pick_op(len(self.pods), len(self.pods))
+        if op == "create":
+            name = self.name("pod")
+            spec: dict[str, Any] = {"schedulerName": "dra-scheduler", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+            if self.rng.random() < 0.6 and self.claims:
+                claim = self.rng.choice(sorted(self.claims))
+                spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+                spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+            self.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+            self.pods.add(name)
+        elif op == "update":
+            name = self.rng.choice(sorted(self.pods))
+            self.api.mutate("Pod", "default", name, lambda o: o["metadata"].setdefault("labels", {}).update(burst=str(self.counter)))
+        else:
+            name = self.rng.choice(sorted(self.pods))
+            self.api.delete("Pod", "default", name)
+            self.pods.discard(name)
+            self.deleted.append(("Pod", f"default/{name}"))
+
+    def _class(self) -> None:
+        op = self._pick_op(len(self.classes), len(self.classes))
+        if op == "create":
+            name = self.name("class") + ".example.com"
+            self.api.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                             "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}})
+            self.classes.add(name)
+        elif op == "update":
+            name = self.rng.choice(sorted(self.classes))
+            model = self.rng.choice(["a100", "h100"])
+            expression = f'device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].model == "{model}"'
+            self.api.mutate("DeviceClass", None, name, lambda o: o.update(spec={"selectors": [{"cel": {"expression": expression}}]}))
+        else:
+            name = self.rng.choice(sorted(self.classes))
+            self.api.delete("DeviceClass", None, name)
+            self.classes.discard(name)
+            self.deleted.append(("DeviceClass.resource.k8s.io", name))
+
+    def _rules_of(self, group: str) -> None:
+        names = self.rules[group]
+        deletable = names - self.demo_rules
+        op = self._pick_op(len(names), len(deletable))
+        group_arg = CRD_GROUP if group == CRD_GROUP else None
+        version = "v1alpha1" if group == CRD_GROUP else "v1beta2"
+        if op == "create":
+            name = self.name("rule")
+            self.api.create(rule(name, group, version, pool=self.rng.choice(self.pools() + [None]), effect=self.rng.choice(self.EFFECTS)))
+            names.add(name)
+        elif op == "update":
+            name = self.rng.choice(sorted(names))
+            effect = self.rng.choice(self.EFFECTS)
+            self.api.mutate("DeviceTaintRule", None, name, lambda o: o["spec"]["taint"].update(effect=effect, value=str(self.counter)), group=group_arg)
+        else:
+            name = self.rng.choice(sorted(deletable))
+            self.api.delete("DeviceTaintRule", None, name, group=group_arg)
+            names.discard(name)
+            self.deleted.append((f"DeviceTaintRule.{group}", name))
+
+    def _rule(self) -> None:
+        self._rules_of(ev.GROUP_RESOURCE)
+
+    def _own_rule(self) -> None:
+        self._rules_of(CRD_GROUP)
+
+    def _patch(self) -> None:
+        op = self._pick_op(len(self.patches), len(self.patches))
+        if op == "create":
+            name = self.name("patch")
+            self.api.create(slice_patch(name, self.rng.choice(self.pools() + [None]), self.rng.choice(["a100", "h100"]), self.rng.randint(0, 3)))
+            self.patches.add(name)
+        elif op == "update":
+            name = self.rng.choice(sorted(self.patches))
+            model = self.rng.choice(["a100", "h100", "b200"])
+            self.api.mutate("ResourceSlicePatch", None, name, lambda o: o["spec"]["devices"]["attributes"].update({"gpu.example.com/model": {"string": model}}))
+        else:
+            name = self.rng.choice(sorted(self.patches))
+            self.api.delete("ResourceSlicePatch", None, name)
+            self.patches.discard(name)
+            self.deleted.append((f"ResourceSlicePatch.{CRD_GROUP}", name))
+
+    # -------------------------------------------------------------- what to ask /filter about
+
+    def filter_bodies(self, nodes: list[str]) -> list[dict[str, Any]]:
+        bodies = [demo_pod_args(p, nodes) for p in DEMO_PODS]
+        with_claims = []
+        for name in sorted(self.pods):
+            pod_obj = self.api.get("Pod", "default", name)
+            if pod_obj and pod_obj["spec"].get("resourceClaims"):
+                with_claims.append(filter_args(name, pod_obj["spec"]["resourceClaims"], nodes, uid=pod_obj["metadata"]["uid"]))
+        return bodies + with_claims[:10]
+
+
+# ---------------------------------------------------------------------- end to end: a burst of changes
+
+CORE_PLURALS = ("nodes", "pods", "resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses")
+
+
+def test_burst_with_dropped_and_expired_watches() -> None:
+    """1,000 random changes while watches drop and the history is compacted: the view ends equal to the server."""
+    api = FakeApi(DEMO, extra_args=("--bookmark-interval", "0.2"))
+    ext = fresh = None
+    try:
+        ext = cluster_extender(api)
+        ext.wait_ready(60)
+        converge(api, ext, 20)
+        burst = Burst(api, seed=5055)
+        drops_at, expire_at = {60, 140, 220, 300, 380, 460, 640, 780, 900}, 520
+        drop_times: list[float] = []
+        window: list[tuple[str, str]] = []
+        relist_mark = compacted = 0
+        while burst.changes < 1000:
+            if burst.changes in drops_at:
+                drops_at.discard(burst.changes)
+                # Every reflector has resumed since the last drop (six core kinds, two rule groups,
+                # patches), and has had a bookmark (every 0.2 s): a watch cut the moment it opens,
+                # with nothing delivered, rightly counts as a failure in a row and backs off.
+                wait_for(lambda: api.state()["watches"] >= 9, 15, what="all nine watches open")
+                time.sleep(0.3)
+                drop_times.append(time.time())
+                assert api.drop_watches() >= 9
+            if burst.changes == expire_at:
+                # No watch can reopen while objects change and get deleted; then the
+                # history goes, so every resume answers 410 and each reflector re-lists.
+                api.faults(error_rate=1.0, verbs=["watch"])
+                api.drop_watches()
+                first = len(burst.deleted)
+                for _ in range(40):
+                    burst.step()
+                window = burst.deleted[first:]
+                compacted = api.compact()
+                relist_mark = api.state()["requests"]
+                api.clear_faults()
+            burst.step()
+        took = converge(api, ext, 30)
+        print(f"burst: converged {took:.2f}s after the last of {burst.changes} changes")
+
+        view = extender_view(ext)
+        assert len({kind for kind, _ in window}) >= 3, f"the seeded window should delete several kinds: {window}"
+        for kind, key in burst.deleted:
+            assert key not in view.get(kind, {}), f"{kind} {key} was deleted but is still in the view"
+        after = api.requests(relist_mark)
+        for plural in (*CORE_PLURALS, "devicetaintrules", "resourceslicepatches"):
+            lists = [r for r in after if r["verb"] == "list" and r["resource"] == plural]
+            assert lists, f"{plural}: no re-list after the compaction"
+            resumed = [r for r in after if r["verb"] == "watch" and r["resource"] == plural and int(r["query"]["resourceVersion"]) < compacted]
+            assert resumed, f"{plural}: the first resume after the compaction should have tried the old RV (and got 410)"
+        everything = api.requests(0)
+        watch_paths = {r["path"] for r in everything if r["verb"] == "watch"}
+        assert len(watch_paths) == 9, watch_paths
+        for dropped_at in drop_times:
+            # A dropped stream is not a failure streak: each resume comes after one short
+            # jittered delay (<= 0.75 s), not a backoff that doubles with every drop.
+            for path in watch_paths:
+                first = min((r["started"] for r in everything if r["path"] == path and r["verb"] == "watch" and r["started"] > dropped_at), default=None)
+                assert first is not None and first - dropped_at < 5, f"{path} resumed {first and first - dropped_at}s after a drop"
+        for plural in CORE_PLURALS:
+            # The extender's first page carries no `continue` (this test's client always sends one).
+            lists = [r for r in everything if r["verb"] == "list" and r["resource"] == plural and "continue" not in r["query"]]
+            assert len(lists) == 2, f"{plural}: {len(lists)} lists; plain drops must resume, only the 410 re-lists"
+        assert "watch expired (410 Gone); re-listing" in ext.logs()
+
+        # The derived state (taints, patches, allocations) equals a fresh extender's.
+        fresh = cluster_extender(api)
+        fresh.wait_ready(60)
+        assert view_diff(full_expected_view(api), extender_view(fresh)) == {}, "ready before the view was complete"
+        nodes = node_names(api)
+        bodies = burst.filter_bodies(nodes)
+        assert len(bodies) >= 10
+        for body in bodies:
+            old, new = filter_answer(ext, body), filter_answer(fresh, body)
+            assert old == new, f"pod {body['Pod']['metadata']['name']}: long-running {old} != fresh {new}"
+        assert devices_page(ext) == devices_page(fresh)
+        answers = [filter_answer(ext, b) for b in bodies]
+        assert any(a["NodeNames"] for a in answers) and any(a["FailedAndUnresolvableNodes"] for a in answers), answers
+    finally:
+        for proc in (fresh, ext):
+            if proc is not None:
+                proc.stop()
+        api.stop()
