@@ -3,9 +3,11 @@
 Everything goes through real HTTP on both sides: the tests change objects
 through the fake server's REST API (as kubectl would), drive the extender
 with the scheduler's wire format, and read the extender's writes back from
-the server. Two fake clusters, each loaded with the demo (examples/demo-cluster):
-`live` for read-only decisions (tests undo what they change), `binding`
-for /bind, where every test allocates on nodes of its own.
+the server. Two module-scoped fake clusters, each loaded with the demo
+(examples/demo-cluster): `live` for decisions and Events (tests undo what
+they change; a `--source` extender over the same manifests runs beside it),
+`binding` for /bind, where every test allocates on nodes or claims of its
+own. Tests that need a differently started extender start their own.
 """
 
 from __future__ import annotations
@@ -381,7 +383,8 @@ def test_faulty_object_gets_one_warning_event(live, obj: dict[str, Any], group: 
         if kind != "DeviceClass":  # rules and patches are evaluated on arrival; a class when a claim uses it
             wait_for(lambda: events_on(api, kind, name), what=f"an Event on {kind} {name}")
         trigger(api, ext)
-        # Events are written asynchronously: one reported after the trigger has been written when this one is.
+        # Events are written asynchronously: once one reported after the trigger is on the server,
+        # any duplicate the trigger caused is there too.
         api.create(sentinel)
         wait_for(lambda: events_on(api, "DeviceClass", sentinel["metadata"]["name"]), what="the sentinel's Event")
         events = events_on(api, kind, name)
