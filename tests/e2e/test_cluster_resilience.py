@@ -13,12 +13,15 @@ Two layers:
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from allocator.cel import CelEnvironment
@@ -707,4 +710,232 @@ def test_burst_with_dropped_and_expired_watches() -> None:
         for proc in (fresh, ext):
             if proc is not None:
                 proc.stop()
+        api.stop()
+
+
+# ---------------------------------------------------------------------- end to end: API faults
+
+
+def retrying(call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """This test's own client retries the injected 500s (the extender's reflectors must cope alone)."""
+    for _ in range(60):
+        try:
+            return call(*args, **kw)
+        except ApiError as e:
+            if e.status != 500:
+                raise
+    raise AssertionError(f"{call.__name__}: still failing after 60 tries")
+
+
+class Changer(threading.Thread):
+    """Keeps changing objects through the API, about ten times a second, without touching the demo pods' answers."""
+
+    def __init__(self, api: FakeApi) -> None:
+        super().__init__(daemon=True)
+        self.api = copy.copy(api)
+        self.api.http = httpx.Client(base_url=api.url, timeout=30)  # its own connection, its own thread
+        self.stopping = threading.Event()
+        self.done = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        try:
+            while not self.stopping.is_set():
+                i = self.done
+                what = rng.choice(["node", "label", "pod", "claim-label"])
+                if what == "node":
+                    retrying(self.api.create, node(f"faulty-node-{i}"))
+                elif what == "label":
+                    retrying(self.api.mutate, "Node", None, rng.choice(["node-a", "node-b", "node-c"]), lambda o: o["metadata"].setdefault("labels", {}).update(touched=str(i)))
+                elif what == "pod":
+                    retrying(self.api.create, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"faulty-pod-{i}", "namespace": "default"},
+                                               "spec": {"containers": [{"name": "c", "image": "pause"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": f"faulty-{i}"}]}})
+                else:
+                    retrying(self.api.mutate, "ResourceClaim", "default", "gpu-claim", lambda o: o["metadata"].setdefault("labels", {}).update(touched=str(i)))
+                self.done += 1
+                self.stopping.wait(0.1)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+        finally:
+            self.api.http.close()
+
+
+class ReadyWatch(threading.Thread):
+    """Polls /readyz every 50 ms; remembers every answer that was not 200."""
+
+    def __init__(self, ext: Extender) -> None:
+        super().__init__(daemon=True)
+        self.http = httpx.Client(base_url=ext.url, timeout=10)
+        self.stopping = threading.Event()
+        self.polls = 0
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                r = self.http.get("/readyz")
+                if r.status_code != 200:
+                    self.failures.append(f"{r.status_code} {r.text[:200]}")
+            except httpx.HTTPError as e:
+                self.failures.append(repr(e))
+            self.polls += 1
+            self.stopping.wait(0.05)
+        self.http.close()
+
+
+def timed_filters(ext: Extender, bodies: list[dict[str, Any]], expected: list[dict[str, Any]], n: int) -> list[float]:
+    latencies = []
+    for i in range(n):
+        body = bodies[i % len(bodies)]
+        started = time.perf_counter()
+        r = ext.post("filter", body)
+        latencies.append(time.perf_counter() - started)
+        assert r.status_code == 200, r.text
+        assert r.json() == expected[i % len(bodies)], f"{body['Pod']['metadata']['name']}: the answer changed: {r.json()}"
+    return latencies
+
+
+def test_filter_keeps_answering_through_api_faults() -> None:
+    """20 % of API calls fail and all take 200 ms more: /filter answers from the last view, as fast; ready throughout."""
+    api = FakeApi(DEMO, extra_args=("--bookmark-interval", "0.5"))
+    ext = None
+    threads: list[Any] = []
+    try:
+        ext = cluster_extender(api)
+        ext.wait_ready(60)
+        converge(api, ext, 20)
+        nodes = node_names(api)
+        bodies = [demo_pod_args(p, nodes) for p in DEMO_PODS]
+        expected = [filter_answer(ext, b) for b in bodies]
+        assert any(a["NodeNames"] for a in expected) and any(a["FailedAndUnresolvableNodes"] for a in expected)
+        ready, changer = ReadyWatch(ext), Changer(api)
+        threads = [ready, changer]
+        for t in threads:
+            t.start()
+        timed_filters(ext, bodies, expected, 20)  # warm-up
+
+        def phase() -> list[float]:
+            # 4.5 s of back-to-back requests (as the scheduler sends them); the watches drop
+            # every 1.5 s, so the reflectors keep coming back (through the faults, later).
+            samples: list[float] = []
+            started = time.monotonic()
+            drops = 0
+            while time.monotonic() - started < 4.5:
+                if time.monotonic() - started >= 1.5 * drops:
+                    api.drop_watches()
+                    drops += 1
+                samples += timed_filters(ext, bodies, expected, 10)
+            assert len(samples) >= 200
+            return samples
+
+        base = phase()  # the same load (changes flowing, watches dropping), no faults
+        changes_before = changer.done
+        mark = api.state()["requests"]
+        api.faults(error_rate=0.2, latency_ms=200)
+        faulty = phase()
+        wait_for(lambda: changer.done >= changes_before + 5 or changer.error, 20, what="changes made during the faults")
+        faulted = [r for r in api.requests(mark) if r["fault"] == "error"]
+        assert [r for r in faulted if r["verb"] == "watch"], "no re-watch of the extender's met a fault"
+        changer.stopping.set()
+        changer.join(30)
+        assert changer.error is None, changer.error
+
+        api.clear_faults()
+        took = converge(api, ext, 5)
+        ready.stopping.set()
+        ready.join(10)
+        assert ready.polls > 80 and not ready.failures, ready.failures[:5]
+
+        b50, b99, f50, f99 = (percentile(x, p) * 1000 for x, p in ((base, 50), (base, 99), (faulty, 50), (faulty, 99)))
+        print(f"faults: /filter fault-free p50 {b50:.1f} ms p99 {b99:.1f} ms; faulty p50 {f50:.1f} ms p99 {f99:.1f} ms; "
+              f"converged {took:.2f}s after clearing; {changer.done} changes, {len(faulted)} injected errors")
+        # 50 ms absorbs scheduler noise on a shared 2-core machine (three processes and two
+        # threads here, other engineers' tests beside us: one lost time slice or GC pass is
+        # 10-40 ms) yet stays below the 200 ms injected latency: a /filter that waited on a
+        # single API call, or on a reflector holding a lock across one, would still fail.
+        assert f99 <= 2 * b99 + 50, f"faulty p99 {f99:.1f} ms vs fault-free p99 {b99:.1f} ms"
+        assert f50 <= 2 * b50 + 50, f"faulty p50 {f50:.1f} ms vs fault-free p50 {b50:.1f} ms"
+    finally:
+        for t in threads:
+            t.stopping.set()
+        if ext is not None:
+            ext.stop()
+        api.stop()
+
+
+# ---------------------------------------------------------------------- end to end: optional APIs
+
+
+def test_missing_crd_group_is_logged_once_and_not_hammered() -> None:
+    """Without resource.dra-extender.io: ready, one log line, one discovery request, no list or watch.
+
+    The production recheck is 60 s and DESIGN offers no knob for it, so picking the group
+    up once it is served is tested in-process (test_optional_group_missing_then_served).
+    """
+    api = FakeApi(DEMO, extra_args=("--no-crds",))
+    ext = None
+    try:
+        ext = cluster_extender(api)
+        ext.wait_ready(60)
+        ready_at = time.time()
+        answer = filter_answer(ext, demo_pod_args("trainer", ["node-a", "node-b", "node-c"]))
+        assert "node-c" in answer["FailedAndUnresolvableNodes"], answer  # the upstream rule still applies
+        time.sleep(4)  # the window in which requests are counted
+        ours = [r for r in api.requests(0) if r["path"].startswith(f"/apis/{CRD_GROUP}")]
+        assert 1 <= len(ours) <= 2 and all(r["path"] == f"/apis/{CRD_GROUP}/v1alpha1" and r["method"] == "GET" for r in ours), ours
+        assert not [r for r in ours if r["started"] > ready_at], "discovery of the missing group repeated within seconds"
+        lines = [line for line in ext.logs().splitlines() if "optional API not served" in line]
+        assert len(lines) == 1 and "resource.dra-extender.io CRDs" in lines[0], lines
+        assert ext.http.get("/readyz").status_code == 200
+    finally:
+        if ext is not None:
+            ext.stop()
+        api.stop()
+
+
+@pytest.mark.parametrize("version", ["v1alpha3", "v1"])
+def test_device_taint_rules_at_the_only_served_version(version: str) -> None:
+    """DeviceTaintRules are read at whichever version the server has, listed and watched."""
+    files = [p for p in sorted(DEMO.glob("*.yaml")) if p.name != "devicetaintrules.yaml"]
+    api = FakeApi(*files, extra_args=("--dtr-versions", version))
+    ext = None
+    collection_path = f"/apis/resource.k8s.io/{version}/devicetaintrules"
+
+    def create(obj: dict[str, Any]) -> None:
+        r = api.http.post(collection_path, json=obj)
+        assert r.status_code == 201, r.text
+
+    def rule_taints() -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for d in devices_page(ext):
+            for t in d["taints"]:
+                if t["source"].startswith("DeviceTaintRule/"):
+                    out.setdefault(t["source"], set()).add(f"{d['pool']}/{d['device']}")
+        return out
+
+    try:
+        assert api.http.get("/apis/resource.k8s.io/v1beta2/devicetaintrules").status_code == 404
+        create(rule("node-c-maintenance", version=version, pool="node-c", key="example.com/maintenance"))
+        ext = cluster_extender(api)
+        ext.wait_ready(60)
+        assert rule_taints() == {"DeviceTaintRule/resource.k8s.io/node-c-maintenance": {"node-c/gpu-0", "node-c/gpu-1"}}
+        if version == "v1alpha3":
+            # A 1.33-1.34 rule may select by CEL: honoured (it matches nothing here), not widened to all devices.
+            narrowed = rule("by-cel", version=version)
+            narrowed["spec"]["deviceSelector"] = {"selectors": [{"cel": {"expression": 'device.attributes["gpu.example.com"].model == "b200"'}}]}
+            create(narrowed)
+        create(rule("node-a-broken", version=version, pool="node-a"))  # watch events arrive in order: by-cel first
+        wait_for(lambda: "DeviceTaintRule/resource.k8s.io/node-a-broken" in rule_taints(), 10, what="the watched rule")
+        taints = rule_taints()
+        assert "DeviceTaintRule/resource.k8s.io/by-cel" not in taints, taints
+        if version == "v1alpha3":
+            assert "by-cel" in extender_view(ext)["DeviceTaintRule.resource.k8s.io"]
+        answer = filter_answer(ext, demo_pod_args("trainer", ["node-a", "node-b", "node-c"]))
+        assert set(answer["FailedAndUnresolvableNodes"]) >= {"node-a", "node-c"}, answer
+        watched = [r for r in api.requests(0) if r["path"] == collection_path and r["verb"] in ("list", "watch")]
+        assert {r["verb"] for r in watched} == {"list", "watch"}, watched
+    finally:
+        if ext is not None:
+            ext.stop()
         api.stop()
