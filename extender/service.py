@@ -244,6 +244,11 @@ class Service:
         """Returns (error, [(claim key, allocated by us)]) for the claims written."""
         written: list[tuple[str, bool]] = []
         for attempt in range(BIND_ATTEMPTS):
+            if not self.is_leader():
+                # Checked under the bind lock, before every write: binds queued behind the
+                # lock when leadership ended must not allocate (DESIGN §4 one allocator).
+                self.metrics.binds.labels("not_leader").inc()
+                return "not leader", written
             claims, problem = await self._fresh_claims(pod)
             if problem is not None:
                 self.metrics.binds.labels("claims_unresolved").inc()

@@ -27,6 +27,15 @@ log = logging.getLogger("dra_extender.leadership")
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0
 RETRY_PERIOD = 2.0
+# Follow mode, one-allocator rule across a hand-over (DESIGN §4): a follower
+# learns of a hand-over only at its next poll, so the old holder's sidecar may
+# keep allocating for up to one poll interval. Each positive observation is
+# therefore trusted for FOLLOW_VALIDITY_POLLS poll intervals from the moment it
+# was asked (so a sidecar whose polls stall stops by itself), and a sidecar
+# whose scheduler just took the Lease from another holder starts allocating
+# only after that window plus TAKEOVER_MARGIN (writes in flight, watch delivery).
+FOLLOW_VALIDITY_POLLS = 2.0
+TAKEOVER_MARGIN = 1.0
 
 
 def _now() -> datetime:
@@ -86,8 +95,12 @@ class Leadership:
         self.hostname = hostname
         self.retry_period = retry_period
         self.lease_duration = lease_duration
+        self.follow_validity = FOLLOW_VALIDITY_POLLS * retry_period
+        self.takeover_delay = self.follow_validity + TAKEOVER_MARGIN
         self._leader = False
         self._valid_until = 0.0
+        self._active_from = 0.0  # follow mode: allocate only from here (the hand-over wait)
+        self._last_holder: str | None = None  # follow mode: the holder seen at the previous poll
 
     @classmethod
     def from_args(cls, source: Any, args: Any) -> Leadership:
@@ -101,15 +114,20 @@ class Leadership:
         return cls(source, mode="elect", namespace=pod_namespace(), name="dra-extender", identity=identity, hostname=hostname)
 
     def is_leader(self) -> bool:
-        # Leadership lapses on its own if renewals stop (e.g. the API server is unreachable).
-        return self._leader and time.monotonic() < self._valid_until
+        # Leadership lapses on its own if renewals (follow: polls) stop, e.g. the API
+        # server is unreachable; in follow mode it starts only after the hand-over wait.
+        now = time.monotonic()
+        return self._leader and self._active_from <= now < self._valid_until
 
-    def _set(self, leader: bool, why: str) -> None:
+    def _set(self, leader: bool, why: str, *, asked_at: float | None = None) -> None:
         if leader != self._leader:
             log.info("leadership changed", extra={"leader": leader, "lease": f"{self.namespace}/{self.name}", "why": why})
         self._leader = leader
         if leader:
-            self._valid_until = time.monotonic() + self.lease_duration
+            if self.mode == "follow" and asked_at is not None:
+                self._valid_until = asked_at + self.follow_validity
+            else:
+                self._valid_until = time.monotonic() + self.lease_duration
 
     async def run(self) -> None:
         while True:
@@ -135,16 +153,31 @@ class Leadership:
         return status, orjson.loads(body)
 
     async def _follow_once(self) -> None:
+        asked_at = time.monotonic()
         _, lease = await self._get_lease()
+        previous, self._last_holder = self._last_holder, None
         if lease is None:
             self._set(False, "scheduler lease not found")
             return
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        if holder.startswith(f"{self.hostname}_") and not lease_expired(spec, _now()):
-            self._set(True, f"co-located scheduler {holder} holds the lease")
-        else:
+        self._last_holder = holder
+        if not holder.startswith(f"{self.hostname}_") or lease_expired(spec, _now()):
             self._set(False, f"lease held by {holder or 'nobody'}")
+            return
+        if not self._leader:
+            # Our scheduler just took the Lease. If it took it from someone else, that
+            # holder's sidecar may still be allocating until its own next poll: wait.
+            acquired = _parse_time(spec.get("acquireTime"))
+            recent = acquired is not None and (_now() - acquired).total_seconds() < self.takeover_delay
+            handed_over = holder != previous if previous is not None else recent
+            self._active_from = asked_at + self.takeover_delay if handed_over else 0.0
+            if handed_over:
+                log.info(
+                    "lease handed over to our scheduler; allocating after the previous holder's sidecar stops",
+                    extra={"lease": f"{self.namespace}/{self.name}", "previous": previous or "", "wait_s": self.takeover_delay},
+                )
+        self._set(True, f"co-located scheduler {holder} holds the lease", asked_at=asked_at)
 
     async def _elect_once(self) -> None:
         now = _now()
