@@ -219,6 +219,33 @@ async def test_expired_watch_relists_and_forgets_deleted_objects(fake, how):
         )
 
 
+async def test_paginated_list_survives_an_expired_continue_token_and_a_failed_page(fake):
+    """A list of 1,200 nodes takes three pages; a 410 on a continue token starts over, a 500 backs off and retries."""
+    fake.load({"apiVersion": "v1", "kind": "List", "items": [node(f"n{i:04}") for i in range(1200)]})
+    seen: list[str] = []
+
+    def meddle(info):
+        if info.verb != "list" or info.resource != "nodes" or not info.query.get("continue"):
+            return None
+        seen.append(info.query["continue"])
+        if len(seen) == 1:  # the second page: the object set changes and the history goes
+            fake.delete("nodes", None, "n0000")
+            fake.create(node("late"))
+            fake.compact()
+        elif len(seen) == 3:  # the second page of the second try
+            return 500, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "injected"}
+        return None
+
+    fake.add_reactor(meddle)
+    async with Reflecting(fake, fake.kubeconfig) as r:
+        await until(lambda: r.state.ready, what="ready")
+        assert len(seen) >= 5  # 2nd page (410), 2nd page (500), then a full list's 2nd and 3rd
+        assert len(r.state.nodes) == 1200 and "late" in r.state.nodes and "n0000" not in r.state.nodes
+        assert r.view_matches_server()
+        lists = [x for x in fake.requests if x.verb == "list" and x.resource == "nodes"]
+        assert [x.status for x in lists].count(410) == 1 and [x.status for x in lists].count(500) == 1, [x.status for x in lists]
+
+
 async def test_discovery_errors_are_not_absence(fake):
     """An optional API whose discovery answers 500 keeps its objects (and its reflector)."""
     fake.create(node("n1"))
