@@ -80,6 +80,29 @@ OWN_PATCHES = Resource(ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "v1alpha1", "
 KIND_RESOURCES = {r.kind: r for r in CORE_RESOURCES}
 
 
+class _GcPause:
+    """The collector stays off while any reflector lists (FACTS.md: GC roughly doubles a big parse).
+
+    Reflectors list concurrently: GC is re-enabled when the last one is done,
+    not when the first one finishes while the others still parse. It covers
+    turning the items into the state (`sink.replace`), which allocates most.
+    """
+
+    depth = 0
+    was_enabled = True
+
+    def __enter__(self) -> None:
+        if _GcPause.depth == 0:
+            _GcPause.was_enabled = gc.isenabled()
+            gc.disable()
+        _GcPause.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _GcPause.depth -= 1
+        if _GcPause.depth == 0 and _GcPause.was_enabled:
+            gc.enable()
+
+
 class _Gone(Exception):
     """The watch's resourceVersion is too old: re-list."""
 
@@ -347,9 +370,7 @@ class ApiSource:
         items: list[dict[str, Any]] = []
         cont = ""
         rv = ""
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # GC roughly doubles the time of a big parse (FACTS.md)
-        try:
+        with _GcPause():
             while True:
                 query: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
                 if cont:
@@ -371,13 +392,11 @@ class ApiSource:
                 cont = meta.get("continue") or ""
                 if not cont:
                     break
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        sink.replace(res.kind, res.group, items)
-        if len(items) > 1000:
-            gc.freeze()  # the big, long-lived parse results need not be scanned again
-        sink.mark_synced(res.kind, res.group)
+            was_ready = getattr(sink, "ready", True)
+            sink.replace(res.kind, res.group, items)
+            sink.mark_synced(res.kind, res.group)  # the last kind's warms the CEL cache of every device
+            if len(items) > 1000 or (not was_ready and getattr(sink, "ready", False)):
+                gc.freeze()  # the big, long-lived results need not be scanned by every full collection
         self.stats["lists"] += 1
         self.last_resource_versions[(res.kind, res.group)] = rv
         log.info(
