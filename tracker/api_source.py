@@ -460,6 +460,10 @@ class ApiSource:
                 if new_rv:
                     progress.rv = new_rv
                     self.last_resource_versions[(res.kind, res.group)] = new_rv
+                # readline() does not suspend while the stream has buffered lines: without a
+                # yield, a burst of events (a driver republishing its slices) would hold the
+                # event loop, and the scheduler's /filter calls with it, until it is applied.
+                await asyncio.sleep(0)
         finally:
             resp.release()
 
