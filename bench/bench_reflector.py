@@ -1,0 +1,745 @@
+"""Reflector throughput: `dra-extender serve --kubeconfig` against the fake API server.
+
+A large cluster is seeded into the fake API server (`python -m tests.fakeapi`,
+a subprocess): N ResourceSlices x M devices (one node each), P pods (half with
+their own ResourceClaim), a DeviceClass with a CEL selector and two taint
+rules (an upstream one on one pool, one of ours with effect None over the whole
+driver). Then:
+
+1. list: time from starting the extender to `/readyz` 200, with objects/s and
+   MB/s of the lists it read, the per-kind times it logged, and its RSS after
+   the lists (after `gc.freeze()`, DESIGN/FACTS);
+2. watch: as fast as the API takes them, S slice updates (one attribute
+   changed) and C claim status updates (an allocation each); how long until the
+   extender has applied the last one (its `dra_extender_tracker_events`
+   counter, then `/debug/objects` against every PUT's resourceVersion);
+3. the same bytes in-process: the list pages and watch lines the server sent,
+   parsed and applied to a `ClusterState` here, to tell the extender's own
+   cost from the fake server's.
+
+CPU seconds of both processes are sampled around each phase: on 2 cores, the
+process near one CPU-second per second is the bottleneck.
+
+    .venv/bin/python -m bench.bench_reflector [--slices 5000] [--devices 8] [--pods 10000]
+        [--slice-updates 5000] [--claim-updates 5000] [--parallel 32]
+
+Results: bench/results/reflector.json and reflector.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DRIVER = "gpu.example.com"
+NAMESPACE = "default"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------- the cluster
+
+
+def node_name(i: int) -> str:
+    return f"node-{i:05d}"
+
+
+def resource_slice(i: int, devices: int, revision: int = 0) -> dict[str, Any]:
+    node = node_name(i)
+    devs = []
+    for j in range(devices):
+        d: dict[str, Any] = {
+            "name": f"gpu-{j}",
+            "attributes": {
+                "model": {"string": "h100" if j % 2 else "a100"},
+                "index": {"int": j},
+                "uuid": {"string": f"GPU-{i:05d}-{j:02d}-3f1e-4c2a-9b7d"},
+                "driverVersion": {"version": "550.54.15"},
+                "firmware": {"string": f"rev-{revision}"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        if j == 0 and i % 10 == 0:
+            d["taints"] = [{"key": f"{DRIVER}/unmonitored", "effect": "None"}]
+        devs.append(d)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devs,
+        },
+    }
+
+
+def cluster(slices: int, devices: int, pods: int) -> list[dict[str, Any]]:
+    objs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1beta2",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "maintenance"},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER, "pool": node_name(0)},
+                "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+            },
+        },
+        {
+            "apiVersion": "resource.dra-extender.io/v1alpha1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "fleet-unmonitored"},
+            "spec": {"deviceSelector": {"driver": DRIVER}, "taint": {"key": "example.com/unmonitored", "effect": "None"}},
+        },
+    ]
+    for i in range(slices):
+        objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name(i), "labels": {"zone": f"z{i % 4}"}}})
+        objs.append(resource_slice(i, devices))
+    probe = claim(0)
+    probe["metadata"]["name"] = "probe"
+    objs.append(probe)
+    for p in range(pods):
+        with_claim = p % 2 == 0
+        spec: dict[str, Any] = {"schedulerName": "dra-scheduler", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        if with_claim:
+            objs.append(claim(p // 2))
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"claim-{p // 2:05d}"}]
+        objs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{p:05d}", "namespace": NAMESPACE}, "spec": spec})
+    return objs
+
+
+def claim(c: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"claim-{c:05d}", "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
+    }
+
+
+def probe_filter_args(slices: int, uid: str, nodes: int = 100) -> bytes:
+    """/filter for a pod with an unallocated one-GPU claim over `nodes` nodes, as kube-scheduler sends it.
+
+    A new pod UID each time, as for a new pod: nothing is answered from the outcome cache.
+    """
+    return orjson.dumps(
+        {
+            "Pod": {
+                "metadata": {"name": "probe", "namespace": NAMESPACE, "uid": uid},
+                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "probe"}], "containers": [{"name": "c"}]},
+            },
+            "Nodes": None,
+            "NodeNames": [node_name(i * max(1, slices // nodes)) for i in range(min(nodes, slices))],
+        }
+    )
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
+    """An allocation of a distinct device per claim (what a scheduler writes at bind)."""
+    pool = node_name(c % slices)
+    device = f"gpu-{(c // slices) % devices}"
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"claim-{c:05d}", "namespace": NAMESPACE},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": pool, "device": device}]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pool]}]}]},
+            }
+        },
+    }
+
+
+# ---------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def proc_status(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), ""
+        )
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": model, "python": platform.python_version(), "platform": platform.platform()}
+
+
+class Cpu:
+    """CPU seconds of the processes of interest (and this one) over a phase."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.t0 = time.perf_counter()
+        self.start = {k: cpu_seconds(p) for k, p in pids.items()}
+        self.self0 = time.process_time()
+
+    def done(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.t0
+        out = {f"{k}_cpu_s": round(cpu_seconds(p) - self.start[k], 2) for k, p in self.pids.items()}
+        out["bench_client_cpu_s"] = round(time.process_time() - self.self0, 2)
+        out["wall_s"] = round(wall, 2)
+        return out
+
+
+def start_fake_api(tmp: Path) -> tuple[subprocess.Popen, str, Path]:
+    kubeconfig = tmp / "kubeconfig.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(kubeconfig), "--history-limit", "1000000"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=(tmp / "fakeapi.log").open("wb"),
+        text=True,
+    )
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line:
+        raise RuntimeError((tmp / "fakeapi.log").read_text())
+    return proc, json.loads(line)["url"], kubeconfig
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+# ---------------------------------------------------------------------- list phase
+
+
+def list_paths() -> list[tuple[str, str, str, str]]:
+    """(kind, group, version, collection path) of every list the extender makes, as its reflectors do."""
+    from tracker.api_source import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, Resource
+
+    upstream = Resource("DeviceTaintRule", "resource.k8s.io", "v1beta2", "devicetaintrules", False, required=False)
+    return [(r.kind, r.group, r.version, r.collection()) for r in (*CORE_RESOURCES, upstream, OWN_RULES, OWN_PATCHES)]
+
+
+def fetch_pages(api: str, page_size: int = 500) -> dict[tuple[str, str, str], list[bytes]]:
+    pages: dict[tuple[str, str, str], list[bytes]] = {}
+    with httpx.Client(base_url=api, timeout=120) as http:
+        for kind, group, version, path in list_paths():
+            token = ""
+            out: list[bytes] = []
+            while True:
+                r = http.get(path, params={"limit": page_size, **({"continue": token} if token else {})})
+                r.raise_for_status()
+                out.append(r.content)
+                token = (orjson.loads(r.content).get("metadata") or {}).get("continue") or ""
+                if not token:
+                    break
+            pages[(kind, group, version)] = out
+    return pages
+
+
+def listed_lines(log_text: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for line in log_text.splitlines():
+        if '"listed"' not in line:
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if rec.get("msg") == "listed":
+            out[rec["resource"]] = {"items": rec["items"], "seconds": rec["seconds"]}
+    return out
+
+
+# ---------------------------------------------------------------------- watch phase
+
+
+def tracker_counts(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for m in re.finditer(r'^dra_extender_tracker_events_total\{kind="([^"]+)",type="([^"]+)"\} ([0-9.e+]+)$', text, re.M):
+        out[f"{m.group(1)}/{m.group(2)}"] = float(m.group(3))
+    return out
+
+
+async def push_updates(api: str, slices: int, devices: int, n_slices: int, n_claims: int, parallel: int) -> dict[str, Any]:
+    """PUT slice updates and claim status updates interleaved, `parallel` in flight; final RV per object."""
+    jobs: list[tuple[str, str, bytes]] = []
+    for k in range(max(n_slices, n_claims)):
+        if k < n_slices:
+            s = resource_slice(k % slices, devices, revision=1 + k // slices)
+            jobs.append((s["metadata"]["name"], f"/apis/resource.k8s.io/v1/resourceslices/{s['metadata']['name']}", orjson.dumps(s)))
+        if k < n_claims:
+            c = claim_status(k, slices, devices)
+            name = c["metadata"]["name"]
+            jobs.append((f"{NAMESPACE}/{name}", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}/status", orjson.dumps(c)))
+    final: dict[str, str] = {}
+    queue: asyncio.Queue[tuple[str, str, bytes]] = asyncio.Queue()
+    for j in jobs:
+        queue.put_nowait(j)
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(api, headers={"Content-Type": "application/json"}, connector=aiohttp.TCPConnector(limit=parallel)) as session:
+
+        async def worker() -> None:
+            while not queue.empty():
+                key, path, body = queue.get_nowait()
+                async with session.put(path, data=body) as r:
+                    data = await r.read()
+                    if r.status != 200:
+                        raise RuntimeError(f"PUT {path}: {r.status} {data[:300]!r}")
+                    final[key] = orjson.loads(data)["metadata"]["resourceVersion"]
+
+        await asyncio.gather(*(worker() for _ in range(parallel)))
+    return {"final": final, "push_s": time.perf_counter() - started, "count": len(jobs)}
+
+
+async def raw_watch(api: str, path: str, rv: str, want: int, timeout: float = 120) -> tuple[list[bytes], float]:
+    """The watch lines the server sends from `rv` (history replay), `want` object events of them."""
+    lines: list[bytes] = []
+    started = time.perf_counter()
+    async with aiohttp.ClientSession(api, read_bufsize=2**21) as session:
+        params = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true", "timeoutSeconds": str(int(timeout))}
+        async with session.get(path, params=params, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            got = 0
+            while got < want:
+                line = await r.content.readline()
+                if not line:
+                    break
+                if b'"BOOKMARK"' in line[:40]:
+                    continue
+                lines.append(line)
+                got += 1
+    return lines, time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------- in-process
+
+
+def in_process(pages: dict[tuple[str, str, str], list[bytes]], watch: dict[str, list[bytes]]) -> dict[str, Any]:
+    """The extender's apply path on the same bytes: parse + ClusterState.replace, then the watch lines."""
+    from allocator.cel import CelEnvironment
+    from tracker import events as ev
+    from tracker.state import ClusterState
+
+    out: dict[str, Any] = {"list": {}, "watch": {}}
+    # A first pass warms what is cached per process (CEL transpilation, imports); then GC off, GC on.
+    for gc_during_apply in (None, False, True):
+        state = ClusterState(CelEnvironment())
+        total_parse = total_apply = 0.0
+        objects = 0
+        gc.collect()
+        for (kind, group, version), kind_pages in pages.items():
+            api_version = f"{group}/{version}" if group else version
+            gc.disable()
+            t = time.perf_counter()
+            items: list[dict[str, Any]] = []
+            for body in kind_pages:
+                for item in orjson.loads(body).get("items") or []:
+                    item.setdefault("kind", kind)
+                    item.setdefault("apiVersion", api_version)
+                    items.append(item)
+            parsed = time.perf_counter()
+            if gc_during_apply:
+                gc.enable()
+            state.replace(kind, group, items)
+            state.mark_synced(kind, group)
+            applied = time.perf_counter()
+            gc.enable()
+            total_parse += parsed - t
+            total_apply += applied - parsed
+            objects += len(items)
+            if gc_during_apply is False:
+                out["list"][f"{kind}.{group}" if group else kind] = {
+                    "items": len(items),
+                    "parse_s": round(parsed - t, 3),
+                    "apply_s": round(applied - parsed, 3),
+                }
+        if gc_during_apply is None:
+            continue
+        key = "gc_enabled_during_apply" if gc_during_apply else "gc_disabled"
+        out[f"list_total_{key}"] = {
+            "objects": objects,
+            "parse_s": round(total_parse, 3),
+            "apply_s": round(total_apply, 3),
+            "objects_per_s": round(objects / (total_parse + total_apply)),
+        }
+        assert state.ready, state.missing()
+    gc.freeze()
+    # Watch: the state built last (GC on, as the extender's reflector runs it), timing every collection.
+    pauses: list[tuple[int, float]] = []
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            pauses.append((info["generation"], time.perf_counter() - started.pop()))
+
+    gc.callbacks.append(on_gc)
+    for name, (kind, group) in {"slices": (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE), "claims": (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE)}.items():
+        lines = watch.get(name) or []
+        t = time.perf_counter()
+        for line in lines:
+            event = orjson.loads(line)
+            obj = event["object"]
+            obj.setdefault("kind", kind)
+            state.apply(ev.ObjectEvent(event["type"], kind, group, ev.object_key(kind, obj), obj))
+        took = time.perf_counter() - t
+        full = [d for g, d in pauses if g == 2]
+        out["watch"][name] = {
+            "events": len(lines),
+            "seconds": round(took, 3),
+            "events_per_s": round(len(lines) / took) if took else None,
+            "gc_seconds": round(sum(d for _, d in pauses), 3),
+            "full_collections": len(full),
+            "max_gc_pause_ms": round(max((d for _, d in pauses), default=0) * 1000, 1),
+        }
+        pauses.clear()
+    gc.callbacks.remove(on_gc)
+    out["unfrozen_tracked_objects_after_watch"] = len(gc.get_objects())
+    gc.unfreeze()
+    return out
+
+
+# ---------------------------------------------------------------------- run
+
+
+def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_updates: int, parallel: int) -> dict[str, Any]:
+    n_claims = (pods + 1) // 2
+    n_claim_updates = min(n_claim_updates, n_claims)
+    tmp = Path(tempfile.mkdtemp(prefix="dra-bench-reflector-"))
+    api_proc, api, kubeconfig = start_fake_api(tmp)
+    ext: subprocess.Popen | None = None
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "workload": {
+            "slices": slices,
+            "devices_per_slice": devices,
+            "devices": slices * devices,
+            "nodes": slices,
+            "pods": pods,
+            "claims": n_claims,
+            "rules": 2,
+            "slice_updates": n_slice_updates,
+            "claim_status_updates": n_claim_updates,
+            "parallel_writes": parallel,
+        },
+    }
+    try:
+        print(f"seeding the fake API server: {slices} slices x {devices} devices, {pods} pods, {n_claims} claims", flush=True)
+        objs = cluster(slices, devices, pods)
+        t = time.perf_counter()
+        with httpx.Client(base_url=api, timeout=300) as http:
+            for i in range(0, len(objs), 2000):
+                http.post("/_fake/objects", content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
+                          headers={"Content-Type": "application/json"}).raise_for_status()
+            counts = http.get("/_fake/state").json()["objects"]
+        result["seed_seconds"] = round(time.perf_counter() - t, 2)
+        print(f"  seeded {len(objs)} objects in {result['seed_seconds']} s: {counts}", flush=True)
+        del objs
+
+        # -------------------------------------------------------------- 1. list
+        port = free_port()
+        log_path = tmp / "extender.log"
+        cpu = Cpu({"fakeapi": api_proc.pid})
+        started = time.perf_counter()
+        ext = subprocess.Popen(
+            [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{port}", "--log-format", "json"],
+            cwd=ROOT,
+            stdout=log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        cpu.pids["extender"] = ext.pid
+        cpu.start["extender"] = 0.0
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
+        while True:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if ext.poll() is not None:
+                raise RuntimeError(log_path.read_text()[-5000:])
+            if time.perf_counter() - started > 600:
+                raise TimeoutError("extender not ready after 600 s")
+            time.sleep(0.05)
+        ready_s = time.perf_counter() - started
+        list_cpu = cpu.done()
+        rss_ready = proc_status(ext.pid, "VmRSS")
+        hwm_ready = proc_status(ext.pid, "VmHWM")
+        print(f"  ready after {ready_s:.2f} s, RSS {rss_ready:.0f} MB (peak {hwm_ready:.0f} MB); CPU {list_cpu}", flush=True)
+        pages = fetch_pages(api)
+        list_bytes = sum(len(b) for ps in pages.values() for b in ps)
+        list_objects = sum(len(orjson.loads(b).get("items") or []) for ps in pages.values() for b in ps)
+        logged = listed_lines(log_path.read_text())
+        with httpx.Client(base_url=api, timeout=120) as http:
+            reqs = http.get("/_fake/requests").json()
+        lists = [r for r in reqs if r["verb"] == "list" and r["status"] == 200]
+        server_list_s = sum(r["duration_ms"] or 0 for r in lists) / 1000
+        result["list"] = {
+            "ready_seconds": round(ready_s, 2),
+            "objects": list_objects,
+            "bytes": list_bytes,
+            "mb": round(list_bytes / 1e6, 1),
+            "objects_per_s": round(list_objects / ready_s),
+            "mb_per_s": round(list_bytes / 1e6 / ready_s, 1),
+            "list_requests": len(lists),
+            "fake_server_handler_seconds": round(server_list_s, 2),
+            "extender_logged": logged,
+            "cpu": list_cpu,
+            "rss_mb_after_list": round(rss_ready, 1),
+            "peak_rss_mb_during_list": round(hwm_ready, 1),
+        }
+
+        # -------------------------------------------------------------- 2. watch
+        before = tracker_counts(client.get("/metrics").text)
+        rv_before = str(httpx.get(f"{api}/_fake/state").json()["resourceVersion"])
+        print(f"  pushing {n_slice_updates} slice updates + {n_claim_updates} claim status updates, {parallel} in flight", flush=True)
+        samples: list[tuple[float, float, float]] = []
+        want_s = before.get("ResourceSlice/MODIFIED", 0) + n_slice_updates
+        want_c = before.get("ResourceClaim/MODIFIED", 0) + n_claim_updates
+
+        async def sampler(t0: float) -> float | None:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+                while True:
+                    counts = tracker_counts((await http.get("/metrics")).text)
+                    s, c = counts.get("ResourceSlice/MODIFIED", 0), counts.get("ResourceClaim/MODIFIED", 0)
+                    now = time.perf_counter() - t0
+                    samples.append((round(now, 3), s - before.get("ResourceSlice/MODIFIED", 0), c - before.get("ResourceClaim/MODIFIED", 0)))
+                    if s >= want_s and c >= want_c:
+                        return now
+                    if now > 600:
+                        return None
+                    await asyncio.sleep(0.1)
+
+        filter_ms: list[float] = []
+
+        async def prober(done: asyncio.Event) -> None:
+            """A scheduler's /filter calls (one at a time, as kube-scheduler makes them) while events arrive."""
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+                while not done.is_set():
+                    t = time.perf_counter()
+                    body = probe_filter_args(slices, f"probe-watch-{len(filter_ms)}")
+                    r = await http.post("/filter", content=body, headers={"Content-Type": "application/json"})
+                    r.raise_for_status()
+                    filter_ms.append((time.perf_counter() - t) * 1000)
+                    await asyncio.sleep(0.05)
+
+        async def watch_phase() -> tuple[dict[str, Any], float | None, float]:
+            t0 = time.perf_counter()
+            sample_task = asyncio.create_task(sampler(t0))
+            done = asyncio.Event()
+            probe_task = asyncio.create_task(prober(done))
+            pushed = await push_updates(api, slices, devices, n_slice_updates, n_claim_updates, parallel)
+            applied = await sample_task
+            done.set()
+            await probe_task
+            return pushed, applied, t0
+
+        # The same /filter on a quiet extender, for comparison.
+        quiet: list[float] = []
+        for k in range(20):
+            body = probe_filter_args(slices, f"probe-quiet-{k}")
+            t = time.perf_counter()
+            client.post("/filter", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
+            quiet.append((time.perf_counter() - t) * 1000)
+
+        cpu = Cpu({"fakeapi": api_proc.pid, "extender": ext.pid})
+        pushed, applied_s, t0 = asyncio.run(watch_phase())
+        watch_cpu = cpu.done()
+        # Every updated object at the resourceVersion its last PUT returned.
+        view = client.get("/debug/objects").json()["objects"]
+        stale = [
+            k for k, rv in pushed["final"].items()
+            if (view["ResourceClaim.resource.k8s.io"] if "/" in k else view["ResourceSlice.resource.k8s.io"]).get(k) != rv
+        ]
+        n = pushed["count"]
+        result["watch"] = {
+            "updates": n,
+            "push_seconds": round(pushed["push_s"], 2),
+            "api_accepted_per_s": round(n / pushed["push_s"]),
+            "applied_seconds": round(applied_s, 2) if applied_s else None,
+            "applied_events_per_s": round(n / applied_s) if applied_s else None,
+            "lag_after_last_write_s": round(applied_s - pushed["push_s"], 2) if applied_s else None,
+            "objects_not_at_last_rv": len(stale),
+            "cpu": watch_cpu,
+            "rss_mb_after_watch": round(proc_status(ext.pid, "VmRSS"), 1),
+            "filter_100_nodes_ms_quiet": {"p50": round(pct(quiet, 0.5), 1), "max": round(max(quiet), 1), "n": len(quiet)},
+            "filter_100_nodes_ms_during_watch": {
+                "p50": round(pct(filter_ms, 0.5), 1),
+                "p99": round(pct(filter_ms, 0.99), 1),
+                "max": round(max(filter_ms), 1) if filter_ms else None,
+                "n": len(filter_ms),
+            },
+            "samples": samples,
+        }
+        print(f"  watch: {result['watch']['applied_events_per_s']} events/s applied, API took {result['watch']['api_accepted_per_s']}/s; CPU {watch_cpu}", flush=True)
+
+        # -------------------------------------------------------------- 3. the same bytes in-process
+        print("  in-process: list pages and watch lines through ClusterState", flush=True)
+        watch_lines: dict[str, list[bytes]] = {}
+        replay: dict[str, float] = {}
+        for name, path, want in (
+            ("slices", "/apis/resource.k8s.io/v1/resourceslices", n_slice_updates),
+            ("claims", "/apis/resource.k8s.io/v1/resourceclaims", n_claim_updates),
+        ):
+            watch_lines[name], replay[name] = asyncio.run(raw_watch(api, path, rv_before, want))
+        result["fake_server_watch_replay_events_per_s"] = {
+            k: round(len(watch_lines[k]) / v) if v else None for k, v in replay.items()
+        }
+        result["in_process"] = in_process(pages, watch_lines)
+        client.close()
+        return result
+    finally:
+        if ext is not None:
+            stop(ext)
+        stop(api_proc)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    w, lst, wat, ip, m = r["workload"], r["list"], r["watch"], r["in_process"], r["machine"]
+    gc_off, gc_on = ip["list_total_gc_disabled"], ip["list_total_gc_enabled_during_apply"]
+    lc, wc = lst["cpu"], wat["cpu"]
+    rows = [
+        "# Reflector benchmark (`python -m bench.bench_reflector`)",
+        "",
+        f"{w['slices']} ResourceSlices x {w['devices_per_slice']} devices ({w['devices']} devices, {w['nodes']} nodes), "
+        f"{w['pods']} pods ({w['claims']} with a claim), {w['rules']} taint rules; fake API server in a subprocess. "
+        f"{m['cores']} cores ({m['cpu']}), Python {m['python']}.",
+        "",
+        "| metric | value |",
+        "| --- | --- |",
+        f"| start -> /readyz 200 (process start, imports, every list, CEL warm-up) | {lst['ready_seconds']} s |",
+        f"| objects listed | {lst['objects']} ({lst['mb']} MB of JSON) |",
+        f"| list throughput, end to end | {lst['objects_per_s']} objects/s, {lst['mb_per_s']} MB/s |",
+        f"| CPU during start-up: extender / fake server | {lc.get('extender_cpu_s')} / {lc.get('fakeapi_cpu_s')} s in {lc['wall_s']} s |",
+        f"| extender RSS after the lists (gc.freeze) / peak | {lst['rss_mb_after_list']} / {lst['peak_rss_mb_during_list']} MB |",
+        f"| watch: updates pushed ({w['slice_updates']} slices, {w['claim_status_updates']} claim statuses, {w['parallel_writes']} in flight) | {wat['updates']} in {wat['push_seconds']} s ({wat['api_accepted_per_s']}/s accepted by the API) |",
+        f"| watch: all applied by the extender after (while answering a /filter every 50 ms) | {wat['applied_seconds']} s ({wat['applied_events_per_s']} events/s; {wat['lag_after_last_write_s']} s after the last write) |",
+        f"| CPU during the watch phase: extender / fake server / bench client | {wc['extender_cpu_s']} / {wc['fakeapi_cpu_s']} / {wc['bench_client_cpu_s']} s in {wc['wall_s']} s |",
+        f"| extender RSS after the watch phase | {wat['rss_mb_after_watch']} MB |",
+        f"| /filter (100 nodes) quiet: p50 / max | {wat['filter_100_nodes_ms_quiet']['p50']} / {wat['filter_100_nodes_ms_quiet']['max']} ms |",
+        f"| /filter (100 nodes) while the events arrive: p50 / p99 / max | {wat['filter_100_nodes_ms_during_watch']['p50']} / {wat['filter_100_nodes_ms_during_watch']['p99']} / {wat['filter_100_nodes_ms_during_watch']['max']} ms (n={wat['filter_100_nodes_ms_during_watch']['n']}) |",
+        f"| fake server replaying the watch history (slices / claims) | {r['fake_server_watch_replay_events_per_s']['slices']} / {r['fake_server_watch_replay_events_per_s']['claims']} events/s |",
+        f"| in-process: parse + apply the same list pages (GC off) | {gc_off['parse_s']} + {gc_off['apply_s']} s = {gc_off['objects_per_s']} objects/s |",
+        f"| in-process: the same with GC on while applying | {gc_on['parse_s']} + {gc_on['apply_s']} s = {gc_on['objects_per_s']} objects/s |",
+        f"| in-process: apply the same watch lines (slices / claims) | {ip['watch']['slices']['events_per_s']} / {ip['watch']['claims']['events_per_s']} events/s |",
+        f"| in-process: of which GC (slices / claims) | {ip['watch']['slices']['gc_seconds']} of {ip['watch']['slices']['seconds']} s ({ip['watch']['slices']['full_collections']} full collections, longest pause {ip['watch']['slices']['max_gc_pause_ms']} ms) / {ip['watch']['claims']['gc_seconds']} of {ip['watch']['claims']['seconds']} s |",
+        "",
+        "Per kind, as the extender logged its lists (wall time, including waiting for the server) and in-process (parse / apply):",
+        "",
+        "| kind | items | extender list s | in-process parse s | in-process apply s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    logged = lst["extender_logged"]
+    plural = {"Node": "nodes", "Pod": "pods", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
+              "ResourceClaimTemplate": "resourceclaimtemplates", "DeviceClass": "deviceclasses"}
+    for kind, v in ip["list"].items():
+        base = kind.split(".")[0]
+        p = plural.get(base, "devicetaintrules" if base == "DeviceTaintRule" else "resourceslicepatches")
+        rows.append(f"| {kind} | {v['items']} | {logged.get(p, {}).get('seconds', '')} | {v['parse_s']} | {v['apply_s']} |")
+    rows += ["", *r.get("notes", []), ""]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="reflector list/watch throughput against the fake API server")
+    parser.add_argument("--slices", type=int, default=5000)
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--slice-updates", type=int, default=5000)
+    parser.add_argument("--claim-updates", type=int, default=5000)
+    parser.add_argument("--parallel", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    result = run(args.slices, args.devices, args.pods, args.slice_updates, args.claim_updates, args.parallel)
+    result["notes"] = notes(result)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "reflector.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "reflector.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+# What this benchmark found, measured on the same 2-core machine with the defaults (kept with the results).
+FINDINGS = [
+    "- Fixed: the reflectors re-enabled GC before turning a list into state (`sink.replace`), and the first "
+    "reflector to finish re-enabled it for the others. With GC off through replace and the readiness warm-up "
+    "(then `gc.freeze()`), start -> ready went from 7.49 s to 5.84 s (in-process apply: 7.2 s with GC on, 4.6 s off).",
+    "- Fixed: a watch stream's buffered lines are read without suspending, so a burst of events held the event "
+    "loop: /filter (100 nodes, 12 ms quiet) took p50 384 ms, max 2.3 s while the 10,000 events arrived (16 calls "
+    "answered in 10 s). With a yield after each event: p50 27 ms, max 0.5 s. The extender's CPU is then shared "
+    "with the scheduler's calls, so the events' wall time grows; per extender CPU-second it is unchanged.",
+    "- Open: after `gc.freeze()` every object the watch creates is young again; full collections scan all of "
+    "them (about 0.9 M after 4,500 slice updates: 0.4 s per collection, ~40 % of slice-apply time in-process, and "
+    "the remaining /filter outliers). Re-freezing after full collections would fix it but freezes whatever "
+    "cyclic garbage forms later (slice churn makes almost none: 51 objects per 3,000 replacements); not done.",
+    "- The fake API server is not the bottleneck: it accepts ~1,400 writes/s using about half a core, replays its "
+    "watch history at >50,000 events/s and serves the initial lists with ~5 % of a core; the extender runs at "
+    "90-100 % of one core in both phases. A slice update (8 devices) costs ~1.2 ms in the extender: parsing the "
+    "devices (~30 %), the patched views and taint rules, the CEL activation of each new device version for the "
+    "class warm-up, and GC.",
+]
+
+
+def notes(r: dict[str, Any]) -> list[str]:
+    """Who was the bottleneck, from the CPU figures, then the findings."""
+    out = []
+    lc, wc = r["list"]["cpu"], r["watch"]["cpu"]
+    for phase, c in (("start-up", lc), ("watch", wc)):
+        wall = c["wall_s"] or 1
+        ext, api = c.get("extender_cpu_s", 0) / wall, c.get("fakeapi_cpu_s", 0) / wall
+        busiest = "the fake API server" if api > ext else "the extender"
+        out.append(f"- {phase}: extender busy {ext:.0%} of one core, fake API server {api:.0%}; the bottleneck is {busiest}.")
+    return [*out, "", "Findings:", "", *FINDINGS]
+
+
+if __name__ == "__main__":
+    main()
