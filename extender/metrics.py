@@ -29,6 +29,11 @@ class Metrics:
             registry=r,
         )
         self.binds = Counter("dra_extender_binds", "Bind attempts by result.", ["result"], registry=r)
+        self.foreign_allocations = Counter(
+            "dra_extender_foreign_allocations",
+            "Claim allocations written by another allocator while this process led (one allocator per pool).",
+            registry=r,
+        )
         self.devices = Gauge("dra_extender_devices", "Published devices by state.", ["state"], registry=r)
         self.tracker_events = Counter(
             "dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r

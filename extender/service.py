@@ -18,6 +18,7 @@ from typing import Any
 from allocator.allocation import Allocator, Failure, Outcome
 from allocator.types import (
     DELETE_PROTECTION_FINALIZER,
+    DeviceID,
     Node,
     Pod,
     ResourceClaim,
@@ -71,8 +72,36 @@ class Service:
         self.bind_lock = asyncio.Lock()
         self._outcomes: OrderedDict[tuple[str, str, int], Outcome] = OrderedDict()
         self._cache_size = outcome_cache_size
+        # One allocator per pool (DESIGN §1): the devices of every allocation seen, and those
+        # this process is writing, so an allocation made by anyone else can be named.
+        self._seen_allocations: dict[str, frozenset[DeviceID]] = {}
+        self._own_allocations: set[tuple[str, frozenset[DeviceID]]] = set()
+        state.listeners.append(self._watch_allocations)
 
     # ------------------------------------------------------------------ helpers
+
+    def _watch_allocations(self, event: ev.ObjectEvent) -> None:
+        """Warn when, while we lead, a claim gets an allocation this process did not write."""
+        if event.kind != ev.RESOURCE_CLAIM:
+            return
+        claim = self.state.claims.get(event.key)
+        devices = frozenset(r.device_id for r in claim.allocation.results) if claim and claim.allocation else frozenset()
+        before = self._seen_allocations.get(event.key, frozenset())
+        if devices:
+            self._seen_allocations[event.key] = devices
+        else:
+            self._seen_allocations.pop(event.key, None)
+        if not devices or devices == before or not self.state.ready:
+            return
+        if (event.key, devices) in self._own_allocations:
+            self._own_allocations.discard((event.key, devices))
+            return
+        if self.is_leader():
+            self.metrics.foreign_allocations.inc()
+            log.warning(
+                "claim allocated by another allocator: only one allocator may manage a device pool",
+                extra={"claim": event.key, "devices": sorted(str(d) for d in devices)},
+            )
 
     def _check_ready(self) -> None:
         if not self.state.ready:
@@ -328,7 +357,13 @@ class Service:
             status = dict(raw.get("status") or {})
             status["allocation"] = allocation.to_api()
             status["reservedFor"] = [*(status.get("reservedFor") or []), reservation]
-            raw = await self.source.update_claim_status({**raw, "status": status})
+            own = (claim.key, frozenset(r.device_id for r in allocation.results))
+            self._own_allocations.add(own)
+            try:
+                raw = await self.source.update_claim_status({**raw, "status": status})
+            except BaseException:
+                self._own_allocations.discard(own)
+                raise
             self._apply_claim(raw)
             log.info(
                 "allocated claim",
@@ -359,17 +394,38 @@ class Service:
                 status = dict(raw.get("status") or {})
                 reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
                 status["reservedFor"] = reserved
-                if allocated_by_us and not reserved:
+                deallocate = allocated_by_us and not reserved
+                if deallocate:
                     status.pop("allocation", None)
                 try:
                     raw = await self.source.update_claim_status({**raw, "status": status})
                     self._apply_claim(raw)
+                    if deallocate:
+                        await self._drop_finalizer(raw)
                     break
                 except Conflict:
                     continue
                 except SourceError as e:
                     log.error("could not undo claim reservation", extra={"claim": claim_key, "err": e.message})
                     break
+
+
+    async def _drop_finalizer(self, raw: dict[str, Any]) -> None:
+        """A deallocated claim no longer needs delete protection (as upstream's Unreserve)."""
+        for _ in range(BIND_ATTEMPTS):
+            meta = raw.get("metadata") or {}
+            finalizers = meta.get("finalizers") or []
+            if DELETE_PROTECTION_FINALIZER not in finalizers or (raw.get("status") or {}).get("allocation"):
+                return
+            kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+            try:
+                self._apply_claim(await self.source.update_claim({**raw, "metadata": {**meta, "finalizers": kept}}))
+                return
+            except Conflict:
+                fresh = await self.source.get(ev.RESOURCE_CLAIM, meta.get("namespace") or "", meta.get("name") or "")
+                if fresh is None:
+                    return
+                raw = fresh
 
 
 def _rv(raw: dict[str, Any]) -> int:

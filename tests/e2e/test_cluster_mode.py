@@ -560,6 +560,10 @@ def test_bind_honours_allocations_made_through_the_api(binding) -> None:
     api, ext = binding
     add_node(api, "node-theirs", 2)
     _allocate_elsewhere(api, "their-claim", "node-theirs", "gpu-0")
+    wait_for(
+        lambda: "claim allocated by another allocator" in ext.logs() and "default/their-claim" in ext.logs(),
+        what="the foreign-allocation warning",
+    )
     first = add_pod(api, "ours-1", "ours-1")
     second = add_pod(api, "ours-2", "ours-2")
     wait_converged(api, ext)
@@ -567,6 +571,9 @@ def test_bind_honours_allocations_made_through_the_api(binding) -> None:
     # The other allocator took gpu-0: ours gets the free gpu-1.
     assert ext.post("bind", bind_args("ours-1", first, "node-theirs")).json() == {"Error": ""}
     assert get_claim(api, "ours-1")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-1"
+    wait_converged(api, ext)
+    foreign = [line for line in ext.logs().splitlines() if "another allocator" in line]
+    assert not any("default/ours-1" in line for line in foreign), "our own allocation is not foreign"
     # Nothing is left: the error names the claim and why, and nothing is written.
     since = len(api.requests())
     error = ext.post("bind", bind_args("ours-2", second, "node-theirs")).json()["Error"]
@@ -610,9 +617,12 @@ def test_binding_failure_undoes_the_claim_writes(binding, node_name: str, setup,
         api.clear_faults()
     assert f"binding pod default/{claim_name}-pod to {node_name}" in error and "HTTP 500" in error, error
 
-    status = get_claim(api, claim_name).get("status") or {}
+    written = get_claim(api, claim_name)
+    status = written.get("status") or {}
     assert [r["uid"] for r in status.get("reservedFor") or []] == ([holder] if holder else [])
     assert bool(status.get("allocation")) is kept
+    # A deallocated claim loses its delete protection again (as upstream's Unreserve).
+    assert (FINALIZER in (written["metadata"].get("finalizers") or [])) is kept
     assert not api.get("Pod", "default", f"{claim_name}-pod")["spec"].get("nodeName")
     # The extender's view agrees: the device is free again unless the other pod still holds it.
     wait_converged(api, ext)
