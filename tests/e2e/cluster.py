@@ -206,25 +206,31 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
     raise TimeoutError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
-def wait_converged(api: FakeApi, ext: Extender, timeout: float = 10.0) -> None:
-    """The extender's view equals the server's state (same objects, same resourceVersions)."""
-    state: dict[str, Any] = {}
-
-    def same() -> bool:
-        state["want"], state["have"] = api.expected_view(), extender_view(ext)
-        return state["want"] == state["have"]
-
-    try:
-        wait_for(same, timeout, 0.1, "view == server")
-    except TimeoutError:
-        want, have = state["want"], state["have"]
-        diff = {
-            k: {"missing": sorted(set(want.get(k, {})) - set(have.get(k, {})))[:10],
-                "extra": sorted(set(have.get(k, {})) - set(want.get(k, {})))[:10],
-                "stale": sorted(n for n in set(want.get(k, {})) & set(have.get(k, {})) if want[k][n] != have[k][n])[:10]}
-            for k in set(want) | set(have)
+def view_diff(want: dict[str, dict[str, str]], have: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Per `Kind.group`: objects missing from `have`, extra in it, and at another resourceVersion."""
+    out = {}
+    for k in sorted(set(want) | set(have)):
+        w, h = want.get(k, {}), have.get(k, {})
+        d = {
+            "missing": sorted(set(w) - set(h))[:10],
+            "extra": sorted(set(h) - set(w))[:10],
+            "stale": sorted(n for n in set(w) & set(h) if w[n] != h[n])[:10],
         }
-        raise AssertionError(f"the extender's view differs from the server after {timeout}s: {diff}") from None
+        if any(d.values()):
+            out[k] = d
+    return out
+
+
+def wait_converged(api: FakeApi, ext: Extender, timeout: float = 10.0) -> float:
+    """Wait until the extender's view equals the server's state (same objects and resourceVersions); seconds taken."""
+    started = time.monotonic()
+    while True:
+        want, have = api.expected_view(), extender_view(ext)
+        if want == have:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"the extender's view differs from the server after {timeout}s: {view_diff(want, have)}")
+        time.sleep(0.1)
 
 
 def cluster_extender(api: FakeApi, *args: str, env: dict[str, str] | None = None) -> Extender:

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from allocator.cel import CelEnvironment
-from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, wait_for
+from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, view_diff, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, demo_pod_args, filter_args
 from tests.fakeapi import FakeApiServer
 from tracker import events as ev
@@ -336,42 +336,6 @@ async def test_optional_group_missing_then_served(fake, caplog):
 # ---------------------------------------------------------------------- end to end: helpers
 
 
-def full_expected_view(api: FakeApi) -> dict[str, dict[str, str]]:
-    """api.expected_view() plus our CRD group's DeviceTaintRules (the harness lists only resource.k8s.io's)."""
-    want = api.expected_view()
-    own = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in api.list("DeviceTaintRule", CRD_GROUP)}
-    if own:
-        want[f"DeviceTaintRule.{CRD_GROUP}"] = own
-    return want
-
-
-def view_diff(want: dict[str, dict[str, str]], have: dict[str, dict[str, str]]) -> dict[str, Any]:
-    out = {}
-    for k in sorted(set(want) | set(have)):
-        w, h = want.get(k, {}), have.get(k, {})
-        d = {
-            "missing": sorted(set(w) - set(h))[:10],
-            "extra": sorted(set(h) - set(w))[:10],
-            "stale": sorted(n for n in set(w) & set(h) if w[n] != h[n])[:10],
-        }
-        if any(d.values()):
-            out[k] = d
-    return out
-
-
-def converge(api: FakeApi, ext: Extender, timeout: float) -> float:
-    """Wait until the extender's view equals the server's (CRD rules included); the seconds it took."""
-    started = time.monotonic()
-    seen: dict[str, Any] = {}
-    while True:
-        seen["want"], seen["have"] = full_expected_view(api), extender_view(ext)
-        if seen["want"] == seen["have"]:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"view != server after {timeout}s: {view_diff(seen['want'], seen['have'])}")
-        time.sleep(0.1)
-
-
 def percentile(samples: list[float], p: float) -> float:
     s = sorted(samples)
     return s[min(len(s) - 1, max(0, round(p / 100 * len(s)) - 1))]
@@ -663,7 +627,7 @@ def test_burst_with_dropped_and_expired_watches() -> None:
     try:
         ext = cluster_extender(api)
         ext.wait_ready(60)
-        converge(api, ext, 20)
+        wait_converged(api, ext, 20)
         burst = Burst(api, seed=5055)
         drops_at, expire_at = {60, 140, 220, 300, 380, 460, 640, 780, 900}, 520
         drop_times: list[float] = []
@@ -692,7 +656,7 @@ def test_burst_with_dropped_and_expired_watches() -> None:
                 relist_mark = api.state()["requests"]
                 api.clear_faults()
             burst.step()
-        took = converge(api, ext, 30)
+        took = wait_converged(api, ext, 30)
         print(f"burst: converged {took:.2f}s after the last of {burst.changes} changes")
 
         view = extender_view(ext)
@@ -723,7 +687,7 @@ def test_burst_with_dropped_and_expired_watches() -> None:
         # The derived state (taints, patches, allocations) equals a fresh extender's.
         fresh = cluster_extender(api)
         fresh.wait_ready(60)
-        assert view_diff(full_expected_view(api), extender_view(fresh)) == {}, "ready before the view was complete"
+        assert view_diff(api.expected_view(), extender_view(fresh)) == {}, "ready before the view was complete"
         nodes = node_names(api)
         bodies = burst.filter_bodies(nodes)
         assert len(bodies) >= 10
@@ -831,7 +795,7 @@ def test_filter_keeps_answering_through_api_faults() -> None:
     try:
         ext = cluster_extender(api)
         ext.wait_ready(60)
-        converge(api, ext, 20)
+        wait_converged(api, ext, 20)
         nodes = node_names(api)
         bodies = [demo_pod_args(p, nodes) for p in DEMO_PODS]
         expected = [filter_answer(ext, b) for b in bodies]
@@ -873,7 +837,7 @@ def test_filter_keeps_answering_through_api_faults() -> None:
         assert changer.error is None, changer.error
 
         api.clear_faults()
-        took = converge(api, ext, 5)
+        took = wait_converged(api, ext, 5)
         ready.stopping.set()
         ready.join(10)
         assert ready.polls > 80 and not ready.failures, ready.failures[:5]
