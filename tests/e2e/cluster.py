@@ -8,7 +8,6 @@ control faults through `/_fake/*`; the extender runs as a subprocess with
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from typing import Any, Callable
 
 import httpx
 
-from tests.e2e.harness import ROOT, Extender
+from tests.e2e.harness import ROOT, Extender, stop_process
 
 # kind -> (group, version, plural, namespaced); the versions the extender reads.
 KINDS: dict[str, tuple[str, str, str, bool]] = {
@@ -173,13 +172,7 @@ class FakeApi:
         return out
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.http.close()
 
 

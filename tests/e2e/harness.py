@@ -26,6 +26,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class Extender:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
@@ -64,13 +75,7 @@ class Extender:
         return self.http.post(f"/{verb}", content=data, headers={"Content-Type": "application/json"})
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.http.close()
         self._log.close()
         return self.proc.returncode

@@ -2,48 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-from pathlib import Path
+import orjson
 
-import pytest
-
-from allocator.allocation import Allocator
-from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
 from extender.service import Service
-from extender.wire import parse_extender_args
-from tests.e2e.harness import DEMO, demo_pod_args
-from tracker.manifest_source import ManifestSource
-from tracker.state import ClusterState, Problem
+from extender.wire import BindingArgs, parse_extender_args
+from tests.e2e.harness import demo_pod_args
+from tracker import events as ev
 
 
-@pytest.fixture
-async def loaded(tmp_path: Path):
-    directory = tmp_path / "demo"
-    shutil.copytree(DEMO, directory)
+BROKEN_CLASS = {
     # Sorts after deviceclasses.yaml, so this definition of the class wins.
-    (directory / "zz-override-class.yaml").write_text(
-        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n"
-        "spec:\n  selectors:\n  - cel: {expression: 'device.attributes[\"gpu.example.com\"].nosuch == 1'}\n"
-    )
-    problems: list[Problem] = []
-    cel = CelEnvironment()
-    state = ClusterState(cel, on_problem=problems.append)
-    source = ManifestSource(directory, watch=False)
-    task = asyncio.create_task(source.run(state))
-    for _ in range(100):
-        if state.ready:
-            break
-        await asyncio.sleep(0.01)
-    yield Service(state, source, Allocator(cel), Metrics()), problems
-    task.cancel()
+    "zz-override-class.yaml": "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n"
+    "spec:\n  selectors:\n  - cel: {expression: 'device.attributes[\"gpu.example.com\"].nosuch == 1'}\n"
+}
 
 
-async def test_failing_class_selector_fails_the_node_and_blames_the_class(loaded) -> None:
-    service, problems = loaded
-    import orjson
-
+async def test_failing_class_selector_fails_the_node_and_blames_the_class(demo_service) -> None:
+    demo = await demo_service(BROKEN_CLASS)
+    service, problems = demo.service, demo.problems
     args = parse_extender_args(orjson.dumps(demo_pod_args("trainer", ["node-a", "node-b"])))
     passed, failed = service.filter(args)
     assert passed == []
@@ -55,40 +31,20 @@ async def test_failing_class_selector_fails_the_node_and_blames_the_class(loaded
     assert len([p for p in problems if p.kind == "DeviceClass"]) == len(blamed)
 
 
-@pytest.fixture
-async def demo(tmp_path: Path):
-    directory = tmp_path / "demo"
-    shutil.copytree(DEMO, directory)
-    cel = CelEnvironment()
-    state = ClusterState(cel)
-    source = ManifestSource(directory, watch=False)
-    task = asyncio.create_task(source.run(state))
-    for _ in range(100):
-        if state.ready:
-            break
-        await asyncio.sleep(0.01)
-    leading = {"now": True}
-    yield Service(state, source, Allocator(cel), Metrics(), is_leader=lambda: leading["now"]), leading
-    task.cancel()
-
-
 def _foreign(service: Service) -> float:
     return service.metrics.registry.get_sample_value("dra_extender_foreign_allocations_total") or 0.0
 
 
 def _allocated_elsewhere(service: Service, claim: str, device: str) -> None:
-    from tracker import events as ev
-
     raw = dict(service.state.raw_claims[f"default/{claim}"])
     raw["metadata"] = {**raw["metadata"], "resourceVersion": str(10**9)}
     raw["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "node-b", "device": device}]}}}
     service.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"default/{claim}", raw))
 
 
-async def test_only_allocations_written_elsewhere_are_foreign(demo) -> None:
-    from extender.wire import BindingArgs
-
-    service, leading = demo
+async def test_only_allocations_written_elsewhere_are_foreign(demo_service) -> None:
+    demo = await demo_service()
+    service = demo.service
     pod = service.state.raw_pods["default/trainer"]
     assert await service.bind(BindingArgs("trainer", "default", pod["metadata"]["uid"], "node-a")) == ""
     assert _foreign(service) == 0, "our own allocation is not foreign"
@@ -96,6 +52,6 @@ async def test_only_allocations_written_elsewhere_are_foreign(demo) -> None:
     assert _foreign(service) == 1
     _allocated_elsewhere(service, "maintenance-ok", "gpu-0")
     assert _foreign(service) == 1, "the same allocation seen again is not counted again"
-    leading["now"] = False
+    demo.leading = False
     _allocated_elsewhere(service, "two-gpus", "gpu-1")
     assert _foreign(service) == 1, "a replica that does not lead expects the leader's allocations"

@@ -1,0 +1,54 @@
+"""An in-process Service over a copy of the demo cluster (ManifestSource, no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from allocator.allocation import Allocator
+from allocator.cel import CelEnvironment
+from extender.metrics import Metrics
+from extender.service import Service
+from tests.e2e.harness import DEMO
+from tracker.manifest_source import ManifestSource
+from tracker.state import ClusterState, Problem
+
+
+class DemoService:
+    """The service, the problems it reported, and a switch for leadership."""
+
+    def __init__(self, directory: Path) -> None:
+        self.problems: list[Problem] = []
+        self.leading = True
+        cel = CelEnvironment()
+        self.state = ClusterState(cel, on_problem=self.problems.append)
+        self.source = ManifestSource(directory, watch=False)
+        self.service = Service(self.state, self.source, Allocator(cel), Metrics(), is_leader=lambda: self.leading)
+
+
+@pytest.fixture
+async def demo_service(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[DemoService]]]:
+    """`demo = await demo_service({"extra.yaml": text})`: the demo plus extra files, loaded and ready."""
+    tasks: list[asyncio.Task] = []
+
+    async def start(extra: dict[str, str] | None = None) -> DemoService:
+        directory = tmp_path / f"demo-{len(tasks)}"
+        shutil.copytree(DEMO, directory)
+        for name, text in (extra or {}).items():
+            (directory / name).write_text(text)
+        demo = DemoService(directory)
+        tasks.append(asyncio.create_task(demo.source.run(demo.state)))
+        for _ in range(200):
+            if demo.state.ready:
+                break
+            await asyncio.sleep(0.01)
+        assert demo.state.ready, "the demo cluster did not load"
+        return demo
+
+    yield start
+    for task in tasks:
+        task.cancel()
