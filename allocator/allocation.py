@@ -191,6 +191,8 @@ class _Tally:
             parts.append(f"pool {', '.join(self.invalid_pools)} invalid")
         if parts:
             return ", ".join(parts)
+        if self.in_class:
+            return f"only {self.in_class} devices of class {self.class_name} reachable from this node"
         return f"no devices of class {self.class_name} reachable from this node"
 
 

@@ -328,3 +328,63 @@ def test_json_logs(tmp_path) -> None:
         ext.stop()
     lines = [json.loads(line) for line in ext.logs().splitlines() if line.startswith("{")]
     assert lines and all({"ts", "caller", "msg", "v"} <= set(line) for line in lines)
+
+
+# ----------------------------------------------------------------------------- counts, All, constraints
+
+TOLERATE_ALL = [{"operator": "Exists"}]
+
+
+def _claim(name: str, exactly: dict, constraints: list | None = None) -> dict:
+    spec: dict = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", **exactly}}]}}
+    if constraints:
+        spec["devices"]["constraints"] = constraints
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+SHAPE_CLAIMS = [
+    _claim("all-gpus", {"allocationMode": "All"}),
+    _claim("all-gpus-tolerant", {"allocationMode": "All", "tolerations": TOLERATE_ALL}),
+    _claim("three-gpus", {"count": 3, "tolerations": TOLERATE_ALL}),
+    _claim("same-numa", {"count": 2, "tolerations": TOLERATE_ALL}, [{"matchAttribute": "gpu.example.com/numa"}]),
+    _claim("same-model", {"count": 2, "tolerations": TOLERATE_ALL}, [{"matchAttribute": "gpu.example.com/model"}]),
+    _claim("distinct-numa", {"count": 2, "tolerations": TOLERATE_ALL}, [{"distinctAttribute": "gpu.example.com/numa"}]),
+]
+
+SHAPE_CASES = [
+    # name, claim, nodes that pass, {node: substring of its reason}
+    (
+        "all-blocked-by-one-untolerated-taint",
+        "all-gpus",
+        ["node-a"],  # node-a's None taint does not block; node-b's xid and node-c's maintenance do
+        {"node-b": "gpu.example.com/xid=79:NoExecute", "node-c": "example.com/maintenance"},
+    ),
+    ("all-tolerating-everything", "all-gpus-tolerant", ALL, {}),
+    ("count-more-than-a-node-has", "three-gpus", [], {n: "2 of 3 devices available: only 2 devices of class gpu.example.com" for n in ALL}),
+    ("match-attribute-unsatisfiable", "same-numa", [], {"node-a": "gpu.example.com/numa"}),
+    ("match-attribute-satisfied", "same-model", ALL, {}),
+    ("distinct-attribute-satisfied", "distinct-numa", ALL, {}),
+]
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory) -> Extender:
+    directory = tmp_path_factory.mktemp("shapes") / "cluster"
+    shutil.copytree(DEMO, directory)
+    (directory / "shape-claims.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": SHAPE_CLAIMS}))
+    ext = Extender("--source", str(directory))
+    ext.wait_ready()
+    yield ext
+    ext.stop()
+
+
+@pytest.mark.parametrize(("claim", "passes", "reasons"), [c[1:] for c in SHAPE_CASES], ids=[c[0] for c in SHAPE_CASES])
+def test_counts_all_and_constraints(shapes: Extender, claim: str, passes: list[str], reasons: dict[str, str]) -> None:
+    result = filter_ok(shapes, filter_args(f"pod-{claim}", [{"name": "gpu", "resourceClaimName": claim}], ALL))
+    assert result["NodeNames"] == passes
+    failed = result["FailedAndUnresolvableNodes"]
+    assert sorted(failed) == sorted(set(ALL) - set(passes))
+    for node, reason in failed.items():
+        assert f"claim default/{claim}" in reason, reason
+    for node, substring in reasons.items():
+        assert substring in failed[node], failed[node]
