@@ -714,6 +714,7 @@ def test_non_leader_filters_but_does_not_bind(binding) -> None:
         since = len(api.requests())
         follower.wait_ready()
         wait_converged(api, follower)
+        wait_converged(api, leader)  # both must have seen the new node, pod and claim before comparing
         wait_for(lambda: lease_read_after(since), what="the follower reads the Lease")
         assert follower.post("bind", bind_args("led", uid, "node-lease")).json() == {"Error": "not leader"}
         assert reasons(follower, pod_args("led", "led", ["node-lease", "node-c"], uid=uid)) == reasons(
