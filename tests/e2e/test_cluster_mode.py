@@ -744,3 +744,17 @@ def test_non_leader_filters_but_does_not_bind(binding) -> None:
         assert "status" not in get_claim(api, "led-2")
     finally:
         follower.stop()
+
+
+def test_no_source_flag_uses_the_kubeconfig_from_the_environment(live) -> None:
+    """DESIGN §3: without a source flag and outside a pod, $KUBECONFIG names the cluster."""
+    api, cluster, _ = live
+    ext = Extender(env={"KUBECONFIG": str(api.kubeconfig), "KUBERNETES_SERVICE_HOST": ""})
+    try:
+        ext.wait_ready()
+        assert f"kubeconfig {api.kubeconfig}" in ext.logs()
+        wait_converged(api, ext)
+        body = demo_pod_args("trainer", ["node-a", "node-b", "node-c"])
+        assert ext.post("filter", body).json() == cluster.post("filter", body).json()
+    finally:
+        ext.stop()
