@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from allocator.types import DELETE_PROTECTION_FINALIZER
 from tracker import events as ev
 from tracker.events import EventSink
 from tracker.manifest_load import (
@@ -355,13 +356,43 @@ class ManifestSource:
             self._objects[ident] = obj
             if emit:
                 self._emit("ADDED" if current is None else "MODIFIED", ident, obj)
+        gone_pods: list[tuple[Identity, str]] = []
         for ident in [i for i in self._objects if i not in files]:
             obj = self._objects.pop(ident)
             obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": self._next_rv()}}
+            if ident[0] == ev.POD and obj["metadata"].get("uid"):
+                gone_pods.append((ident, obj["metadata"]["uid"]))
             if emit:
                 self._emit("DELETED", ident, obj)
         for ident in [i for i in self._overlay if i not in files]:
             del self._overlay[ident]
+        for ident, uid in gone_pods:
+            self._release_reservations(ident, uid, emit=emit)
+
+    def _release_reservations(self, pod: Identity, uid: str, *, emit: bool) -> None:
+        """A deleted pod no longer holds its claims: drop its reservations, and the allocation of a
+        claim nobody reserves any more (what the resourceclaim controller does in a cluster)."""
+        for ident, current in list(self._objects.items()):
+            if ident[0] != ev.RESOURCE_CLAIM:
+                continue
+            status = current.get("status") or {}
+            reserved = status.get("reservedFor") or []
+            kept = [r for r in reserved if not (isinstance(r, dict) and r.get("uid") == uid)]
+            if len(kept) == len(reserved):
+                continue
+            over = self._overlay_of(ident)
+            over.status = {**copy.deepcopy(status), "reservedFor": kept}
+            if not kept:
+                over.status.pop("reservedFor")
+                over.status.pop("allocation", None)
+                finalizers = current["metadata"].get("finalizers") or []
+                over.finalizers = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+            if emit:
+                self._write(ident, "release reservation of deleted pod", pod=_ref(pod), deallocated=not kept)
+            else:
+                obj = self._compose(ident)
+                obj["metadata"]["resourceVersion"] = self._next_rv()
+                self._objects[ident] = obj
 
     # ------------------------------------------------------------------ loading and following
 
@@ -565,6 +596,9 @@ class ManifestSource:
         last["metadata"] = {**last["metadata"], "resourceVersion": self._next_rv()}
         log.info("recorded pod deletion in the overlay", extra={"object": _ref(ident), "uid": uid})
         self._emit("DELETED", ident, last)
+        pod_uid = last["metadata"].get("uid")
+        if pod_uid:
+            self._release_reservations(ident, pod_uid, emit=True)
 
     async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
         """Without PodDisruptionBudgets to consult, an eviction here is a deletion."""

@@ -847,3 +847,33 @@ def test_the_loader_and_the_crd_schemas_agree(tmp_path: Path, obj: dict[str, Any
     source = ManifestSource(tmp_path, clock=Clock(), watch=False)
     source.reload()
     assert (source.load_report.errors == ()) == valid, source.load_report.errors
+
+
+def _reserve(claim: dict[str, Any], *pods: dict[str, Any]) -> dict[str, Any]:
+    status = {**ALLOCATED, "reservedFor": [{"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in pods]}
+    meta = {**claim["metadata"], "finalizers": ["resource.kubernetes.io/delete-protection"]}
+    return {**claim, "metadata": meta, "status": status}
+
+
+@pytest.mark.parametrize("how", ["file-removed", "deleted-through-the-source"])
+async def test_deleted_pod_releases_its_claims(tmp_path: Path, running, how: str) -> None:
+    """As the resourceclaim controller does: a gone pod's reservations go; a claim nobody reserves is deallocated."""
+    write(tmp_path, "claims.yaml", CLAIM % "solo" + "---\n" + CLAIM % "shared")
+    pods = {name: write(tmp_path, f"{name}.yaml", (POD % name).replace("{name: %s}" % name, "{name: %s, namespace: ml}" % name)) for name in ("p1", "p2")}
+    source, sink = await running()
+    p1, p2 = [await source.get(ev.POD, "ml", n) for n in ("p1", "p2")]
+    for name, holders in (("solo", [p1]), ("shared", [p1, p2])):
+        claim = await source.get(ev.RESOURCE_CLAIM, "ml", name)
+        claim = await source.update_claim({**claim, "metadata": _reserve(claim, *holders)["metadata"]})
+        await source.update_claim_status(_reserve(claim, *holders))
+    if how == "file-removed":
+        pods["p1"].unlink()
+        source.reload()
+    else:
+        await source.delete_pod("ml", "p1", p1["metadata"]["uid"])
+    solo, shared = sink.of(ev.RESOURCE_CLAIM, RES)["ml/solo"], sink.of(ev.RESOURCE_CLAIM, RES)["ml/shared"]
+    assert "allocation" not in (solo.get("status") or {}) and not (solo.get("status") or {}).get("reservedFor")
+    assert "finalizers" not in solo["metadata"], "a deallocated claim loses its delete protection"
+    assert [r["name"] for r in shared["status"]["reservedFor"]] == ["p2"]
+    assert shared["status"]["allocation"] == ALLOCATED["allocation"]
+    assert shared["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
