@@ -47,8 +47,8 @@ import aiohttp
 import httpx
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender
+
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -158,12 +158,6 @@ def probe_filter_args(slices: int, uid: str, nodes: int = 100) -> bytes:
     )
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
 
 def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
     """An allocation of a distinct device per claim (what a scheduler writes at bind)."""
@@ -185,24 +179,11 @@ def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
-
-def proc_status(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def machine() -> dict[str, Any]:
@@ -491,30 +472,13 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         log_path = tmp / "extender.log"
         cpu = Cpu({"fakeapi": api_proc.pid})
         started = time.perf_counter()
-        ext = subprocess.Popen(
-            [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{port}", "--log-format", "json"],
-            cwd=ROOT,
-            stdout=log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        ext, client = start_extender(["--kubeconfig", str(kubeconfig), "--log-format", "json"], port, log_path)
         cpu.pids["extender"] = ext.pid
-        cpu.start["extender"] = 0.0
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-        while True:
-            try:
-                if client.get("/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if ext.poll() is not None:
-                raise RuntimeError(log_path.read_text()[-5000:])
-            if time.perf_counter() - started > 600:
-                raise TimeoutError("extender not ready after 600 s")
-            time.sleep(0.05)
+        cpu.start["extender"] = 0.0  # its CPU since it started
         ready_s = time.perf_counter() - started
         list_cpu = cpu.done()
-        rss_ready = proc_status(ext.pid, "VmRSS")
-        hwm_ready = proc_status(ext.pid, "VmHWM")
+        rss_ready = proc_status_mb(ext.pid, "VmRSS")
+        hwm_ready = proc_status_mb(ext.pid, "VmHWM")
         print(f"  ready after {ready_s:.2f} s, RSS {rss_ready:.0f} MB (peak {hwm_ready:.0f} MB); CPU {list_cpu}", flush=True)
         pages = fetch_pages(api)
         list_bytes = sum(len(b) for ps in pages.values() for b in ps)
@@ -611,7 +575,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
             "lag_after_last_write_s": round(applied_s - pushed["push_s"], 2) if applied_s else None,
             "objects_not_at_last_rv": len(stale),
             "cpu": watch_cpu,
-            "rss_mb_after_watch": round(proc_status(ext.pid, "VmRSS"), 1),
+            "rss_mb_after_watch": round(proc_status_mb(ext.pid, "VmRSS"), 1),
             "filter_100_nodes_ms_quiet": {"p50": round(pct(quiet, 0.5), 1), "max": round(max(quiet), 1), "n": len(quiet)},
             "filter_100_nodes_ms_during_watch": {
                 "p50": round(pct(filter_ms, 0.5), 1),

@@ -19,26 +19,15 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from bench.common import RESULTS, free_port, pct, proc_status_mb, start_extender
+
 DRIVER = "gpu.example.com"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_pools: int) -> None:
@@ -113,21 +102,6 @@ def pod_body(p: int, node_names: list[str]) -> dict:
     }
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
@@ -136,26 +110,10 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
         print(f"writing cluster: {nodes} nodes x {devices} devices, {pods} pods", flush=True)
         write_cluster(tmp, nodes, devices, pods, tainted_pools)
         port = free_port()
-        log = (tmp / "extender.log").open("wb")
         started = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "extender.cli", "serve", "--source", str(tmp), "--listen", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-        while True:
-            try:
-                if client.get("/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                raise RuntimeError((tmp / "extender.log").read_text())
-            time.sleep(0.2)
+        proc, client = start_extender(["--source", str(tmp)], port, tmp / "extender.log")
         ready_s = time.perf_counter() - started
-        print(f"ready after {ready_s:.1f}s, RSS {rss_mb(proc.pid):.0f} MB", flush=True)
+        print(f"ready after {ready_s:.1f}s, RSS {proc_status_mb(proc.pid):.0f} MB", flush=True)
         names = [f"node-{i:05d}" for i in range(nodes)]
         lat: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
         scheduled = 0
@@ -215,7 +173,7 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
                 for verb, v in lat.items()
             },
             "rule_update_to_filter_seconds": round(update_s, 3) if update_s is not None else None,
-            "rss_mb": round(rss_mb(proc.pid), 1),
+            "rss_mb": round(proc_status_mb(proc.pid), 1),
             "samples_ms": {verb: [round(x * 1000, 3) for x in v] for verb, v in lat.items()},
         }
         proc.terminate()
@@ -231,10 +189,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--pods", type=int, default=300)
     parser.add_argument("--tainted-pools", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     result = run(args.nodes, args.devices, args.pods, args.tainted_pools)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scheduling.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scheduling.json").write_text(json.dumps(result, indent=2) + "\n")
     lat = result["latency_ms"]
     md = [
         "# Scheduling benchmark (`python -m bench.bench_scheduling`)",
@@ -253,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         f"| extender RSS | {result['rss_mb']} MB |",
         "",
     ]
-    (RESULTS / "scheduling.md").write_text("\n".join(md))
+    (args.out / "scheduling.md").write_text("\n".join(md))
     print("\n".join(md))
 
 
