@@ -208,6 +208,13 @@ async def serve(args: argparse.Namespace) -> int:
             start_eviction = None
         if start_eviction is not None:
             extra_tasks.append(asyncio.create_task(start_eviction(state, source, args, is_leader), name="eviction"))
+        else:
+            # Say so rather than let --eviction-mode/--evict-upstream look effective.
+            log.warning(
+                "the NoExecute eviction controller is not in this version: pods keep running on devices "
+                "tainted NoExecute after allocation (new allocations still avoid such devices)",
+                extra={"eviction_mode": args.eviction_mode, "evict_upstream": args.evict_upstream},
+            )
     stopper = asyncio.create_task(stop.wait(), name="stop")
     done, _ = await asyncio.wait([stopper, source_task, *tasks, *extra_tasks], return_when=asyncio.FIRST_COMPLETED)
     code = 0

@@ -328,6 +328,17 @@ def test_json_logs(tmp_path) -> None:
         ext.stop()
     lines = [json.loads(line) for line in ext.logs().splitlines() if line.startswith("{")]
     assert lines and all({"ts", "caller", "msg", "v"} <= set(line) for line in lines)
+    # Eviction is not built: the operator is told, not left to believe --eviction-mode acts.
+    assert any("eviction controller is not in this version" in line["msg"] for line in lines)
+
+
+def test_no_eviction_warning_with_no_eviction(tmp_path) -> None:
+    ext = Extender("--source", str(DEMO), "--no-eviction")
+    try:
+        ext.wait_ready()
+    finally:
+        ext.stop()
+    assert "eviction controller" not in ext.logs()
 
 
 # ----------------------------------------------------------------------------- counts, All, constraints
