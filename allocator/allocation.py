@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from allocator.device_view import DeviceView, SliceView
 from allocator.node_selection import node_name_selector, node_selector_matches
@@ -54,6 +54,7 @@ REASON_SEARCH_LIMIT = "search_limit"
 # Upper bound on backtracking steps per node, so a pathological constraint
 # set cannot hold the scheduler past its extender timeout.
 DEFAULT_SEARCH_BUDGET = 200_000
+SELECTOR_MEMO_PER_SLICE = 64  # distinct (class, request) selector sets remembered per slice view
 
 
 class SelectorEngine(Protocol):
@@ -292,6 +293,31 @@ class Allocator:
 
     # ------------------------------------------------------------------ per-request candidates
 
+    def _selector_flags(
+        self, s: SliceView, class_selectors: Sequence[Any], request_selectors: Sequence[Any]
+    ) -> tuple[tuple[bool, bool], ...] | None:
+        """(in class, matches the request) per device of `s`; None if a selector fails on one of them."""
+        # A filter asks the same question of every node's slices for each pod with the same
+        # requests: answer it once per slice view (see SliceView.selector_memo).
+        key = (tuple(c.expression for c in class_selectors), tuple(r.expression for r in request_selectors))
+        memo = s.selector_memo
+        cached = memo.get(key)
+        if cached is not None:
+            return cached  # type: ignore[return-value]
+        flags = []
+        evaluate = self._cel.evaluate
+        try:
+            for device in s.devices:
+                in_class = all(evaluate(sel, device) for sel in class_selectors)
+                flags.append((in_class, in_class and all(evaluate(sel, device) for sel in request_selectors)))
+        except ValueError:
+            return None
+        result = tuple(flags)
+        if len(memo) >= SELECTOR_MEMO_PER_SLICE:
+            memo.clear()  # many distinct request selectors: start over rather than grow
+        memo[key] = result
+        return result
+
     def _build_slot(
         self,
         ci: int,
@@ -369,25 +395,29 @@ class Allocator:
                 (tally.incomplete_pools if pool.incomplete else tally.invalid_pools).append(f"{pool.driver}/{pool.name}")
                 continue
             for s in pool.slices:
-                for device in s.devices:
+                flags = self._selector_flags(s, class_selectors, request_selectors)
+                for index, device in enumerate(s.devices):
                     if s.per_device_node_selection and not device.reachable_from(node):
                         continue
-                    try:
-                        in_class = all(self._cel.evaluate(sel, device) for sel in class_selectors)
-                    except ValueError as e:  # CelRuntimeError names the expression and the cause
-                        return Failure(
-                            REASON_SELECTOR_ERROR,
-                            f"{where}: device class {device_class.meta.name}, device {device.id}: {e}",
-                            claim.key,
-                            result_name,
-                            device_class.meta.name,
-                        )
-                    try:
-                        matches = in_class and all(self._cel.evaluate(sel, device) for sel in request_selectors)
-                    except ValueError as e:
-                        return Failure(
-                            REASON_SELECTOR_ERROR, f"{where}: device {device.id}: {e}", claim.key, result_name
-                        )
+                    if flags is not None:
+                        in_class, matches = flags[index]
+                    else:  # some selector fails on this slice: find which, for the reason
+                        try:
+                            in_class = all(self._cel.evaluate(sel, device) for sel in class_selectors)
+                        except ValueError as e:  # CelRuntimeError names the expression and the cause
+                            return Failure(
+                                REASON_SELECTOR_ERROR,
+                                f"{where}: device class {device_class.meta.name}, device {device.id}: {e}",
+                                claim.key,
+                                result_name,
+                                device_class.meta.name,
+                            )
+                        try:
+                            matches = in_class and all(self._cel.evaluate(sel, device) for sel in request_selectors)
+                        except ValueError as e:
+                            return Failure(
+                                REASON_SELECTOR_ERROR, f"{where}: device {device.id}: {e}", claim.key, result_name
+                            )
                     if not in_class:
                         continue  # another kind of device: not worth mentioning
                     tally.in_class += 1

@@ -69,6 +69,10 @@ class SliceView:
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
     per_device_node_selection: bool = False
+    # The allocator's memo of selector results for these devices, keyed by selector set.
+    # A slice view is replaced whenever anything in it changes, so the memo never goes
+    # stale, and it is freed with the view. Not part of the value.
+    selector_memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
     def reachable_from(self, node: Node) -> bool:
         """Whether this slice takes part in pool gathering for `node` (upstream GatherPools)."""

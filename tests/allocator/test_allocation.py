@@ -558,3 +558,20 @@ def test_search_budget_bounds_pathological_constraints() -> None:
     c = claim("c", req("a", count=8), constraints=[{"matchAttribute": f"{DRIVER}/numa"}])
     out = Allocator(CelEnvironment(), search_budget=2_000).allocate(NODE, [c], [s], CLASSES, set())
     assert not out.ok and out.failure.code in (A.REASON_SEARCH_LIMIT, A.REASON_CONSTRAINTS)
+
+
+def test_one_slice_view_answers_each_selector_set_separately(allocator: Allocator) -> None:
+    """The per-slice selector memo is keyed by the selectors: reused views never mix answers."""
+    s = view(three())
+    model = f'device.attributes["{DRIVER}"].model'
+    for _ in range(2):  # the second round is answered from the memo
+        small = allocator.allocate(NODE, [claim("c", req("r", selectors=[f'{model} == "small"']))], [s], CLASSES, set())
+        big = allocator.allocate(NODE, [claim("c", req("r", "big"))], [s], CLASSES, set())
+        none = allocator.allocate(NODE, [claim("c", req("r", selectors=[f'{model} == "huge"']))], [s], CLASSES, set())
+        assert [r.device for r in small.allocations["default/c"].results] == ["gpu-1"]
+        assert [r.device for r in big.allocations["default/c"].results] == ["gpu-0"]
+        assert none.failure.code == A.REASON_SELECTOR
+    # A selector failing on one device is still named with that device, memo or not.
+    for _ in range(2):
+        bad = allocator.allocate(NODE, [claim("c", req("r", selectors=[f'device.attributes["{DRIVER}"].numa / 0 == 1']))], [s], CLASSES, set())
+        assert bad.failure.code == A.REASON_SELECTOR_ERROR and "gpu-0" in bad.failure.message, bad.failure
