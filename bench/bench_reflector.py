@@ -35,7 +35,6 @@ import json
 import os
 import platform
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import aiohttp
 import httpx
 import orjson
 
-from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender
+from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender, stop_process
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -228,15 +227,6 @@ def start_fake_api(tmp: Path) -> tuple[subprocess.Popen, str, Path]:
         raise RuntimeError((tmp / "fakeapi.log").read_text())
     return proc, json.loads(line)["url"], kubeconfig
 
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 # ---------------------------------------------------------------------- list phase
@@ -604,8 +594,8 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         return result
     finally:
         if ext is not None:
-            stop(ext)
-        stop(api_proc)
+            stop_process(ext)
+        stop_process(api_proc)
 
 
 def markdown(r: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import RESULTS, free_port, pct, proc_status_mb, start_extender
+from bench.common import RESULTS, free_port, pct, proc_status_mb, start_extender, stop_process
 
 DRIVER = "gpu.example.com"
 
@@ -176,8 +176,7 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
             "rss_mb": round(proc_status_mb(proc.pid), 1),
             "samples_ms": {verb: [round(x * 1000, 3) for x in v] for verb, v in lat.items()},
         }
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

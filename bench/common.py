@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -61,3 +62,14 @@ def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float
             proc.kill()
             raise TimeoutError(f"extender not ready after {timeout} s")
         time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 20 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
