@@ -86,10 +86,10 @@ def create_app(service: Service, *, probes_only: bool = False) -> FastAPI:
 
         return route
 
-    def do_filter(body: bytes) -> Response:
+    async def do_filter(body: bytes) -> Response:
         args = wire.parse_extender_args(body)
         try:
-            passed, failed = service.filter(args)
+            passed, failed = await service.filter(args)
         except NotReady as e:
             return _json(wire.error_filter_result(str(e)))
         return _json(wire.filter_result(args, passed, failed))

@@ -46,6 +46,33 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.placement_wait = Histogram(
+            "dra_extender_placement_wait_seconds",
+            "How long a /filter waited for the /bind of pods placed before it (the scheduler binds asynchronously).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.placement_waits_expired = Counter(
+            "dra_extender_placement_waits_expired",
+            "Pods that passed /filter but whose /bind did not arrive within --placement-wait.",
+            registry=r,
+        )
+        self.claim_wait = Histogram(
+            "dra_extender_claim_wait_seconds",
+            "How long a /filter waited for a claim that kube-controller-manager had not created yet.",
+            ["result"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "dra_extender_inflight_devices", "Devices chosen at /bind whose allocation is still being written.", registry=r
+        )
+        self.requeues = Counter(
+            "dra_extender_requeue_nudges",
+            "Pending pods nudged so kube-scheduler retries them after devices became usable, by result.",
+            ["result"],
+            registry=r,
+        )
         self.cel = Gauge("dra_extender_cel_cache", "CEL cache statistics.", ["stat"], registry=r)
         self._verb = {
             v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))

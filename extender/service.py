@@ -1,8 +1,9 @@
 """The extender's decisions: filter, prioritize and bind, over the tracker's state.
 
 Everything here runs on the event loop, so a decision never sees a
-half-applied change. Allocation writes are serialized under one lock with
-the in-flight ledger (DESIGN §4 "Never double-allocate a device").
+half-applied change. /filter first waits for the /bind of pods placed before
+it (`placements.py`), so it sees their devices as taken; /bind decides under
+one lock and writes concurrently (`binder.py`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,11 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
-from allocator.allocation import Allocator, Failure, Outcome
+from allocator.allocation import Allocator, Outcome
+from allocator.tolerations import blocks_allocation
 from allocator.types import (
-    DELETE_PROTECTION_FINALIZER,
-    DeviceID,
     Node,
     Pod,
     ResourceClaim,
@@ -26,21 +25,20 @@ from allocator.types import (
     parse_node,
     parse_pod,
 )
+from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.metrics import Metrics
+from extender.placements import PlacementGate
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
-from tracker.source import Conflict, NotFound, Source, SourceError
+from tracker.source import Source
 from tracker.state import ClusterState, Problem
 
 log = logging.getLogger("dra_extender.extender")
 
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
 MAX_RESERVED_FOR = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
-BIND_ATTEMPTS = 5
-
-
-def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bind
+DEFAULT_CLAIM_WAIT = 1.0  # seconds a /filter waits for a claim generated from a template
 
 
 def pod_has_claims(pod: dict[str, Any]) -> bool:
@@ -63,45 +61,35 @@ class Service:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         outcome_cache_size: int = 50_000,
+        placement_wait: float = DEFAULT_PLACEMENT_WAIT,
+        claim_wait: float = DEFAULT_CLAIM_WAIT,
+        bind_timeout: float = DEFAULT_BIND_TIMEOUT,
     ) -> None:
         self.state = state
         self.source = source
         self.allocator = allocator
         self.metrics = metrics
         self.is_leader = is_leader
-        self.bind_lock = asyncio.Lock()
+        self.claim_wait = claim_wait
+        self.placements = PlacementGate(placement_wait)
+        self.binder = Binder(
+            state, source, allocator, metrics, self.placements, is_leader=is_leader, timeout=bind_timeout
+        )
         self._outcomes: OrderedDict[tuple[str, str, int], Outcome] = OrderedDict()
         self._cache_size = outcome_cache_size
-        # One allocator per pool (DESIGN §1): the devices of every allocation seen, and those
-        # this process is writing, so an allocation made by anyone else can be named.
-        self._seen_allocations: dict[str, frozenset[DeviceID]] = {}
-        self._own_allocations: set[tuple[str, frozenset[DeviceID]]] = set()
-        state.listeners.append(self._watch_allocations)
+        self._claims_changed = asyncio.Event()
+        state.listeners.append(self._notice_claims)
+
+    @property
+    def bind_lock(self) -> asyncio.Lock:
+        """The lock decisions are made under (held only for in-memory work)."""
+        return self.binder.lock
 
     # ------------------------------------------------------------------ helpers
 
-    def _watch_allocations(self, event: ev.ObjectEvent) -> None:
-        """Warn when, while we lead, a claim gets an allocation this process did not write."""
-        if event.kind != ev.RESOURCE_CLAIM:
-            return
-        claim = self.state.claims.get(event.key)
-        devices = frozenset(r.device_id for r in claim.allocation.results) if claim and claim.allocation else frozenset()
-        before = self._seen_allocations.get(event.key, frozenset())
-        if devices:
-            self._seen_allocations[event.key] = devices
-        else:
-            self._seen_allocations.pop(event.key, None)
-        if not devices or devices == before or not self.state.ready:
-            return
-        if (event.key, devices) in self._own_allocations:
-            self._own_allocations.discard((event.key, devices))
-            return
-        if self.is_leader():
-            self.metrics.foreign_allocations.inc()
-            log.warning(
-                "claim allocated by another allocator: only one allocator may manage a device pool",
-                extra={"claim": event.key, "devices": sorted(str(d) for d in devices)},
-            )
+    def _notice_claims(self, event: ev.ObjectEvent) -> None:
+        if event.kind in (ev.RESOURCE_CLAIM, ev.POD):
+            self._claims_changed.set()
 
     def _check_ready(self) -> None:
         if not self.state.ready:
@@ -156,16 +144,68 @@ class Service:
                     return claims, f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
         return claims, None
 
+    async def _claims_when_created(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+        """The pod's claims, waiting up to `claim_wait` for ones not created yet.
+
+        kube-scheduler often pops a pod before kube-controller-manager has
+        created its claims from their templates; rejecting it then costs the
+        pod a backoff and a requeue. A short wait here usually sees the claim
+        arrive through the watch (see docs/kube-scheduler.md for the measured
+        trade-off: the scheduling cycle is sequential, so the pods behind it
+        wait too).
+        """
+        claims, problem = self._claims_for(pod)
+        if problem is None or self.claim_wait <= 0 or not self._claim_may_come(pod):
+            return claims, problem
+        start = time.monotonic()
+        deadline = start + self.claim_wait
+        while problem is not None and self._claim_may_come(pod):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._claims_changed.clear()
+            try:
+                await asyncio.wait_for(self._claims_changed.wait(), left)
+            except asyncio.TimeoutError:
+                break
+            fresh = self.state.raw_pods.get(pod.key)
+            if fresh is not None and (fresh.get("metadata") or {}).get("uid") == pod.meta.uid:
+                try:
+                    pod = parse_pod(fresh)  # the controller may have written resourceClaimStatuses
+                except ValidationError:
+                    pass
+            claims, problem = self._claims_for(pod)
+        self.metrics.claim_wait.labels("arrived" if problem is None else "missing").observe(time.monotonic() - start)
+        return claims, problem
+
+    def _claim_may_come(self, pod: Pod) -> bool:
+        """Only a claim from a template is created for the pod; a named one must already exist."""
+        return any(
+            pc.resource_claim_name is None and pc.resource_claim_template_name and pc.name not in pod.claim_statuses
+            for pc in pod.resource_claims
+        ) or any(
+            (pc.resource_claim_name or pod.claim_statuses.get(pc.name))
+            and f"{pod.meta.namespace}/{pc.resource_claim_name or pod.claim_statuses.get(pc.name)}" not in self.state.claims
+            for pc in pod.resource_claims
+            if pc.resource_claim_name is None
+        )
+
     # ------------------------------------------------------------------ filter
 
-    def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str]]:
-        """Nodes that fit and, for the rest, why (all unresolvable: see DESIGN "Which map")."""
+    async def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str]]:
+        """Nodes that fit and, for the rest, why (all unresolvable: see docs "Which map")."""
         names = args.names
         if not pod_has_claims(args.pod):
             return list(names), {}
         self._check_ready()
         pod = self._parse_pod(args.pod)
-        claims, problem = self._claims_for(pod)
+        waited, expired = await self.placements.wait(pod.meta.uid)
+        if waited:
+            self.metrics.placement_wait.observe(waited)
+        if expired:
+            self.metrics.placement_waits_expired.inc(expired)
+            log.info("a placed pod's /bind did not arrive in time", extra={"pod": pod.key, "waits_expired": expired})
+        claims, problem = await self._claims_when_created(pod)
         if problem is not None:
             return [], {n: problem for n in names}
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
@@ -177,18 +217,14 @@ class Service:
                 passed.append(name)
             else:
                 failed[name] = outcome.failure.message  # type: ignore[union-attr]
+        if passed and any(claim.allocation is None for claim in claims):
+            self.placements.expect_bind(pod.meta.uid)
         return passed, failed
 
     # ------------------------------------------------------------------ prioritize
 
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
-        """Health first, then packing; formula in docs/scoring.md.
-
-        score = round(10 * (0.7 * healthy + 0.3 * packing)), where `healthy` is
-        the share of the pod's devices without a non-blocking (None/unknown
-        effect) taint and `packing` the share of the node's node-local devices
-        already allocated. A node where the claims do not fit scores 0.
-        """
+        """Health first; packing only breaks ties (formula in docs/scoring.md)."""
         names = args.names
         if not pod_has_claims(args.pod):
             return [(n, 0) for n in names]
@@ -205,238 +241,35 @@ class Service:
         return scores
 
     def _score(self, node_name: str, outcome: Outcome) -> int:
+        """score = round(9 * healthy) + (1 if the node already has devices in use), 0 when nothing fits.
+
+        `healthy` is the share of the pod's devices without a non-blocking
+        (None/unknown effect) taint. Packing is worth one point only: enough to
+        prefer a node already in use over an empty one among equally healthy
+        nodes, never enough to outweigh kube-scheduler's own spreading scores
+        and its random choice among equal totals.
+        """
         if not outcome.ok:
             return 0
         devices = outcome.devices
         healthy = 1.0
         if devices:
-            degraded = sum(1 for d in devices if any(t.effect not in ("NoSchedule", "NoExecute") for t in d.taints))
+            degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
             healthy = 1.0 - degraded / len(devices)
-        local = [
-            d.id for s in self.state.slices_for_node(node_name) if s.node_name == node_name for d in s.devices
-        ]
-        packing = sum(1 for d in local if self.state.is_taken(d)) / len(local) if local else 0.0
-        return max(0, min(MAX_PRIORITY, round(MAX_PRIORITY * (0.7 * healthy + 0.3 * packing))))
+        in_use = any(
+            self.state.is_taken(d.id)
+            for s in self.state.slices_for_node(node_name)
+            if s.node_name == node_name
+            for d in s.devices
+        )
+        return max(0, min(MAX_PRIORITY, round((MAX_PRIORITY - 1) * healthy) + (1 if in_use else 0)))
 
     # ------------------------------------------------------------------ bind
 
     async def bind(self, args: BindingArgs) -> str:
         """Allocate, write claim status, then create the Binding; '' on success, else the error."""
         if not self.is_leader():
+            self.placements.decided(args.pod_uid)
             return "not leader"
         self._check_ready()
-        key = f"{args.pod_namespace}/{args.pod_name}"
-        raw_pod = self.state.raw_pods.get(key)
-        if raw_pod is None:
-            raw_pod = await self.source.get(ev.POD, args.pod_namespace, args.pod_name)
-        if raw_pod is None:
-            return f"pod {key} not found"
-        pod = self._parse_pod(raw_pod)
-        if args.pod_uid and pod.meta.uid and pod.meta.uid != args.pod_uid:
-            return f"pod {key}: UID {pod.meta.uid} does not match the requested {args.pod_uid}"
-        uid = args.pod_uid or pod.meta.uid
-        if not pod.resource_claims:
-            return await self._bind_pod(args, uid)
-        async with self.bind_lock:
-            error, written = await self._allocate_and_reserve(pod, uid, args.node)
-            if error:
-                return error
-            bind_error = await self._bind_pod(args, uid)
-            if bind_error:
-                await self._undo(pod, uid, written)
-            return bind_error
-
-    async def _bind_pod(self, args: BindingArgs, uid: str) -> str:
-        try:
-            await self.source.bind_pod(args.pod_namespace, args.pod_name, uid, args.node)
-        except SourceError as e:
-            self.metrics.binds.labels("binding_failed").inc()
-            return f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: {e.message}"
-        self.metrics.binds.labels("ok").inc()
-        log.info("bound pod", extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node})
-        return ""
-
-    async def _fresh_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
-        claims, problem = self._claims_for(pod)
-        if problem is None or pod.meta.namespace is None:
-            return claims, problem
-        # A claim missing from the cache may just not have arrived yet: ask the source.
-        for pc in pod.resource_claims:
-            name = pc.resource_claim_name or pod.claim_statuses.get(pc.name)
-            if name and f"{pod.meta.namespace}/{name}" not in self.state.claims:
-                raw = await self.source.get(ev.RESOURCE_CLAIM, pod.meta.namespace, name)
-                if raw is not None:
-                    self.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"{pod.meta.namespace}/{name}", raw))
-        return self._claims_for(pod)
-
-    async def _allocate_and_reserve(self, pod: Pod, uid: str, node_name: str) -> tuple[str, list[tuple[str, bool]]]:
-        """Returns (error, [(claim key, allocated by us)]) for the claims written."""
-        written: list[tuple[str, bool]] = []
-        for attempt in range(BIND_ATTEMPTS):
-            if not self.is_leader():
-                # Checked under the bind lock, before every write: binds queued behind the
-                # lock when leadership ended must not allocate (DESIGN §4 one allocator).
-                self.metrics.binds.labels("not_leader").inc()
-                return "not leader", written
-            claims, problem = await self._fresh_claims(pod)
-            if problem is not None:
-                self.metrics.binds.labels("claims_unresolved").inc()
-                return problem, written
-            node = self._node(node_name, None)
-            outcome = self.allocator.allocate(
-                node,
-                claims,
-                self.state.slices_for_node(node_name),
-                self.state.classes,
-                self.state.is_taken,
-                self.state.device,
-                timestamp=now_rfc3339(),
-            )
-            if not outcome.ok:
-                self.metrics.binds.labels("unschedulable").inc()
-                return f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}", written  # type: ignore[union-attr]
-            inflight = [
-                (r.device_id, claim_key)
-                for claim_key, alloc in outcome.allocations.items()
-                for r in alloc.results
-                if not r.admin_access
-            ]
-            for did, claim_key in inflight:
-                self.state.inflight[did] = claim_key
-            try:
-                for claim in claims:
-                    allocation = outcome.allocations.get(claim.key)
-                    if await self._write_claim(claim, allocation, pod, uid):
-                        # Only what this bind wrote is undone if the binding fails: a reservation
-                        # that was already there (a retried bind) belongs to an earlier success.
-                        written.append((claim.key, allocation is not None))
-                return "", written
-            except Conflict as e:
-                log.info("claim changed while binding; retrying", extra={"pod": pod.key, "attempt": attempt + 1, "err": e.message})
-                await self._undo(pod, uid, written)
-                written = []
-                await self._refresh_claims(pod)
-            except SourceError as e:
-                await self._undo(pod, uid, written)
-                self.metrics.binds.labels("write_failed").inc()
-                return f"writing claims of pod {pod.key}: {e.message}", []
-            finally:
-                for did, claim_key in inflight:
-                    if self.state.inflight.get(did) == claim_key:
-                        del self.state.inflight[did]
-        self.metrics.binds.labels("conflict").inc()
-        return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)", []
-
-    async def _refresh_claims(self, pod: Pod) -> None:
-        for pc in pod.resource_claims:
-            name = pc.resource_claim_name or pod.claim_statuses.get(pc.name)
-            if not name:
-                continue
-            raw = await self.source.get(ev.RESOURCE_CLAIM, pod.meta.namespace, name)
-            key = f"{pod.meta.namespace}/{name}"
-            kind = "MODIFIED" if raw is not None else "DELETED"
-            self.state.apply(ev.ObjectEvent(kind, ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, raw or {}))
-
-    def _apply_claim(self, raw: dict[str, Any]) -> None:
-        key = ev.object_key(ev.RESOURCE_CLAIM, raw)
-        current = self.state.raw_claims.get(key)
-        if current is not None and _rv(current) > _rv(raw):
-            return  # the watch already delivered something newer
-        self.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, raw))
-
-    async def _write_claim(self, claim: ResourceClaim, allocation, pod: Pod, uid: str) -> bool:
-        """Allocate and/or reserve; False when the claim was already reserved for the pod (nothing written)."""
-        raw = self.state.raw_claims[claim.key]
-        reservation = {"resource": "pods", "name": pod.meta.name, "uid": uid}
-        if allocation is not None:
-            meta = raw.get("metadata") or {}
-            if DELETE_PROTECTION_FINALIZER not in (meta.get("finalizers") or []):
-                updated = {**raw, "metadata": {**meta, "finalizers": [*(meta.get("finalizers") or []), DELETE_PROTECTION_FINALIZER]}}
-                raw = await self.source.update_claim(updated)
-                self._apply_claim(raw)
-            status = dict(raw.get("status") or {})
-            status["allocation"] = allocation.to_api()
-            status["reservedFor"] = [*(status.get("reservedFor") or []), reservation]
-            own = (claim.key, frozenset(r.device_id for r in allocation.results))
-            self._own_allocations.add(own)
-            try:
-                raw = await self.source.update_claim_status({**raw, "status": status})
-            except BaseException:
-                self._own_allocations.discard(own)
-                raise
-            self._apply_claim(raw)
-            log.info(
-                "allocated claim",
-                extra={
-                    "claim": claim.key,
-                    "pod": pod.key,
-                    "devices": [str(r.device_id) for r in allocation.results],
-                },
-            )
-            return True
-        reserved = (raw.get("status") or {}).get("reservedFor") or []
-        if any(r.get("uid") == uid for r in reserved):
-            return False
-        status = dict(raw.get("status") or {})
-        status["reservedFor"] = [*reserved, reservation]
-        raw = await self.source.update_claim_status({**raw, "status": status})
-        self._apply_claim(raw)
-        return True
-
-    async def _undo(self, pod: Pod, uid: str, written: list[tuple[str, bool]]) -> None:
-        """Take back reservations (and allocations nobody else holds) after a failed bind."""
-        for claim_key, allocated_by_us in reversed(written):
-            ns, _, name = claim_key.partition("/")
-            for _ in range(BIND_ATTEMPTS):
-                raw = await self.source.get(ev.RESOURCE_CLAIM, ns, name)
-                if raw is None:
-                    break
-                status = dict(raw.get("status") or {})
-                reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
-                status["reservedFor"] = reserved
-                deallocate = allocated_by_us and not reserved
-                if deallocate:
-                    status.pop("allocation", None)
-                try:
-                    raw = await self.source.update_claim_status({**raw, "status": status})
-                    self._apply_claim(raw)
-                    if deallocate:
-                        await self._drop_finalizer(raw)
-                    break
-                except Conflict:
-                    continue
-                except SourceError as e:
-                    log.error("could not undo claim reservation", extra={"claim": claim_key, "err": e.message})
-                    break
-
-
-    async def _drop_finalizer(self, raw: dict[str, Any]) -> None:
-        """A deallocated claim no longer needs delete protection (as upstream's Unreserve)."""
-        for _ in range(BIND_ATTEMPTS):
-            meta = raw.get("metadata") or {}
-            finalizers = meta.get("finalizers") or []
-            if DELETE_PROTECTION_FINALIZER not in finalizers or (raw.get("status") or {}).get("allocation"):
-                return
-            kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
-            try:
-                self._apply_claim(await self.source.update_claim({**raw, "metadata": {**meta, "finalizers": kept}}))
-                return
-            except Conflict:
-                fresh = await self.source.get(ev.RESOURCE_CLAIM, meta.get("namespace") or "", meta.get("name") or "")
-                if fresh is None:
-                    return
-                raw = fresh
-
-
-def _rv(raw: dict[str, Any]) -> int:
-    try:
-        return int((raw.get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def monotonic() -> float:
-    return time.perf_counter()
-
-
-__all__ = ["Service", "NotReady", "Failure", "NotFound"]
+        return await self.binder.bind(args)

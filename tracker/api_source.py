@@ -487,22 +487,42 @@ class ApiSource:
             raise _status_error(status, body, f"get {kind} {namespace}/{name}")
         return orjson.loads(body)
 
+    async def send(self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0) -> tuple[int, bytes]:
+        """A write with a compact JSON body (orjson), on the client's authenticated session.
+
+        kubernetes-asyncio serializes bodies with `json.dumps` (spaces after `:`
+        and `,`); the API server keeps RawExtension bytes (a claim's
+        `opaque.parameters`) as their creator sent them and compares them
+        byte-wise on update, so a re-serialized spec reads as a change to an
+        immutable field. Sending compact bytes ourselves avoids that.
+        """
+        api = await self._client()
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers.update(api.default_headers)
+        await api.update_params_for_auth(headers, [], ["BearerToken"])
+        session = api.rest_client.pool_manager
+        url = api.configuration.host + path
+        async with session.request(
+            method, url, data=orjson.dumps(body), headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
+            return resp.status, await resp.read()
+
     async def _write(self, method: str, path: str, body: Any, what: str, content_type: str = "application/json") -> dict[str, Any]:
-        status, data = await self.request(method, path, body=body, content_type=content_type)
+        status, data = await self.send(method, path, body, content_type=content_type)
         if status not in (200, 201, 202):
             raise _status_error(status, data, what)
         return orjson.loads(data) if data else {}
 
-    async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
-        meta = claim["metadata"]
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
         res = KIND_RESOURCES[ev.RESOURCE_CLAIM]
-        return await self._write("PUT", res.item(meta["namespace"], meta["name"]), claim, f"update ResourceClaim {meta['namespace']}/{meta['name']}")
+        path = res.item(namespace, name) + ("/status" if status else "")
+        what = f"patch ResourceClaim {namespace}/{name}{' status' if status else ''}"
+        return await self._write("PATCH", path, patch, what, content_type="application/merge-patch+json")
 
-    async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
-        meta = claim["metadata"]
-        res = KIND_RESOURCES[ev.RESOURCE_CLAIM]
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._write(
-            "PUT", res.item(meta["namespace"], meta["name"]) + "/status", claim, f"update ResourceClaim {meta['namespace']}/{meta['name']} status"
+            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", patch, f"patch Pod {namespace}/{name}",
+            content_type="application/merge-patch+json",
         )
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:

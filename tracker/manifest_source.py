@@ -45,7 +45,7 @@ from tracker.manifest_load import (
     read_file,
     rfc3339,
 )
-from tracker.source import Conflict, Invalid, NotFound
+from tracker.source import Conflict, Invalid, NotFound, merge_patch
 
 __all__ = ["SUFFIXES", "TRACKED", "LoadError", "LoadReport", "ManifestSource", "now_utc"]
 
@@ -568,6 +568,17 @@ class ManifestSource:
         ]
         reserved = [r.get("name") for r in (status or {}).get("reservedFor") or () if isinstance(r, dict)]
         return self._write(ident, "update claim status", devices=devices, reservedFor=reserved)
+
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of the claim or its /status, as the API server applies it."""
+        current = await self.get(ev.RESOURCE_CLAIM, namespace, name)
+        if current is None:
+            raise NotFound(f'resourceclaims.resource.k8s.io "{name}" not found in namespace {namespace or "default"}')
+        want_rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+        merged = merge_patch(current, patch)
+        if not want_rv:
+            merged["metadata"].pop("resourceVersion", None)  # no precondition asked for
+        return await (self.update_claim_status(merged) if status else self.update_claim(merged))
 
     def _pod_for_write(self, namespace: str, name: str, uid: str) -> Identity:
         ident = self._find(ev.POD, namespace, name)

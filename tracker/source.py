@@ -6,6 +6,7 @@ in-memory overlay) and the API server (reflectors, writes over HTTP).
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Protocol
 
 from tracker.events import EventSink
@@ -35,6 +36,19 @@ class Invalid(SourceError):
     status = 422
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
 class Source(Protocol):
     description: str
 
@@ -46,12 +60,13 @@ class Source(Protocol):
         """The freshest copy of one object (None if it does not exist)."""
         ...
 
-    async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
-        """Write a ResourceClaim's metadata/spec (finalizers); `metadata.resourceVersion` is a precondition."""
-        ...
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+        """A JSON merge patch of a ResourceClaim (its finalizers) or, with `status`, of its /status.
 
-    async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
-        """Write a ResourceClaim's `status` (allocation, reservedFor) with a resourceVersion precondition."""
+        Only what changes is sent, never the whole object (the spec is
+        immutable and compared byte-wise by the API server);
+        `metadata.resourceVersion` in the patch is a precondition.
+        """
         ...
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:

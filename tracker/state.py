@@ -97,6 +97,21 @@ def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, s
     return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
 
 
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+def _generated_for(raw: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(owning pod uid, pod claim name) of a claim generated from a template, as the controller marks it."""
+    meta = (raw or {}).get("metadata") or {}
+    pod_claim = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    if not isinstance(pod_claim, str):
+        return None
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Pod" and isinstance(ref.get("uid"), str):
+            return ref["uid"], pod_claim
+    return None
+
+
 class ClusterState:
     def __init__(
         self,
@@ -125,6 +140,9 @@ class ClusterState:
         self.patches: dict[str, ResourceSlicePatch] = {}
         self.raw_claims: dict[str, dict[str, Any]] = {}
         self.raw_pods: dict[str, dict[str, Any]] = {}
+        # Claims generated from templates, by owning pod uid and pod claim name: found before
+        # kube-controller-manager has written the pod's status.resourceClaimStatuses.
+        self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
 
         self._slice_versions: dict[str, int] = {}
         self._patch_versions: dict[str, int] = {}
@@ -303,6 +321,7 @@ class ClusterState:
             return
         if old is not None:
             self._release_allocation(old)
+            self._unindex_generated(event.key, self.raw_claims.get(event.key))
         if event.type == "DELETED":
             self.claims.pop(event.key, None)
             self.raw_claims.pop(event.key, None)
@@ -310,6 +329,9 @@ class ClusterState:
         claim = parse_resource_claim(event.object)
         self.claims[event.key] = claim
         self.raw_claims[event.key] = event.object
+        owner = _generated_for(event.object)
+        if owner is not None:
+            self.generated_claims[owner[0]][owner[1]] = event.key
         if claim.allocation is not None:
             for result in claim.allocation.results:
                 if result.admin_access:
@@ -328,6 +350,16 @@ class ClusterState:
                         extra={"device": str(result.device_id), "claim": claim.key, "other": other},
                     )
                 self.allocated[result.device_id] = claim.key
+
+    def _unindex_generated(self, key: str, raw: Mapping[str, Any] | None) -> None:
+        owner = _generated_for(raw)
+        if owner is None:
+            return
+        by_name = self.generated_claims.get(owner[0])
+        if by_name is not None and by_name.get(owner[1]) == key:
+            del by_name[owner[1]]
+            if not by_name:
+                del self.generated_claims[owner[0]]
 
     def _release_allocation(self, claim: ResourceClaim) -> None:
         if claim.allocation is None:
@@ -592,6 +624,12 @@ class ClusterState:
             if pc.resource_claim_name is not None:
                 name = pc.resource_claim_name
             elif pc.name not in pod.claim_statuses:
+                # The controller creates the claim, then records it in the pod's status: the
+                # claim it owns may be here before that status (or the scheduler's copy of it).
+                owned = self.generated_claims.get(pod.meta.uid, {}).get(pc.name) if pod.meta.uid else None
+                if owned is not None and owned in self.claims:
+                    out.append(self.claims[owned])
+                    continue
                 return out, (
                     f"pod {pod.key}: the claim for pod claim {pc.name!r} (template "
                     f"{ns}/{pc.resource_claim_template_name}) has not been created yet"

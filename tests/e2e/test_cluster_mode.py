@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from allocator.types import TOLERATIONS_ANNOTATION
-from extender.service import BIND_ATTEMPTS
+from extender.binder import BIND_ATTEMPTS
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
 
@@ -484,7 +484,7 @@ def test_bind_writes_allocation_reservation_and_binding(binding) -> None:
 
     # Finalizer, then status, then the Binding, each once.
     writes = [(r["method"], r["resource"]) for r in api.requests(since) if r["method"] != "GET"]
-    assert writes == [("PUT", "resourceclaims"), ("PUT", "resourceclaims/status"), ("POST", "pods/binding")]
+    assert writes == [("PATCH", "resourceclaims"), ("PATCH", "resourceclaims/status"), ("POST", "pods/binding")]
 
     # Another pod now finds node-a's only untainted GPU taken; the claim's own pod fits only node-a.
     pair = reasons(ext, demo_pod_args("pair", ["node-a"]))["node-a"]
@@ -647,8 +647,8 @@ def test_bind_retries_when_the_claim_changed_meanwhile(binding) -> None:
     finally:
         api.clear_faults()
     writes = [(r["method"], r["resource"], r["status"]) for r in api.requests(since) if r["method"] != "GET"]
-    assert writes[0] == ("PUT", "resourceclaims", 409)
-    assert writes[-3:] == [("PUT", "resourceclaims", 200), ("PUT", "resourceclaims/status", 200), ("POST", "pods/binding", 201)]
+    assert writes[0] == ("PATCH", "resourceclaims", 409)
+    assert writes[-3:] == [("PATCH", "resourceclaims", 200), ("PATCH", "resourceclaims/status", 200), ("POST", "pods/binding", 201)]
     written = get_claim(api, "retried")
     assert written["metadata"]["annotations"]["touched"] == "yes"  # the other writer's change survived
     assert written["status"]["reservedFor"] == [{"resource": "pods", "name": "retried", "uid": uid}]

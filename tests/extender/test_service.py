@@ -21,13 +21,13 @@ async def test_failing_class_selector_fails_the_node_and_blames_the_class(demo_s
     demo = await demo_service(BROKEN_CLASS)
     service, problems = demo.service, demo.problems
     args = parse_extender_args(orjson.dumps(demo_pod_args("trainer", ["node-a", "node-b"])))
-    passed, failed = service.filter(args)
+    passed, failed = await service.filter(args)
     assert passed == []
     assert "device class gpu.example.com" in failed["node-a"] and "nosuch" in failed["node-a"]
     blamed = [p for p in problems if p.kind == "DeviceClass"]
     assert len(blamed) >= 1 and blamed[0].name == "gpu.example.com"
     # Asking again does not report it again.
-    service.filter(args)
+    await service.filter(args)
     assert len([p for p in problems if p.kind == "DeviceClass"]) == len(blamed)
 
 

@@ -1,0 +1,486 @@
+"""/bind: decide a pod's devices under one lock, then write claims and the Binding concurrently.
+
+Only the decision is serialized (allocate on the chosen node against the
+allocated and in-flight devices, record the choice in the in-flight
+ledger): that is what keeps a device from being handed out twice. The API
+writes that follow (the delete-protection finalizer, the claim status, the
+pod's Binding) run concurrently across pods, so a slow write delays only its
+own pod. Every bind answers within `timeout` (below kube-scheduler's
+`httpTimeout`); a bind that fails or runs out of time undoes what it wrote,
+in the background, before its in-flight devices are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from allocator.allocation import Allocator
+from allocator.types import (
+    DELETE_PROTECTION_FINALIZER,
+    AllocationResult,
+    DeviceID,
+    Node,
+    Pod,
+    ResourceClaim,
+    ValidationError,
+    parse_pod,
+)
+from extender.metrics import Metrics
+from extender.placements import PlacementGate
+from extender.wire import BindingArgs
+from tracker import events as ev
+from tracker.source import Conflict, Source, SourceError
+from tracker.state import ClusterState
+
+log = logging.getLogger("dra_extender.bind")
+
+BIND_ATTEMPTS = 5
+DEFAULT_BIND_TIMEOUT = 4.0  # kube-scheduler's default httpTimeout is 5 s and covers /bind
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class BindFailed(Exception):
+    """The bind cannot succeed; the message is the scheduler's answer."""
+
+
+class _BindingFailed(SourceError):
+    """Creating the pod's Binding failed (after the claims were written)."""
+
+    status = 0
+
+
+@dataclass(slots=True)
+class _Written:
+    """What one bind changed on one claim, so exactly that can be taken back."""
+
+    key: str
+    finalizer_added: bool = False
+    allocated: frozenset[DeviceID] = frozenset()
+    reserved: bool = False
+
+
+@dataclass(slots=True)
+class _Hold:
+    """Devices of one decision in the in-flight ledger, until the view has the allocation."""
+
+    devices: dict[DeviceID, str] = field(default_factory=dict)
+
+
+class Binder:
+    def __init__(
+        self,
+        state: ClusterState,
+        source: Source,
+        allocator: Allocator,
+        metrics: Metrics,
+        gate: PlacementGate,
+        *,
+        is_leader: Callable[[], bool],
+        timeout: float = DEFAULT_BIND_TIMEOUT,
+    ) -> None:
+        self.state = state
+        self.source = source
+        self.allocator = allocator
+        self.metrics = metrics
+        self.gate = gate
+        self.is_leader = is_leader
+        self.timeout = timeout
+        self.lock = asyncio.Lock()  # held for decisions only, never across an API call
+        self._background: set[asyncio.Task[None]] = set()
+        # One allocator per pool (see docs/kube-scheduler.md): the devices of every allocation
+        # seen, and those this process wrote, so an allocation made by anyone else can be named.
+        self._seen_allocations: dict[str, frozenset[DeviceID]] = {}
+        self._own_allocations: set[tuple[str, frozenset[DeviceID]]] = set()
+        state.listeners.append(self._watch_allocations)
+
+    # ------------------------------------------------------------------ entry point
+
+    async def bind(self, args: BindingArgs) -> str:
+        """'' when the pod is bound, else why not (the scheduler retries the pod with backoff)."""
+        uid = args.pod_uid
+        try:
+            if not self.is_leader():
+                self.metrics.binds.labels("not_leader").inc()
+                return "not leader"
+            deadline = time.monotonic() + self.timeout
+            try:
+                pod = await asyncio.wait_for(self._pod(args), self.timeout)
+            except asyncio.TimeoutError:
+                return f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out"
+            uid = args.pod_uid or pod.meta.uid
+            if not pod.resource_claims:
+                self.gate.decided(uid)
+                return await self._bind_pod(args, uid, deadline)
+            return await self._bind_with_claims(pod, uid, args, deadline)
+        except BindFailed as e:
+            return str(e)
+        finally:
+            self.gate.decided(uid)
+
+    async def _pod(self, args: BindingArgs) -> Pod:
+        key = f"{args.pod_namespace}/{args.pod_name}"
+        raw = self.state.raw_pods.get(key)
+        if raw is None:
+            raw = await self._call(self.source.get(ev.POD, args.pod_namespace, args.pod_name), f"reading pod {key}")
+        if raw is None:
+            raise BindFailed(f"pod {key} not found")
+        try:
+            pod = parse_pod(raw)
+        except ValidationError as e:
+            raise BindFailed(f"pod {key}: {e}") from None
+        if args.pod_uid and pod.meta.uid and pod.meta.uid != args.pod_uid:
+            raise BindFailed(f"pod {key}: UID {pod.meta.uid} does not match the requested {args.pod_uid}")
+        return pod
+
+    # ------------------------------------------------------------------ decide, then write
+
+    async def _bind_with_claims(self, pod: Pod, uid: str, args: BindingArgs, deadline: float) -> str:
+        for attempt in range(BIND_ATTEMPTS):
+            await self._fetch_missing_claims(pod, deadline)
+            async with self.lock:
+                claims, allocations, hold = self._decide(pod, args.node)
+            self.gate.decided(uid)
+            written: list[_Written] = []
+            try:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                async with asyncio.timeout(left):
+                    for claim in claims:
+                        await self._write_claim(claim, allocations.get(claim.key), pod, uid, written)
+                    self._release(hold)  # the view holds the allocations now
+                    await self._create_binding(args, uid)
+                self.metrics.binds.labels("ok").inc()
+                log.info("bound pod", extra={"pod": pod.key, "node": args.node, "attempt": attempt + 1})
+                return ""
+            except Conflict as e:
+                # A claim changed under us (another pod reserved it, a status echo): decide again.
+                log.info("claim changed while binding; retrying", extra={"pod": pod.key, "attempt": attempt + 1, "err": e.message})
+                await self._undo(pod, uid, args.node, written, hold)
+                await self._refresh_claims(pod, deadline)
+            except asyncio.TimeoutError:
+                self.metrics.binds.labels("timeout").inc()
+                await self._undo_within(deadline, pod, uid, args.node, written, hold)
+                return f"binding pod {pod.key} to {args.node}: timed out after {self.timeout:g}s; its claim writes are being undone"
+            except SourceError as e:
+                binding = isinstance(e, _BindingFailed)
+                self.metrics.binds.labels("binding_failed" if binding else "write_failed").inc()
+                await self._undo_within(deadline, pod, uid, args.node, written, hold)
+                what = "creating the Binding" if binding else "writing its claims"
+                return f"binding pod {pod.key} to {args.node}: {what}: {e.message}"
+            except BaseException:
+                self._undo_in_background(pod, uid, args.node, written, hold)
+                raise
+        self.metrics.binds.labels("conflict").inc()
+        return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
+
+    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], _Hold]:
+        """Under the lock, without I/O: allocate against allocated + in-flight devices and hold them."""
+        if not self.is_leader():
+            # Checked under the lock: binds queued when leadership ended must not allocate.
+            self.metrics.binds.labels("not_leader").inc()
+            raise BindFailed("not leader")
+        claims, problem = self.state.pod_claims(pod)
+        if problem is not None:
+            self.metrics.binds.labels("claims_unresolved").inc()
+            raise BindFailed(problem)
+        node = self.state.node(node_name)
+        outcome = self.allocator.allocate(
+            node if node is not None else Node(node_name),
+            claims,
+            self.state.slices_for_node(node_name),
+            self.state.classes,
+            self.state.is_taken,
+            self.state.device,
+            timestamp=now_rfc3339(),
+        )
+        if not outcome.ok:
+            self.metrics.binds.labels("unschedulable").inc()
+            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
+        hold = _Hold(
+            {
+                r.device_id: claim_key
+                for claim_key, alloc in outcome.allocations.items()
+                for r in alloc.results
+                if not r.admin_access
+            }
+        )
+        self.state.inflight.update(hold.devices)
+        self.metrics.inflight.set(len(self.state.inflight))
+        return claims, dict(outcome.allocations), hold
+
+    def _release(self, hold: _Hold) -> None:
+        for did, claim_key in hold.devices.items():
+            if self.state.inflight.get(did) == claim_key:
+                del self.state.inflight[did]
+        hold.devices.clear()
+        self.metrics.inflight.set(len(self.state.inflight))
+
+    # ------------------------------------------------------------------ writes
+
+    async def _write_claim(
+        self, claim: ResourceClaim, allocation: AllocationResult | None, pod: Pod, uid: str, written: list[_Written]
+    ) -> None:
+        """Allocate and/or reserve one claim with merge patches guarded by its resourceVersion."""
+        raw = self.state.raw_claims[claim.key]
+        ns, _, name = claim.key.partition("/")
+        reservation = {"resource": "pods", "name": pod.meta.name, "uid": uid}
+        reserved = list((raw.get("status") or {}).get("reservedFor") or [])
+        if allocation is None and any(r.get("uid") == uid for r in reserved):
+            return  # a retried bind: the reservation belongs to the earlier success
+        record = _Written(claim.key)
+        written.append(record)
+        if allocation is not None:
+            finalizers = list((raw.get("metadata") or {}).get("finalizers") or [])
+            if DELETE_PROTECTION_FINALIZER not in finalizers:
+                raw = await self.source.patch_claim(
+                    ns, name, {"metadata": {"resourceVersion": _rv_str(raw), "finalizers": [*finalizers, DELETE_PROTECTION_FINALIZER]}}
+                )
+                record.finalizer_added = True
+                self._apply_claim(raw)
+            devices = frozenset(r.device_id for r in allocation.results)
+            record.allocated = devices  # before the write: one that times out may still land
+            own = (claim.key, devices)
+            self._own_allocations.add(own)
+            patch = {
+                "metadata": {"resourceVersion": _rv_str(raw)},
+                "status": {"allocation": allocation.to_api(), "reservedFor": [*reserved, reservation]},
+            }
+            try:
+                raw = await self.source.patch_claim(ns, name, patch, status=True)
+            except BaseException:
+                self._own_allocations.discard(own)
+                raise
+            record.reserved = True
+            self._apply_claim(raw)
+            log.info(
+                "allocated claim",
+                extra={"claim": claim.key, "pod": pod.key, "devices": [str(d) for d in sorted(devices, key=str)]},
+            )
+            return
+        patch = {"metadata": {"resourceVersion": _rv_str(raw)}, "status": {"reservedFor": [*reserved, reservation]}}
+        raw = await self.source.patch_claim(ns, name, patch, status=True)
+        record.reserved = True
+        self._apply_claim(raw)
+
+    async def _create_binding(self, args: BindingArgs, uid: str) -> None:
+        try:
+            await self.source.bind_pod(args.pod_namespace, args.pod_name, uid, args.node)
+        except SourceError as e:
+            # Not a claim conflict to retry: the pod is bound elsewhere, gone, or the write failed.
+            raise _BindingFailed(e.message) from None
+
+    async def _bind_pod(self, args: BindingArgs, uid: str, deadline: float) -> str:
+        """A pod without claims: just the Binding."""
+        try:
+            await asyncio.wait_for(self._create_binding(args, uid), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            self.metrics.binds.labels("timeout").inc()
+            return f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: timed out after {self.timeout:g}s"
+        except SourceError as e:
+            self.metrics.binds.labels("binding_failed").inc()
+            return f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: {e.message}"
+        self.metrics.binds.labels("ok").inc()
+        log.info("bound pod", extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node})
+        return ""
+
+    def _apply_claim(self, raw: dict[str, Any]) -> None:
+        key = ev.object_key(ev.RESOURCE_CLAIM, raw)
+        current = self.state.raw_claims.get(key)
+        if current is not None and _rv(current) > _rv(raw):
+            return  # the watch already delivered something newer
+        self.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, raw))
+
+    # ------------------------------------------------------------------ reads
+
+    async def _call(self, coro: Any, what: str) -> Any:
+        try:
+            return await coro
+        except SourceError as e:
+            raise BindFailed(f"{what}: {e.message}") from None
+
+    def _claim_names(self, pod: Pod) -> list[str]:
+        names = []
+        for pc in pod.resource_claims:
+            name = pc.resource_claim_name or pod.claim_statuses.get(pc.name)
+            if name:
+                names.append(name)
+        return names
+
+    async def _fetch_missing_claims(self, pod: Pod, deadline: float) -> None:
+        """A claim missing from the cache may just not have arrived through the watch yet."""
+        for name in self._claim_names(pod):
+            key = f"{pod.meta.namespace}/{name}"
+            if key in self.state.claims:
+                continue
+            raw = await self._read_claim(pod.meta.namespace, name, deadline)
+            if raw is not None:
+                self._apply_claim(raw)
+
+    async def _refresh_claims(self, pod: Pod, deadline: float) -> None:
+        for name in self._claim_names(pod):
+            raw = await self._read_claim(pod.meta.namespace, name, deadline)
+            key = f"{pod.meta.namespace}/{name}"
+            if raw is not None:
+                self._apply_claim(raw)
+            elif key in self.state.claims:
+                self.state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, {}))
+
+    async def _read_claim(self, namespace: str, name: str, deadline: float) -> dict[str, Any] | None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BindFailed(f"claim {namespace}/{name}: out of time reading it (bind budget {self.timeout:g}s)")
+        try:
+            return await asyncio.wait_for(self.source.get(ev.RESOURCE_CLAIM, namespace, name), left)
+        except asyncio.TimeoutError:
+            raise BindFailed(f"claim {namespace}/{name}: reading it timed out (bind budget {self.timeout:g}s)") from None
+        except SourceError as e:
+            raise BindFailed(f"claim {namespace}/{name}: reading it failed: {e.message}") from None
+
+    # ------------------------------------------------------------------ undo
+
+    def _undo_in_background(self, pod: Pod, uid: str, node: str, written: list[_Written], hold: _Hold) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(self._undo(pod, uid, node, written, hold))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _undo_within(self, deadline: float, pod: Pod, uid: str, node: str, written: list[_Written], hold: _Hold) -> None:
+        """Undo before answering while the budget lasts; past it, finish in the background.
+
+        The scheduler's httpTimeout does not wait for clean-up, and the
+        in-flight devices stay held until the undo is done either way.
+        """
+        task = self._undo_in_background(pod, uid, node, written, hold)
+        left = deadline - time.monotonic()
+        if left > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), left)
+
+    async def _undo(self, pod: Pod, uid: str, node: str, written: list[_Written], hold: _Hold) -> None:
+        """Take back this bind's reservations, allocations and finalizers; then free its devices.
+
+        A write that timed out may still have landed, so every claim the bind
+        touched or held devices for is read back. Nothing is undone for a pod
+        the API server shows bound to this node: its claims are in use.
+        """
+        try:
+            keys = {w.key: w for w in written}
+            for claim_key in set(hold.devices.values()):
+                keys.setdefault(claim_key, _Written(claim_key))
+            if keys and await self._bound_here(pod, node):
+                return
+            for record in keys.values():
+                await self._undo_claim(record, uid)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - clean-up must not take the process down; logged with the pod
+            log.exception("undoing a failed bind", extra={"pod": pod.key})
+        finally:
+            self._release(hold)
+
+    async def _bound_here(self, pod: Pod, node: str) -> bool:
+        try:
+            raw = await self.source.get(ev.POD, pod.meta.namespace, pod.meta.name)
+        except SourceError:
+            return False
+        spec = (raw or {}).get("spec") or {}
+        return bool(raw) and spec.get("nodeName") == node and ((raw.get("metadata") or {}).get("uid") == pod.meta.uid)  # type: ignore[union-attr]
+
+    async def _undo_claim(self, record: _Written, uid: str) -> None:
+        ns, _, name = record.key.partition("/")
+        for _ in range(BIND_ATTEMPTS):
+            try:
+                raw = await self.source.get(ev.RESOURCE_CLAIM, ns, name)
+            except SourceError as e:
+                log.error("could not read claim to undo a failed bind", extra={"claim": record.key, "err": e.message})
+                return
+            if raw is None:
+                return
+            status = raw.get("status") or {}
+            reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
+            allocation = status.get("allocation")
+            ours = bool(allocation) and _allocation_devices(allocation) == record.allocated and bool(record.allocated)
+            deallocate = ours and not reserved
+            try:
+                if len(reserved) != len(status.get("reservedFor") or []) or deallocate:
+                    patch: dict[str, Any] = {"metadata": {"resourceVersion": _rv_str(raw)}, "status": {"reservedFor": reserved or None}}
+                    if deallocate:
+                        patch["status"]["allocation"] = None
+                    raw = await self.source.patch_claim(ns, name, patch, status=True)
+                    self._apply_claim(raw)
+                if (deallocate or (record.finalizer_added and not allocation)) and not (raw.get("status") or {}).get("allocation"):
+                    await self._drop_finalizer(raw)
+                return
+            except Conflict:
+                continue
+            except SourceError as e:
+                log.error("could not undo claim writes of a failed bind", extra={"claim": record.key, "err": e.message})
+                return
+
+    async def _drop_finalizer(self, raw: dict[str, Any]) -> None:
+        """A claim without an allocation no longer needs delete protection (as upstream's Unreserve)."""
+        meta = raw.get("metadata") or {}
+        finalizers = meta.get("finalizers") or []
+        if DELETE_PROTECTION_FINALIZER not in finalizers:
+            return
+        kept = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+        patched = await self.source.patch_claim(
+            meta.get("namespace") or "", meta.get("name") or "", {"metadata": {"resourceVersion": _rv_str(raw), "finalizers": kept or None}}
+        )
+        self._apply_claim(patched)
+
+    # ------------------------------------------------------------------ foreign allocations
+
+    def _watch_allocations(self, event: ev.ObjectEvent) -> None:
+        """Warn when, while we lead, a claim gets an allocation this process did not write."""
+        if event.kind != ev.RESOURCE_CLAIM:
+            return
+        claim = self.state.claims.get(event.key)
+        devices = frozenset(r.device_id for r in claim.allocation.results) if claim and claim.allocation else frozenset()
+        before = self._seen_allocations.get(event.key, frozenset())
+        if devices:
+            self._seen_allocations[event.key] = devices
+        else:
+            self._seen_allocations.pop(event.key, None)
+        if not devices or devices == before or not self.state.ready:
+            return
+        if (event.key, devices) in self._own_allocations:
+            self._own_allocations.discard((event.key, devices))
+            return
+        if self.is_leader():
+            self.metrics.foreign_allocations.inc()
+            log.warning(
+                "claim allocated by another allocator: only one allocator may manage a device pool",
+                extra={"claim": event.key, "devices": sorted(str(d) for d in devices)},
+            )
+
+
+def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:
+    results = ((allocation.get("devices") or {}).get("results")) or []
+    return frozenset(
+        DeviceID(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+        for r in results
+        if isinstance(r, dict)
+    )
+
+
+def _rv(raw: dict[str, Any]) -> int:
+    try:
+        return int((raw.get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _rv_str(raw: dict[str, Any]) -> str:
+    return str((raw.get("metadata") or {}).get("resourceVersion") or "")
