@@ -41,6 +41,16 @@ def parse_hostport(value: str, flag: str) -> tuple[str, int]:
     return host, p
 
 
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not 0 <= seconds <= 60:
+        raise argparse.ArgumentTypeError(f"expected 0 to 60 seconds, got {value!r}")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-extender",
@@ -62,6 +72,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow-scheduler-lease",
         metavar="NAMESPACE/NAME",
         help="lead exactly while the co-located kube-scheduler holds this Lease",
+    )
+    serve.add_argument(
+        "--bind-timeout",
+        type=_seconds,
+        default=4.0,
+        metavar="SECONDS",
+        help="answer every /bind within this budget, undoing its writes when it runs out; keep it below the "
+        "extender's httpTimeout in the scheduler configuration (default %(default)s)",
+    )
+    serve.add_argument(
+        "--placement-wait",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long a /filter waits for the /bind of a pod that passed an earlier /filter, so it does not "
+        "offer that pod's devices again (0 turns the wait off; default %(default)s)",
+    )
+    serve.add_argument(
+        "--claim-wait",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long a /filter waits for a claim kube-controller-manager has not created from its template yet "
+        "(0 rejects at once; default %(default)s)",
     )
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
@@ -161,7 +195,16 @@ async def serve(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(str(e)) from None
         is_leader = leadership.is_leader
-    service = Service(state, source, Allocator(cel), metrics, is_leader=is_leader)
+    service = Service(
+        state,
+        source,
+        Allocator(cel),
+        metrics,
+        is_leader=is_leader,
+        placement_wait=args.placement_wait,
+        claim_wait=args.claim_wait,
+        bind_timeout=args.bind_timeout,
+    )
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager

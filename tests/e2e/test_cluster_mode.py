@@ -758,3 +758,42 @@ def test_no_source_flag_uses_the_kubeconfig_from_the_environment(live) -> None:
         assert ext.post("filter", body).json() == cluster.post("filter", body).json()
     finally:
         ext.stop()
+
+
+def test_claim_with_opaque_config_written_with_spaces_binds(binding) -> None:
+    """The API server compares a claim's RawExtension bytes on update: our writes leave the spec alone."""
+    api, ext = binding
+    add_node(api, "node-opaque", 1)
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "gpu-shared"},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{GPU}"'}}],
+                "config": [{"opaque": {"driver": GPU, "parameters": {"sharing": {"strategy": "TimeSlicing"}}}}],
+            },
+        }
+    )
+    body = claim("opaque", "gpu-shared")
+    body["spec"]["devices"]["config"] = [
+        {"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {"partition": "1g.10gb", "replicas": [1, 2]}}}
+    ]
+    # Not compact, as some clients send it.
+    path = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+    r = api.http.post(path, content=json.dumps(body, indent=2), headers={"Content-Type": "application/json"})
+    assert r.status_code == 201, r.text
+    created = r.json()
+    # The same claim written back in another layout (json.dumps, as kubernetes-asyncio does) is
+    # refused: the bytes differ.
+    refused = api.http.put(f"{path}/opaque", content=json.dumps(created), headers={"Content-Type": "application/json"})
+    assert refused.status_code == 422 and "field is immutable" in refused.text, refused.text
+    uid = api.create(pod("opaque-pod", "opaque"))["metadata"]["uid"]
+    wait_converged(api, ext)
+    assert ext.post("bind", bind_args("opaque-pod", uid, "node-opaque")).json() == {"Error": ""}
+    allocation = get_claim(api, "opaque")["status"]["allocation"]
+    assert allocation["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {"sharing": {"strategy": "TimeSlicing"}}}},
+        {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {"partition": "1g.10gb", "replicas": [1, 2]}}},
+    ]
+    assert FINALIZER in get_claim(api, "opaque")["metadata"]["finalizers"]

@@ -27,9 +27,10 @@ import orjson
 import yaml
 from aiohttp import web
 
+from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
 from tests.fakeapi.registry import Registry, ResourceType, default_types
 from tests.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
-from tests.fakeapi.store import ApiError, Store, Stored, Watcher, not_found
+from tests.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
 
 log = logging.getLogger("fakeapi")
 
@@ -213,6 +214,8 @@ class FakeApiServer:
         self.store.auto_create_namespaces = auto_create_namespaces
         for ns in namespaces:
             self.store.create(self.registry.types[("", "namespaces")], {"metadata": {"name": ns}}, http=False)
+        # RawExtension bytes as their creator sent them, by (plural, namespace, name, uid).
+        self._raw_parameters: dict[tuple[str, str, str, str], list[bytes]] = {}
         self.faults = Faults()
         self.requests: deque[RequestRecord] = deque(maxlen=request_log_limit)
         self.reactors: list[Reactor] = []
@@ -703,6 +706,8 @@ class FakeApiServer:
         if verb == "create":
             obj = _parse_body(info.body, ctype)
             s = store.create(t, obj, version=info.version, namespace=ns, dry_run=dry_run)
+            if not dry_run and "yaml" not in ctype:
+                self._remember_parameters(t, s, raw_parameters(info.body, t.plural))
             return _json(s.encode(av), 201)
 
         if verb == "update":
@@ -712,6 +717,8 @@ class FakeApiServer:
             want_av = obj.get("apiVersion")
             if want_av and want_av != av:
                 raise ApiError(400, f"the API version in the data ({want_av}) does not match the expected API version ({av})", "BadRequest")
+            if sub is None and "yaml" not in ctype:
+                self._check_parameters(t, ns, name or "", raw_parameters(info.body, t.plural))
             s = store.update(t, obj, namespace=ns, name=name, subresource=sub, dry_run=dry_run)
             return _json(s.encode(av))
 
@@ -734,6 +741,26 @@ class FakeApiServer:
             return _json(s.encode(av), 200 if removed else 202)
 
         raise ApiError(405, "the server does not allow this method on the requested resource", "MethodNotAllowed")
+
+    def _parameters_key(self, t: ResourceType, obj: dict[str, Any]) -> tuple[str, str, str, str]:
+        meta = obj.get("metadata") or {}
+        return (t.plural, meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "")
+
+    def _remember_parameters(self, t: ResourceType, stored: Stored, raw: list[bytes] | None) -> None:
+        if raw is not None:
+            self._raw_parameters[self._parameters_key(t, stored.obj)] = raw
+
+    def _check_parameters(self, t: ResourceType, namespace: str | None, name: str, raw: list[bytes] | None) -> None:
+        """An update must send the immutable spec's RawExtensions byte for byte as stored."""
+        current = self.store.lookup(t, namespace, name)
+        if raw is None or current is None:
+            return
+        key = self._parameters_key(t, current.obj)
+        stored = self._raw_parameters.get(key)
+        if stored is None:
+            stored = stored_parameters(current.obj, t.plural)
+        if raw != stored:
+            raise invalid(t, name, "spec: Invalid value: \"object\": field is immutable")
 
     def _list_response(self, t: ResourceType, av: str, rv: int, items: Sequence[Stored], token: str | None, remaining: int | None) -> web.Response:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
