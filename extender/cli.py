@@ -206,6 +206,12 @@ async def serve(args: argparse.Namespace) -> int:
         bind_timeout=args.bind_timeout,
     )
 
+    requeuer = None
+    if not args.source:  # cluster mode: there is a kube-scheduler whose queue to wake
+        from extender.requeue import Requeuer
+
+        requeuer = service.requeuer = Requeuer(state, source.patch_pod, metrics, is_leader=is_leader)
+
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self):  # we own signal handling for all servers
@@ -244,6 +250,8 @@ async def serve(args: argparse.Namespace) -> int:
     extra_tasks = []
     if leadership is not None:
         extra_tasks.append(asyncio.create_task(leadership.run(), name="leadership"))
+    if requeuer is not None:
+        extra_tasks.append(asyncio.create_task(requeuer.run(), name="requeue"))
     if not args.no_eviction:
         try:
             from extender.eviction_wiring import start_eviction  # type: ignore[import-not-found]

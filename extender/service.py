@@ -28,6 +28,7 @@ from allocator.types import (
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
+from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import Source
@@ -79,6 +80,7 @@ class Service:
         self._cache_size = outcome_cache_size
         self._claims_changed = asyncio.Event()
         state.listeners.append(self._notice_claims)
+        self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
 
     @property
     def bind_lock(self) -> asyncio.Lock:
@@ -219,6 +221,11 @@ class Service:
                 failed[name] = outcome.failure.message  # type: ignore[union-attr]
         if passed and any(claim.allocation is None for claim in claims):
             self.placements.expect_bind(pod.meta.uid)
+        if self.requeuer is not None:
+            if passed:
+                self.requeuer.placed(pod.meta.uid)
+            elif names:
+                self.requeuer.rejected(pod.meta.uid, pod.key)
         return passed, failed
 
     # ------------------------------------------------------------------ prioritize

@@ -23,6 +23,7 @@ import pytest
 
 from allocator.types import TOLERATIONS_ANNOTATION
 from extender.binder import BIND_ATTEMPTS
+from extender.requeue import REQUEUE_ANNOTATION
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
 
@@ -797,3 +798,23 @@ def test_claim_with_opaque_config_written_with_spaces_binds(binding) -> None:
         {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {"partition": "1g.10gb", "replicas": [1, 2]}}},
     ]
     assert FINALIZER in get_claim(api, "opaque")["metadata"]["finalizers"]
+
+
+def test_rejected_pod_is_nudged_when_its_taint_goes_away(binding) -> None:
+    """kube-scheduler does not requeue on DeviceTaintRule events: the extender touches the pod instead."""
+    api, ext = binding
+    add_node(api, "node-nudge", 1)
+    rule = taint_rule(f"{CRD_GROUP}/v1alpha1", "nudge-maintenance", "node-nudge", "example.com/maintenance")
+    api.create(rule)
+    uid = add_pod(api, "nudged", "nudged")
+    wait_converged(api, ext)
+    why = reasons(ext, pod_args("nudged", "nudged", ["node-nudge"], uid=uid))["node-nudge"]
+    assert why is not None and "example.com/maintenance=e2e:NoSchedule not tolerated" in why, why
+    assert REQUEUE_ANNOTATION not in (api.get("Pod", "default", "nudged")["metadata"].get("annotations") or {})
+    api.delete("DeviceTaintRule", None, "nudge-maintenance", group=CRD_GROUP)
+    stamped = wait_for(
+        lambda: (api.get("Pod", "default", "nudged")["metadata"].get("annotations") or {}).get(REQUEUE_ANNOTATION),
+        what="the pending pod is nudged",
+    )
+    assert stamped
+    assert reasons(ext, pod_args("nudged", "nudged", ["node-nudge"], uid=uid))["node-nudge"] is None

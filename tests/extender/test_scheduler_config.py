@@ -25,6 +25,7 @@ def test_profile_hands_devices_to_the_extender() -> None:
     [profile] = [p for p in config["profiles"] if p["schedulerName"] == "dra-scheduler"]
     disabled = [p["name"] for p in profile["plugins"]["multiPoint"]["disabled"]]
     assert "DynamicResources" in disabled, "one allocator per pool: the in-tree plugin must not allocate too"
+    assert profile["percentageOfNodesToScore"] == 100, "sampled nodes may all lack free devices while others have them"
     [extender] = config["extenders"]
     assert extender["urlPrefix"] == "http://127.0.0.1:8888"
     assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == ("filter", "prioritize", "bind")
