@@ -17,7 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -36,6 +36,7 @@ from extender.metrics import Metrics
 from extender.placements import PlacementGate
 from extender.wire import BindingArgs
 from tracker import events as ev
+from tracker.ledger import Reservation
 from tracker.source import Conflict, Source, SourceError
 from tracker.state import ClusterState
 
@@ -67,13 +68,6 @@ class _Written:
     finalizer_added: bool = False
     allocated: frozenset[DeviceID] = frozenset()
     reserved: bool = False
-
-
-@dataclass(slots=True)
-class _Hold:
-    """Devices of one decision in the in-flight ledger, until the view has the allocation."""
-
-    devices: dict[DeviceID, str] = field(default_factory=dict)
 
 
 class Binder:
@@ -184,7 +178,7 @@ class Binder:
         self.metrics.binds.labels("conflict").inc()
         return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
 
-    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], _Hold]:
+    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], Reservation]:
         """Under the lock, without I/O: allocate against allocated + in-flight devices and hold them."""
         if not self.is_leader():
             # Checked under the lock: binds queued when leadership ended must not allocate.
@@ -207,7 +201,7 @@ class Binder:
         if not outcome.ok:
             self.metrics.binds.labels("unschedulable").inc()
             raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
-        hold = _Hold(
+        hold = self.state.ledger.reserve(
             {
                 r.device_id: claim_key
                 for claim_key, alloc in outcome.allocations.items()
@@ -215,15 +209,11 @@ class Binder:
                 if not r.admin_access
             }
         )
-        self.state.inflight.update(hold.devices)
         self.metrics.inflight.set(len(self.state.inflight))
         return claims, dict(outcome.allocations), hold
 
-    def _release(self, hold: _Hold) -> None:
-        for did, claim_key in hold.devices.items():
-            if self.state.inflight.get(did) == claim_key:
-                del self.state.inflight[did]
-        hold.devices.clear()
+    def _release(self, hold: Reservation) -> None:
+        hold.release()
         self.metrics.inflight.set(len(self.state.inflight))
 
     # ------------------------------------------------------------------ writes
@@ -349,13 +339,13 @@ class Binder:
 
     # ------------------------------------------------------------------ undo
 
-    def _undo_in_background(self, pod: Pod, uid: str, node: str, written: list[_Written], hold: _Hold) -> asyncio.Task[None]:
+    def _undo_in_background(self, pod: Pod, uid: str, node: str, written: list[_Written], hold: Reservation) -> asyncio.Task[None]:
         task = asyncio.ensure_future(self._undo(pod, uid, node, written, hold))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _undo_within(self, deadline: float, pod: Pod, uid: str, node: str, written: list[_Written], hold: _Hold) -> None:
+    async def _undo_within(self, deadline: float, pod: Pod, uid: str, node: str, written: list[_Written], hold: Reservation) -> None:
         """Undo before answering while the budget lasts; past it, finish in the background.
 
         The scheduler's httpTimeout does not wait for clean-up, and the
@@ -367,7 +357,7 @@ class Binder:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), left)
 
-    async def _undo(self, pod: Pod, uid: str, node: str, written: list[_Written], hold: _Hold) -> None:
+    async def _undo(self, pod: Pod, uid: str, node: str, written: list[_Written], hold: Reservation) -> None:
         """Take back this bind's reservations, allocations and finalizers; then free its devices.
 
         A write that timed out may still have landed, so every claim the bind

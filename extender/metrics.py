@@ -24,7 +24,7 @@ class Metrics:
         )
         self.outcomes = Counter(
             "dra_extender_allocation_outcomes",
-            "Per-node allocation decisions by outcome (ok or the failure reason).",
+            "Per-node allocation searches by outcome (ok or the failure reason); verdicts served from the cache are not counted.",
             ["reason"],
             registry=r,
         )

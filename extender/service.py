@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+import orjson
 
 from allocator.allocation import Allocator, Outcome
 from allocator.tolerations import blocks_allocation
@@ -27,6 +28,7 @@ from allocator.types import (
 )
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.metrics import Metrics
+from extender.outcomes import OutcomeCache
 from extender.placements import PlacementGate
 from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
@@ -76,8 +78,7 @@ class Service:
         self.binder = Binder(
             state, source, allocator, metrics, self.placements, is_leader=is_leader, timeout=bind_timeout
         )
-        self._outcomes: OrderedDict[tuple[str, str, int], Outcome] = OrderedDict()
-        self._cache_size = outcome_cache_size
+        self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self._claims_changed = asyncio.Event()
         state.listeners.append(self._notice_claims)
         self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
@@ -112,29 +113,25 @@ class Service:
         node = self.state.node(name)
         return node if node is not None else Node(name)
 
-    def _outcome(self, pod: Pod, claims: list[ResourceClaim], node: Node) -> Outcome:
-        key = (pod.meta.uid or pod.key, node.name, self.state.generation)
-        cached = self._outcomes.get(key)
-        if cached is not None:
-            self._outcomes.move_to_end(key)
-            return cached
-        outcome = self.allocator.allocate(
-            node,
-            claims,
-            self.state.slices_for_node(node.name),
-            self.state.classes,
-            self.state.is_taken,
-            self.state.device,
-        )
-        self._outcomes[key] = outcome
-        if len(self._outcomes) > self._cache_size:
-            self._outcomes.popitem(last=False)
+    def _count_computed(self, outcome: Outcome) -> None:
         failure = outcome.failure
         if failure is not None and failure.device_class:
             # The class is at fault, not the claim: tell its owner with an Event.
             self.state.report(Problem(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, failure.device_class, failure.message))
-        self.metrics.outcomes.labels("ok" if outcome.ok else outcome.failure.code).inc()  # type: ignore[union-attr]
-        return outcome
+        self.metrics.outcomes.labels("ok" if failure is None else failure.code).inc()
+
+    def _verdicts(self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any]) -> list[Outcome]:
+        """One verdict per node name, shared with every pod whose claims ask for the same."""
+        nodes: list[tuple[Node, Any]] = []
+        known = self.state.nodes
+        for name in names:
+            raw = raw_nodes.get(name)
+            if raw is None:
+                nodes.append((known.get(name) or Node(name), None))
+            else:
+                token = (raw.get("metadata") or {}).get("resourceVersion") or orjson.dumps(raw.get("metadata"))
+                nodes.append((self._node(name, raw), token))
+        return self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes)
 
     def _claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
         claims, problem = self.state.pod_claims(pod)
@@ -213,12 +210,11 @@ class Service:
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
         passed: list[str] = []
         failed: dict[str, str] = {}
-        for name in names:
-            outcome = self._outcome(pod, claims, self._node(name, raw_nodes.get(name)))
-            if outcome.ok:
+        for name, outcome in zip(names, self._verdicts(pod, claims, names, raw_nodes), strict=True):
+            if outcome.failure is None:
                 passed.append(name)
             else:
-                failed[name] = outcome.failure.message  # type: ignore[union-attr]
+                failed[name] = outcome.failure.message
         if passed and any(claim.allocation is None for claim in claims):
             self.placements.expect_bind(pod.meta.uid)
         if self.requeuer is not None:
@@ -241,11 +237,8 @@ class Service:
         if problem is not None:
             return [(n, 0) for n in names]
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
-        scores = []
-        for name in names:
-            outcome = self._outcome(pod, claims, self._node(name, raw_nodes.get(name)))
-            scores.append((name, self._score(name, outcome)))
-        return scores
+        verdicts = self._verdicts(pod, claims, names, raw_nodes)
+        return [(name, self._score(name, outcome)) for name, outcome in zip(names, verdicts, strict=True)]
 
     def _score(self, node_name: str, outcome: Outcome) -> int:
         """score = round(9 * healthy) + (1 if the node already has devices in use), 0 when nothing fits.
@@ -263,12 +256,7 @@ class Service:
         if devices:
             degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
             healthy = 1.0 - degraded / len(devices)
-        in_use = any(
-            self.state.is_taken(d.id)
-            for s in self.state.slices_for_node(node_name)
-            if s.node_name == node_name
-            for d in s.devices
-        )
+        in_use = self.state.taken_on_node(node_name) > 0
         return max(0, min(MAX_PRIORITY, round((MAX_PRIORITY - 1) * healthy) + (1 if in_use else 0)))
 
     # ------------------------------------------------------------------ bind

@@ -40,6 +40,7 @@ from allocator.types import (
     parse_resource_slice_patch,
 )
 from tracker import events as ev
+from tracker.ledger import AllocationLedger
 from tracker.patched_view import SelectorContext, effective_view
 
 log = logging.getLogger("dra_extender.tracker")
@@ -157,12 +158,61 @@ class ClusterState:
         self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
         self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
 
-        self.allocated: dict[DeviceID, str] = {}  # device -> claim key
-        self.inflight: dict[DeviceID, str] = {}  # device -> claim key, while /bind writes
+        # Versions that say what changed, so cached answers are dropped only where they depend
+        # on it: a node's (its node-local slices and their devices' allocation state, the Node),
+        # the shared pools' (slices reachable from more than one node), the classes'.
+        self.node_versions: dict[str, int] = defaultdict(int)
+        self.shared_version = 0
+        self.class_version = 0
+        self.ledger = AllocationLedger(self._device_changed)
+        self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
         self.listeners: list[Callable[[ev.ObjectEvent], None]] = []
         # resourceVersion of every object the view holds, per (kind, group): lets an
         # operator (and the tests) compare the view with the API server's state.
         self.versions: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+
+    # ------------------------------------------------------------------ versions
+
+    @property
+    def allocated(self) -> Mapping[DeviceID, str]:
+        return self.ledger.allocated
+
+    @property
+    def inflight(self) -> Mapping[DeviceID, str]:
+        return self.ledger.inflight
+
+    def reach_version(self, node_name: str) -> tuple[int, int, int]:
+        """Changes whenever anything an allocation on `node_name` depends on changes."""
+        return (self.node_versions.get(node_name, 0), self.shared_version, self.class_version)
+
+    def _slice_changed(self, node_name: str | None) -> None:
+        if node_name is None:
+            self.shared_version += 1
+        else:
+            self.node_versions[node_name] += 1
+
+    def _device_changed(self, did: DeviceID) -> None:
+        name = self._device_slice.get(did)
+        s = self.slices.get(name) if name is not None else None
+        node = s.node_name if s is not None else None
+        self._slice_changed(node)
+        if node is not None:
+            self._track_taken(node, did)
+
+    def _track_taken(self, node: str, did: DeviceID) -> None:
+        if self.ledger.is_taken(did):
+            self._taken_local[node].add(did)
+        else:
+            taken = self._taken_local.get(node)
+            if taken is not None:
+                taken.discard(did)
+                if not taken:
+                    del self._taken_local[node]
+
+    def taken_on_node(self, node_name: str) -> int:
+        """How many of the node's own (node-local) devices are allocated or in flight."""
+        taken = self._taken_local.get(node_name)
+        return len(taken) if taken else 0
 
     # ------------------------------------------------------------------ readiness
 
@@ -294,6 +344,7 @@ class ClusterState:
     # ------------------------------------------------------------------ per-kind handlers
 
     def _on_node(self, event: ev.ObjectEvent) -> None:
+        self.node_versions[event.key] += 1  # labels decide node selectors
         if event.type == "DELETED":
             self.nodes.pop(event.key, None)
         else:
@@ -336,20 +387,20 @@ class ClusterState:
             for result in claim.allocation.results:
                 if result.admin_access:
                     continue  # admin access does not take a device from others (as upstream)
-                holder = self.inflight.get(result.device_id)
+                holder = self.ledger.inflight.get(result.device_id)
                 if holder is not None and holder != claim.key:
                     log.warning(
                         "device allocated by another allocator while we were allocating it: "
                         "only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "inflight_for": holder},
                     )
-                other = self.allocated.get(result.device_id)
+                other = self.ledger.allocated.get(result.device_id)
                 if other is not None and other != claim.key:
                     log.warning(
                         "device is allocated to two claims: only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "other": other},
                     )
-                self.allocated[result.device_id] = claim.key
+                self.ledger.allocate(result.device_id, claim.key)
 
     def _unindex_generated(self, key: str, raw: Mapping[str, Any] | None) -> None:
         owner = _generated_for(raw)
@@ -365,8 +416,7 @@ class ClusterState:
         if claim.allocation is None:
             return
         for result in claim.allocation.results:
-            if self.allocated.get(result.device_id) == claim.key:
-                del self.allocated[result.device_id]
+            self.ledger.free(result.device_id, claim.key)
 
     def _on_template(self, event: ev.ObjectEvent) -> None:
         if event.type == "DELETED":
@@ -375,6 +425,7 @@ class ClusterState:
             self.templates[event.key] = parse_resource_claim_template(event.object)
 
     def _on_class(self, event: ev.ObjectEvent) -> None:
+        self.class_version += 1
         if event.type == "DELETED":
             self.classes.pop(event.key, None)
         else:
@@ -422,6 +473,8 @@ class ClusterState:
                 self._devices_by_key[k].add(did)
         if new.node_name is not None:
             self._node_slices[new.node_name].add(name)
+            for device in new.devices:
+                self._track_taken(new.node_name, DeviceID(new.driver, new.pool, device.name))
         else:
             self._shared_slices.add(name)
         self._rebuild_slice_view(name)
@@ -438,7 +491,13 @@ class ClusterState:
                         bucket.discard(did)
                         if not bucket:
                             del self._devices_by_key[k]
+        self._slice_changed(old.node_name)
         if old.node_name is not None:
+            taken = self._taken_local.get(old.node_name)
+            if taken is not None:
+                taken.difference_update(DeviceID(old.driver, old.pool, d.name) for d in old.devices)
+                if not taken:
+                    del self._taken_local[old.node_name]
             bucket = self._node_slices.get(old.node_name)
             if bucket is not None:
                 bucket.discard(old.meta.name)
@@ -574,6 +633,7 @@ class ClusterState:
                     break
 
     def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
+        self._slice_changed(s.node_name)
         self.slice_views[s.meta.name] = SliceView(
             name=s.meta.name,
             driver=s.driver,
@@ -658,10 +718,7 @@ class ClusterState:
         return self.devices.get(did)
 
     def is_taken(self, did: DeviceID) -> bool:
-        return did in self.allocated or did in self.inflight
-
-    def taken_by(self, did: DeviceID) -> str | None:
-        return self.allocated.get(did) or self.inflight.get(did)
+        return self.ledger.is_taken(did)
 
     def device_state_counts(self) -> dict[str, int]:
         counts = {"free": 0, "allocated": 0, "tainted": 0}
