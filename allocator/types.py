@@ -415,23 +415,40 @@ def _parse_quantity(r: _Reader, raw: Any, path: str) -> Quantity:
         raise r.fail(path, str(e)) from None
 
 
-def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: str) -> Device:
+def _device_body(d: Mapping[str, Any]) -> Any:
+    return d.get("basic") if "basic" in d and d.get("basic") is not None else d  # v1beta1 wraps it in `basic`
+
+
+def _parse_device(
+    r: _Reader, raw: Any, path: str, driver: str, default_time: str, previous: tuple[Any, Device] | None = None
+) -> Device:
     d = r.mapping(raw, path, required=True)
+    if previous is not None and previous[0] == d:
+        return previous[1]  # the same device as last time: parsed once
     if "basic" in d and d.get("basic") is not None:  # v1beta1
         body = r.mapping(d.get("basic"), f"{path}.basic")
         bpath = f"{path}.basic"
     else:
         body, bpath = d, path
-    attributes: dict[str, AttributeValue] = {}
-    for name, value in r.mapping(body.get("attributes"), f"{bpath}.attributes").items():
-        attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
-    capacity: dict[str, Quantity] = {}
-    for name, value in r.mapping(body.get("capacity"), f"{bpath}.capacity").items():
-        cp = f"{bpath}.capacity.{name}"
-        if isinstance(value, Mapping):
-            capacity[qualify(name, driver)] = _parse_quantity(r, value.get("value"), f"{cp}.value")
-        else:  # very old alpha shape: a bare quantity
-            capacity[qualify(name, driver)] = _parse_quantity(r, value, cp)
+    old_body = _device_body(previous[0]) if previous is not None and isinstance(previous[0], Mapping) else None
+    if isinstance(old_body, Mapping) and old_body.get("attributes") == body.get("attributes") and old_body.get(
+        "capacity"
+    ) == body.get("capacity"):
+        # Only taints or node fields changed (the common driver update): keep the parsed
+        # attributes and capacity, and with them the device's CEL identity.
+        attributes: dict[str, AttributeValue] = previous[1].attributes  # type: ignore[index,assignment]
+        capacity: dict[str, Quantity] = previous[1].capacity  # type: ignore[index,assignment]
+    else:
+        attributes = {}
+        for name, value in r.mapping(body.get("attributes"), f"{bpath}.attributes").items():
+            attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
+        capacity = {}
+        for name, value in r.mapping(body.get("capacity"), f"{bpath}.capacity").items():
+            cp = f"{bpath}.capacity.{name}"
+            if isinstance(value, Mapping):
+                capacity[qualify(name, driver)] = _parse_quantity(r, value.get("value"), f"{cp}.value")
+            else:  # very old alpha shape: a bare quantity
+                capacity[qualify(name, driver)] = _parse_quantity(r, value, cp)
     taints_raw = r.seq(body.get("taints"), f"{bpath}.taints")
     if len(taints_raw) > DEVICE_TAINTS_MAX:
         raise r.fail(f"{bpath}.taints", f"must have at most {DEVICE_TAINTS_MAX} items")
@@ -450,16 +467,25 @@ def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: st
     )
 
 
-def parse_resource_slice(raw: Mapping[str, Any], *, default_time: str = "") -> ResourceSlice:
-    """Parse a ResourceSlice (v1, v1beta2 or v1beta1); `default_time` fills missing taint timeAdded."""
+def parse_resource_slice(
+    raw: Mapping[str, Any], *, default_time: str = "", previous: Mapping[str, tuple[Any, Device]] | None = None
+) -> ResourceSlice:
+    """Parse a ResourceSlice (v1, v1beta2 or v1beta1); `default_time` fills missing taint timeAdded.
+
+    `previous` (device name -> (raw device, parsed device) of the slice's last
+    version) lets an update re-parse only what changed.
+    """
     r = _Reader(_object_ref("ResourceSlice", raw))
     raw = r.mapping(raw, "", required=True)
     meta = parse_meta(r, raw, namespaced=False)
     spec = r.mapping(raw.get("spec"), "spec", required=True)
     driver = r.string(spec.get("driver"), "spec.driver", required=True)
     pool = r.mapping(spec.get("pool"), "spec.pool", required=True)
+    prev = previous or {}
     devices = tuple(
-        _parse_device(r, d, f"spec.devices[{i}]", driver, default_time)
+        _parse_device(
+            r, d, f"spec.devices[{i}]", driver, default_time, prev.get(d.get("name")) if isinstance(d, Mapping) else None
+        )
         for i, d in enumerate(r.seq(spec.get("devices"), "spec.devices"))
     )
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None

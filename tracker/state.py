@@ -93,6 +93,22 @@ def _is_older(new: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool
     return a is not None and b is not None and a < b
 
 
+def _spec_field(raw: Mapping[str, Any], name: str) -> Any:
+    spec = raw.get("spec")
+    return spec.get(name) if isinstance(spec, Mapping) else None
+
+
+def _same_shape(old: ResourceSlice, new: ResourceSlice) -> bool:
+    """Same driver, pool, node and device names: every index entry of the old slice still holds."""
+    return (
+        old.driver == new.driver
+        and old.pool == new.pool
+        and old.node_name == new.node_name
+        and len(old.devices) == len(new.devices)
+        and all(a.name == b.name for a, b in zip(old.devices, new.devices, strict=True))
+    )
+
+
 def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
     """Every (driver, pool, device) wildcard bucket a device falls into."""
     return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
@@ -145,7 +161,10 @@ class ClusterState:
         # kube-controller-manager has written the pod's status.resourceClaimStatuses.
         self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
 
-        self._slice_versions: dict[str, int] = {}
+        # slice -> device -> (attributes, capacity, version): the version names the device's
+        # content in CEL cache keys; it changes only when attributes or capacity do.
+        self._device_versions: dict[str, dict[str, tuple[object, object, int]]] = {}
+        self._raw_devices: dict[str, dict[str, tuple[Any, Any]]] = {}  # slice -> device -> (raw, parsed)
         self._patch_versions: dict[str, int] = {}
         self._version_counter = 0
         self.slice_views: dict[str, SliceView] = {}
@@ -456,16 +475,27 @@ class ClusterState:
     def _on_slice(self, event: ev.ObjectEvent) -> None:
         name = event.key
         old = self.slices.get(name)
-        if old is not None:
-            self._unindex_slice(old)
         if event.type == "DELETED":
+            if old is not None:
+                self._unindex_slice(old)
             self.slices.pop(name, None)
             self.slice_views.pop(name, None)
-            self._slice_versions.pop(name, None)
+            self._device_versions.pop(name, None)
+            self._raw_devices.pop(name, None)
             return
-        new = parse_resource_slice(event.object)
+        previous = None
+        if old is not None and old.driver == _spec_field(event.object, "driver"):
+            previous = self._raw_devices.get(name)
+        new = parse_resource_slice(event.object, previous=previous)
+        self._remember_devices(name, event.object, new)
         self.slices[name] = new
-        self._slice_versions[name] = self._next_version()
+        if old is not None and _same_shape(old, new):
+            # Same devices in the same place (a taint, attribute or generation update): the
+            # indexes stand; only the views are computed again.
+            self._rebuild_slice_view(name)
+            return
+        if old is not None:
+            self._unindex_slice(old)
         for device in new.devices:
             did = DeviceID(new.driver, new.pool, device.name)
             self._device_slice[did] = name
@@ -478,6 +508,24 @@ class ClusterState:
         else:
             self._shared_slices.add(name)
         self._rebuild_slice_view(name)
+
+    def _remember_devices(self, name: str, raw: Mapping[str, Any], parsed: ResourceSlice) -> None:
+        """Raw and parsed devices (to parse only what an update changes) and per-device CEL versions.
+
+        A device keeps its version, and so its cached selector results, while
+        its attributes and capacity stay the same objects (see parse_resource_slice).
+        """
+        raw_devices = (raw.get("spec") or {}).get("devices") or []
+        self._raw_devices[name] = {d.name: (rd, d) for rd, d in zip(raw_devices, parsed.devices, strict=False)}
+        old_versions = self._device_versions.get(name, {})
+        versions: dict[str, tuple[object, object, int]] = {}
+        for d in parsed.devices:
+            prev = old_versions.get(d.name)
+            if prev is not None and prev[0] is d.attributes and prev[1] is d.capacity:
+                versions[d.name] = prev
+            else:
+                versions[d.name] = (d.attributes, d.capacity, self._next_version())
+        self._device_versions[name] = versions
 
     def _unindex_slice(self, old: ResourceSlice) -> None:
         for device in old.devices:
@@ -577,6 +625,8 @@ class ClusterState:
         return set(self._devices_by_key.get((driver, pool, device), ()))
 
     def _candidates(self, did: DeviceID) -> tuple[list[ResourceSlicePatch], list[DeviceTaintRule]]:
+        if not self.rules and not self.patches:
+            return [], []  # the common case: nothing to look up per device
         patches = [self.patches[n] for k in _index_keys(did.driver, did.pool, did.device) for n in self._patches_by_key.get(k, ())]
         rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
         return patches, rules
@@ -592,7 +642,7 @@ class ClusterState:
             patches,
             rules,
             self.devices.get(did),
-            self._slice_versions[slice_.meta.name],
+            self._device_versions[slice_.meta.name][device.name][2],
             self._patch_versions,
         )
 

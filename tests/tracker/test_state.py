@@ -195,9 +195,13 @@ def test_cel_rule_costs_one_evaluation_per_device(state: ClusterState) -> None:
     start = cel.stats["evaluations"]
     add_rule(state, {"metadata": {"name": "cel"}, "spec": {"deviceSelector": {"driver": D, "selectors": [{"cel": {"expression": "device.driver != \"\""}}]}, "taint": {"key": "j", "effect": "None"}}}, ev.GROUP_EXTENDER)
     assert cel.stats["evaluations"] - start == 3
-    # A slice change re-evaluates only its own new device version: once for the
-    # rule's selector, once for the class selector (warmed ahead of filters).
+    # A slice change that leaves attributes and capacity alone (here: a taint removed)
+    # keeps the device's CEL identity: nothing is evaluated again.
     state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0")], node="n2")))
+    assert cel.stats["evaluations"] - start == 3
+    # One that changes an attribute re-evaluates only that device: once for the rule's
+    # selector, once for the class selector (warmed ahead of filters).
+    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", model="h100")], node="n2")))
     assert cel.stats["evaluations"] - start == 5
 
 
