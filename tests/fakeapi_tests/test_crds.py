@@ -293,3 +293,11 @@ async def test_deleting_a_crd_stops_serving_its_kind(bare) -> None:
     assert status == 404
     status, _ = await call(bare, "GET", f"/apis/{GROUP}/v1alpha1/devicetaintrules")
     assert status == 200
+
+
+def test_the_docs_show_the_example_as_shipped() -> None:
+    """docs/resourceslicepatches.md quotes examples/ verbatim, so the documented patch is the tested one."""
+    doc = (ROOT / "docs" / "resourceslicepatches.md").read_text()
+    blocks = [b.split("\n", 1)[1] for b in doc.split("```yaml")[1:]]
+    shown = [b[: b.index("```")] for b in blocks if "kind: ResourceSlicePatch" in b]
+    assert shown == [(ROOT / "examples" / "resourceslicepatches" / "node-b-gpu-0-h100.yaml").read_text()]
