@@ -383,7 +383,7 @@ def crd_errors(crd: dict[str, Any]) -> list[FieldError]:
     if not versions:
         errors.append(_invalid("spec.versions", versions, "must have exactly one version marked as storage version"))
     elif sum(1 for v in versions if v.get("storage")) != 1:
-        errors.append(_invalid("spec.versions", '"array"', "must have exactly one version marked as storage version"))
+        errors.append(_invalid("spec.versions", versions, "must have exactly one version marked as storage version"))
     total = 0
     expensive: list[tuple[int, str]] = []
     reported: set[str] = set()
