@@ -218,14 +218,14 @@ class FakeApiServer:
         self.store.observers[CRD_TYPE.key] = [self._crd_changed]
         for ns in namespaces:
             self.store.create(self.registry.types[("", "namespaces")], {"metadata": {"name": ns}}, http=False)
-        if crds:
-            for crd in iter_manifests(SHIPPED_CRDS):
-                self.install_crd(crd)
         self.faults = Faults()
         self.requests: deque[RequestRecord] = deque(maxlen=request_log_limit)
         self.reactors: list[Reactor] = []
         self._rng = random.Random(seed)
         self._runner: web.AppRunner | None = None
+        if crds:
+            for crd in iter_manifests(SHIPPED_CRDS):
+                self.install_crd(crd)
 
     # ------------------------------------------------------------------ lifecycle
 
