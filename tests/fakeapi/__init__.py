@@ -30,6 +30,14 @@ Or as a subprocess for end-to-end tests: `python -m tests.fakeapi --port 0
 ready and takes the same controls over HTTP under `/_fake/` (state, faults,
 fail-next, compact, drop-watches, serve, requests, objects).
 
+CustomResourceDefinitions are served from `apiextensions.k8s.io/v1` and
+refused as a real server refuses them (structural schema, rules that do not
+compile, rules over the CEL cost budget); a stored CRD serves its kind and
+every write of it is pruned and validated against the schema, CEL rules
+included (tests/fakeapi/crd.py). The chart's CRDs are installed at start
+unless `crds=False` (`--no-crds`): then apply them yourself with
+`install_crd(crd)` or a POST, as `kubectl apply` does.
+
 Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
 `watch=True` handling together (FACTS.md "Fake API servers").
 """

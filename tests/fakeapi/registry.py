@@ -17,8 +17,9 @@ CORE_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "u
 META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
 # Hooks validating a write made over HTTP (Python-level helpers bypass them):
-# (old object or None, new object) -> error message for a 422, or None.
-Validator = Callable[[dict[str, Any] | None, dict[str, Any]], str | None]
+# (old object or None, new object) -> error message for a 422 (or the field errors,
+# tests.fakeapi.crd.FieldError), or None. A hook may prune the new object in place.
+Validator = Callable[[dict[str, Any] | None, dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,8 @@ def default_types(
     *,
     resource_versions: Iterable[str] = ("v1", "v1beta2"),
     device_taint_rule_versions: Iterable[str] = ("v1beta2", "v1alpha3"),
-    crds: bool = True,
 ) -> list[ResourceType]:
-    """The kinds dra-extender reads and writes (DESIGN.md §3)."""
+    """The built-in kinds dra-extender reads and writes; the project's own kinds come from its CRDs (tests/fakeapi/crd.py)."""
     rv = tuple(resource_versions)
     dtr = tuple(device_taint_rule_versions)
     types = [
@@ -129,13 +129,6 @@ def default_types(
     if dtr:
         types.append(ResourceType("resource.k8s.io", "devicetaintrules", "DeviceTaintRule", False, dtr,
                                   "devicetaintrule", (), {"status": STATUS}))
-    if crds:
-        types += [
-            ResourceType("resource.dra-extender.io", "devicetaintrules", "DeviceTaintRule", False, ("v1alpha1",),
-                         "devicetaintrule", (), {"status": STATUS}, custom=True),
-            ResourceType("resource.dra-extender.io", "resourceslicepatches", "ResourceSlicePatch", False,
-                         ("v1alpha1",), "resourceslicepatch", (), {"status": STATUS}, custom=True),
-        ]
     return types
 
 

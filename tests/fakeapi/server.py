@@ -27,6 +27,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from tests.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
 from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
 from tests.fakeapi.registry import Registry, ResourceType, default_types
 from tests.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
@@ -34,6 +35,8 @@ from tests.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_f
 
 log = logging.getLogger("fakeapi")
 
+# The CRDs the project ships: served by default, exactly as a cluster would have them installed.
+SHIPPED_CRDS = Path(__file__).resolve().parents[2] / "charts" / "dra-extender" / "crds"
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 TRUE = ("true", "1", "True", "TRUE", "t", "T")
 PATCH_TYPES = {
@@ -207,11 +210,13 @@ class FakeApiServer:
         self.kubernetes_version = kubernetes_version
         self.default_watch_timeout = default_watch_timeout
         self.registry = Registry([
-            *default_types(resource_versions=resource_versions, device_taint_rule_versions=device_taint_rule_versions, crds=crds),
+            *default_types(resource_versions=resource_versions, device_taint_rule_versions=device_taint_rule_versions),
+            CRD_TYPE,
             *extra_types,
         ])
         self.store = Store(self.registry, history_limit=history_limit)
         self.store.auto_create_namespaces = auto_create_namespaces
+        self.store.observers[CRD_TYPE.key] = [self._crd_changed]
         for ns in namespaces:
             self.store.create(self.registry.types[("", "namespaces")], {"metadata": {"name": ns}}, http=False)
         # RawExtension bytes as their creator sent them, by (plural, namespace, name, uid).
@@ -221,6 +226,9 @@ class FakeApiServer:
         self.reactors: list[Reactor] = []
         self._rng = random.Random(seed)
         self._runner: web.AppRunner | None = None
+        if crds:
+            for crd in iter_manifests(SHIPPED_CRDS):
+                self.install_crd(crd)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -268,6 +276,26 @@ class FakeApiServer:
         }
         p.write_text(yaml.safe_dump(config, sort_keys=False))
         return p
+
+    # ------------------------------------------------------------------ CustomResourceDefinitions
+
+    def install_crd(self, crd: dict[str, Any]) -> dict[str, Any]:
+        """Store a CRD as `kubectl apply` would, refused (422, the real wording) as the real server refuses it."""
+        errors = crd_errors(crd)
+        if errors:
+            raise invalid(CRD_TYPE, str((crd.get("metadata") or {}).get("name", "")), errors)
+        return self.apply(crd)
+
+    def _crd_changed(self, etype: str, crd: dict[str, Any]) -> None:
+        """A stored CRD serves its kind (with its schema); a deleted one stops serving it and drops its objects."""
+        t = resource_type(crd)
+        if etype == "DELETED":
+            self.registry.types.pop(t.key, None)
+            for w in list(self.store.watchers.pop(t.key, ())):
+                w.close(abrupt=False)
+            self.store.objects.pop(t.key, None)
+        else:
+            self.registry.add(t)
 
     # ------------------------------------------------------------------ Python-level helpers (privileged)
 
@@ -369,7 +397,8 @@ class FakeApiServer:
         The bulk way to seed state: nothing is copied back, and GC is paused meanwhile.
         `copy=False` hands the given dicts to the store (which stamps and keeps them: don't
         touch them afterwards), saving a parse per object. CustomResourceDefinitions are
-        skipped. Returns how many objects were applied.
+        installed first (and refused as the real server refuses them). Returns how many
+        objects were applied.
         """
         n = 0
         gc_was_enabled = gc.isenabled()
@@ -380,10 +409,12 @@ class FakeApiServer:
                     objs: Iterable[dict[str, Any]] = _unroll(orjson.loads(orjson.dumps(source)) if copy else source)
                 else:
                     objs = iter_manifests(source)
+                objs = sorted(objs, key=lambda o: o.get("kind") != "CustomResourceDefinition")  # stable: CRDs first
                 for obj in objs:
                     if obj.get("kind") == "CustomResourceDefinition":
-                        continue
-                    self._apply(obj)
+                        self.install_crd(obj)
+                    else:
+                        self._apply(obj)
                     n += 1
         finally:
             if gc_was_enabled:
@@ -893,11 +924,7 @@ class FakeApiServer:
                 self.clear_requests()
                 return _json({})
         if action == "objects" and method == "POST":
-            n = 0
-            for obj in _unroll(data):
-                if obj.get("kind") != "CustomResourceDefinition":
-                    self._apply(obj)
-                    n += 1
+            n = self.load(data)
             return _json({"applied": n, "resourceVersion": self.store.rv})
         raise ApiError(404, f"no control endpoint {method} /_fake/{action}", "NotFound")
 

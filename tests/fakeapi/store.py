@@ -105,8 +105,17 @@ def conflict(t: ResourceType, name: str, why: str) -> ApiError:
                     details=_details(t, name))
 
 
-def invalid(t: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(422, f'{t.kind} "{name}" is invalid: {why}', "Invalid", details=_details(t, name))
+def invalid(t: ResourceType, name: str, why: Any) -> ApiError:
+    """422 Invalid, named as the real server names it (`Kind.group "name" is invalid: ...`).
+
+    `why` is a message, or field errors (str() `field: detail`, `.cause()`) that also become `details.causes`.
+    """
+    kind = f"{t.kind}.{t.group}" if t.group else t.kind
+    details = _details(t, name)
+    if isinstance(why, list):
+        details["causes"] = [e.cause() for e in why]
+        why = str(why[0]) if len(why) == 1 else "[" + ", ".join(str(e) for e in why) + "]"
+    return ApiError(422, f'{kind} "{name}" is invalid: {why}', "Invalid", details=details)
 
 
 def expired(message: str) -> ApiError:
@@ -240,6 +249,8 @@ class Store:
         self.watchers: dict[tuple[str, str], set[Watcher]] = {}
         self._snapshots: OrderedDict[tuple[tuple[str, str], int], tuple[list[ObjKey], list[Stored]]] = OrderedDict()
         self.auto_create_namespaces = True
+        # (group, plural) -> callbacks (event type, object) run on every committed change, e.g. CRDs serving kinds.
+        self.observers: dict[tuple[str, str], list[Any]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -251,6 +262,8 @@ class Store:
         return self.rv
 
     def _emit(self, t: ResourceType, etype: str, new: Stored, old: Stored | None) -> None:
+        for observe in self.observers.get(t.key, ()):
+            observe(etype, new.obj)
         ev = Event(new.rv, t.key, etype, new, old)
         self._hist.append(ev)
         self._hist_rvs.append(ev.rv)
@@ -349,12 +362,12 @@ class Store:
         if t.namespaced:
             self._ensure_namespace(ns, dry_run)
         if http:
+            if t.has_status and t.plural not in ("nodes",):
+                obj.pop("status", None)  # before validation, as the server's PrepareForCreate
             if t.validate is not None:
                 why = t.validate(None, obj)
                 if why:
                     raise invalid(t, name, why)
-            if t.has_status and t.plural not in ("nodes",):
-                obj.pop("status", None)
             meta.pop("deletionTimestamp", None)
             meta.pop("deletionGracePeriodSeconds", None)
         if t.plural == "pods":
@@ -423,6 +436,10 @@ class Store:
             if new["status"] is None:
                 new.pop("status")
             new["metadata"] = dict(cur_meta)
+            if http and t.validate is not None:  # the whole object is validated, status included
+                why = t.validate(cur, new)
+                if why:
+                    raise invalid(t, name, why)
         else:
             new = dict(obj)
             new_meta = dict(meta)
