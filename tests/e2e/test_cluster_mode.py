@@ -818,3 +818,33 @@ def test_rejected_pod_is_nudged_when_its_taint_goes_away(binding) -> None:
     )
     assert stamped
     assert reasons(ext, pod_args("nudged", "nudged", ["node-nudge"], uid=uid))["node-nudge"] is None
+
+
+BIND_LEFTOVER_CASES = [
+    # name, failing requests (path regex, count), status, what the answer says
+    ("status-write-500", (r"/resourceclaims/[^/]+/status$", 1), 500, "writing its claims: "),
+    # The finalizer patch conflicts, so the bind re-reads the claim: that read fails too.
+    ("claim-read-409-in-retry", (r"/resourceclaims/[^/]+$", 3), 409, "reading it failed"),
+]
+
+
+@pytest.mark.parametrize(("failing", "status", "said"), [c[1:] for c in BIND_LEFTOVER_CASES], ids=[c[0] for c in BIND_LEFTOVER_CASES])
+def test_failed_bind_leaves_no_finalizer_and_says_why(binding, failing: tuple[str, int], status: int, said: str) -> None:
+    """A failed write takes back the finalizer it added; errors on any call are told plainly."""
+    api, ext = binding
+    name = f"leftover-{status}"
+    add_node(api, f"node-{name}", 1)
+    uid = add_pod(api, name, name)
+    wait_converged(api, ext)
+    path, count = failing
+    api.control("POST", "fail-next", {"count": count, "status": status, "paths": [path]})
+    try:
+        error = ext.post("bind", bind_args(name, uid, f"node-{name}")).json()["Error"]
+    finally:
+        api.clear_faults()
+    assert error and "internal error" not in error, error
+    assert said in error and name in error, error
+    wait_for(lambda: FINALIZER not in (get_claim(api, name)["metadata"].get("finalizers") or []), what="no finalizer left")
+    assert not (get_claim(api, name).get("status") or {}).get("allocation")
+    # The scheduler retries the pod: now it binds.
+    assert ext.post("bind", bind_args(name, uid, f"node-{name}")).json() == {"Error": ""}
