@@ -1203,8 +1203,7 @@ def _measure(w: Workload, model: KubeSchedulerModel, created_at: dict[str, float
         "unbound_last_rejections": dict(Counter(short_reason(model.last_rejection.get(k, "never rejected")) for k in unbound).most_common(5)),
         "unbound_never_rejected": sum(1 for k in unbound if k not in model.last_rejection),
         "unbound_not_rejected_with_claims": sum(1 for k in unbound if k not in model.rejected_with_claims),
-        "samples_ms": {"filter": [round(x, 2) for x in s.filter_ms[:5000]], "bind": [round(x, 2) for x in s.bind_ms[:5000]],
-                       "pod_created_to_bound": [round(x, 1) for x in e2e]},
+        "samples_ms": {"pod_created_to_bound": [round(x) for x in sorted(e2e)]},  # for the plot
     }
 
 
@@ -1360,6 +1359,12 @@ def noop_extender(kubeconfig: str, listen: str) -> None:
 # ---------------------------------------------------------------------- report
 
 
+def dump_json(report: dict[str, Any]) -> str:
+    """Indented JSON with lists of numbers on one line (the samples stay readable and small)."""
+    text = json.dumps(report, indent=1)
+    return re.sub(r"\[\s*(-?[\d.]+(?:,\s*-?[\d.]+)*)\s*\]", lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
@@ -1466,7 +1471,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"result": brief, "ratio_to_noop": x.get("ratio_to_noop"), "readback": x["readback"]}), flush=True)
     report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"{a.name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (a.out / f"{a.name}.json").write_text(dump_json(report))
     md = markdown(report)
     (a.out / f"{a.name}.md").write_text(md + "\n")
     print(md)
