@@ -1235,7 +1235,8 @@ async def _read_back(api: Api, w: Workload, http_timeout: float) -> dict[str, An
         "pods_bound": len(bound),
         "bound_pods_without_allocated_claim": len(without),
         "allocations_on_another_node": reserved_elsewhere,
-        "allocations_on_tainted_devices": sum(n for (d, pool, _), n in devices.items() if pool in tainted),
+        # After a taint removal the devices are no longer tainted: not applicable.
+        "allocations_on_tainted_devices": None if w.taint_removal else sum(n for (d, pool, _), n in devices.items() if pool in tainted),
         "http_timeout_s": http_timeout,
     }
 
