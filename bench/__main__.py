@@ -3,6 +3,8 @@
     .venv/bin/python -m bench [NAME ...]     # e.g. `cel scheduling`; default: all
 
 Each `bench/bench_<name>.py` writes `bench/results/<name>.json` and `.md`;
+`kube_scheduler_model` (bench/kube_scheduler_model.py, also a library for the
+e2e tests) writes `bench/results/kube-scheduler-model.json` and `.md`;
 `bench/plots.py` turns the JSON into `bench/results/*.png` when matplotlib
 is installed (`pip install -e '.[bench]'`).
 """
@@ -17,8 +19,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+# Benchmarks whose module is not bench/bench_<name>.py: name -> module.
+MODULES = {"kube_scheduler_model": "bench.kube_scheduler_model"}
+
+
 def available() -> list[str]:
-    return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+    return sorted([*(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py")), *MODULES])
 
 
 def main(argv: list[str]) -> int:
@@ -30,7 +36,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         print(f"== bench {name}", flush=True)
         started = time.perf_counter()
-        importlib.import_module(f"bench.bench_{name}").main([])
+        importlib.import_module(MODULES.get(name, f"bench.bench_{name}")).main([])
         print(f"== bench {name} done in {time.perf_counter() - started:.0f} s", flush=True)
     from bench import plots
 

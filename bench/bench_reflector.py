@@ -32,11 +32,8 @@ import argparse
 import asyncio
 import gc
 import json
-import os
-import platform
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,11 +43,10 @@ import aiohttp
 import httpx
 import orjson
 
-from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender, stop_process
+from bench.common import RESULTS, Cpu, free_port, machine, pct, proc_status_mb, start_extender, start_fake_api, stop_process
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------- the cluster
@@ -176,56 +172,6 @@ def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- processes
-
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-
-
-
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        model = next(
-            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), ""
-        )
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": model, "python": platform.python_version(), "platform": platform.platform()}
-
-
-class Cpu:
-    """CPU seconds of the processes of interest (and this one) over a phase."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self.t0 = time.perf_counter()
-        self.start = {k: cpu_seconds(p) for k, p in pids.items()}
-        self.self0 = time.process_time()
-
-    def done(self) -> dict[str, float]:
-        wall = time.perf_counter() - self.t0
-        out = {f"{k}_cpu_s": round(cpu_seconds(p) - self.start[k], 2) for k, p in self.pids.items()}
-        out["bench_client_cpu_s"] = round(time.process_time() - self.self0, 2)
-        out["wall_s"] = round(wall, 2)
-        return out
-
-
-def start_fake_api(tmp: Path) -> tuple[subprocess.Popen, str, Path]:
-    kubeconfig = tmp / "kubeconfig.yaml"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(kubeconfig), "--history-limit", "1000000"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=(tmp / "fakeapi.log").open("wb"),
-        text=True,
-    )
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    if not line:
-        raise RuntimeError((tmp / "fakeapi.log").read_text())
-    return proc, json.loads(line)["url"], kubeconfig
 
 
 

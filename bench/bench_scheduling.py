@@ -1,10 +1,14 @@
-"""scheduler_perf-style workload against `dra-extender serve --source` over HTTP.
+"""scheduler_perf-style workload against `dra-extender serve --source` over HTTP: the "extender alone" figure.
 
 N nodes x M GPUs, a maintenance DeviceTaintRule over some pools, P pending
 pods each with its own one-GPU claim. Every pod is driven exactly as
 kube-scheduler drives an extender: /filter with all node names, /prioritize
 with the feasible ones, /bind to the best. Reports pods/s, p50/p99 per verb,
 how long a new rule takes to show in /filter, and the extender's RSS.
+
+This driver waits for each bind before the next /filter, so it measures the
+extender alone; kube-scheduler does not wait (its binds are asynchronous):
+bench/kube_scheduler_model.py measures the extender behind a model of it.
 
     .venv/bin/python -m bench.bench_scheduling [--nodes 1000] [--devices 8] [--pods 300]
 
@@ -195,7 +199,9 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "scheduling.json").write_text(json.dumps(result, indent=2) + "\n")
     lat = result["latency_ms"]
     md = [
-        "# Scheduling benchmark (`python -m bench.bench_scheduling`)",
+        "# Scheduling benchmark, the extender alone (`python -m bench.bench_scheduling`)",
+        "",
+        "A driver that waits for each bind; behind kube-scheduler see kube-scheduler-model*.md.",
         "",
         f"{result['workload']['nodes']} nodes x {result['workload']['devices_per_node']} devices, "
         f"{result['workload']['pods']} pods, {result['workload']['tainted_pools']} pools under a NoSchedule rule; "

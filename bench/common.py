@@ -1,13 +1,17 @@
-"""What every benchmark needs: ports, percentiles, /proc readings, starting the extender."""
+"""What every benchmark needs: ports, percentiles, /proc readings, starting the fake API server and the extender."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -40,14 +44,74 @@ def proc_status_mb(pid: int, key: str = "VmRSS") -> float:
     return 0.0
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine() -> dict[str, Any]:
+    """Cores, CPU model, Python and platform, plus the load average: results on a shared machine need it."""
+    model = ""
+    try:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), ""
+        )
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+class Cpu:
+    """CPU seconds of the processes of interest (and this one) over a phase."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.t0 = time.perf_counter()
+        self.start = {k: cpu_seconds(p) for k, p in pids.items()}
+        self.self0 = time.process_time()
+
+    def done(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.t0
+        out = {f"{k}_cpu_s": round(cpu_seconds(p) - self.start[k], 2) for k, p in self.pids.items()}
+        out["bench_client_cpu_s"] = round(time.process_time() - self.self0, 2)
+        out["wall_s"] = round(wall, 2)
+        return out
+
+
+def start_fake_api(tmp: Path, *extra_args: str) -> tuple[subprocess.Popen, str, Path]:
+    """`python -m tests.fakeapi` in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
+    kubeconfig = tmp / "kubeconfig.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(kubeconfig), "--history-limit", "1000000", *extra_args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=(tmp / "fakeapi.log").open("wb"),
+        text=True,
+    )
+    line = proc.stdout.readline()  # type: ignore[union-attr]
+    if not line:
+        raise RuntimeError((tmp / "fakeapi.log").read_text())
+    return proc, json.loads(line)["url"], kubeconfig
+
+
 def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
     """`dra-extender serve ARGS --listen 127.0.0.1:PORT`, returned once /readyz answers 200."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    return start_server([sys.executable, "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"], port, log_path, timeout=timeout)
+
+
+def start_server(cmd: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
+    """Any extender-like server command listening on 127.0.0.1:PORT, returned once its /readyz answers 200."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
     deadline = time.perf_counter() + timeout
     while True:
@@ -57,10 +121,10 @@ def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float
         except httpx.TransportError:
             pass
         if proc.poll() is not None:
-            raise RuntimeError(f"the extender exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
+            raise RuntimeError(f"{cmd[:4]} exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
         if time.perf_counter() > deadline:
             proc.kill()
-            raise TimeoutError(f"extender not ready after {timeout} s")
+            raise TimeoutError(f"{cmd[:4]} not ready after {timeout} s")
         time.sleep(0.05)
 
 

@@ -59,6 +59,29 @@ def cel(plt: Any, data: dict[str, Any]) -> Path | None:
     return _save(plt, fig, "cel-cost.png")
 
 
+def kube_scheduler_model(plt: Any, data: dict[str, Any], name: str) -> Path | None:
+    """Pod created -> bound, one CDF per run (extender and no-op reference), one panel per workload."""
+    runs = [r for r in data.get("runs") or [] if (r.get("samples_ms") or {}).get("pod_created_to_bound")]
+    workloads = list(dict.fromkeys(r["workload"]["name"] for r in runs))
+    if not workloads:
+        return None
+    cols = min(4, len(workloads))
+    rows = -(-len(workloads) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(workloads):]:
+        ax.set_visible(False)
+    for ax, w in zip(axes.flat, workloads):
+        for r in (r for r in runs if r["workload"]["name"] == w):
+            xs = sorted(x / 1000 for x in r["samples_ms"]["pod_created_to_bound"])
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            who = "no-op" if r["extender"] == "noop" else "extender"
+            ax.step(xs, ys, where="post", label=f"{who}: {r['pods_per_second']} pods/s, {r['failed_binds']} failed binds")
+        ax.set(xlabel="pod created -> bound (s)", ylabel="fraction of pods", title=w)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(plt, fig, f"{name}-created-to-bound.png")
+
+
 def _save(plt: Any, fig: Any, name: str) -> Path:
     path = RESULTS / name
     fig.tight_layout()
@@ -79,6 +102,11 @@ def main(argv: list[str]) -> int:
     for name, draw in (("scheduling", scheduling), ("cel", cel)):
         data = _load(name)
         path = draw(plt, data) if data else None
+        if path is not None:
+            print(f"plot: {path.relative_to(RESULTS.parent.parent)}")
+    for name in ("kube-scheduler-model", "kube-scheduler-model-baseline"):
+        data = _load(name)
+        path = kube_scheduler_model(plt, data, name) if data else None
         if path is not None:
             print(f"plot: {path.relative_to(RESULTS.parent.parent)}")
     return 0

@@ -1,0 +1,67 @@
+"""dra-extender behind the kube-scheduler model (bench/kube_scheduler_model.py), in cluster mode against the fake API server.
+
+Why: a driver that waits for each bind hides the bind race a real
+kube-scheduler hits (issue 8). These runs use the model's asynchronous binds,
+backoff queue and claim-controller stand-in, and assert issue 8's targets on a
+cluster small enough for CI: every pod that fits is bound, no failed bind, no
+rejection of a pod that fits somewhere, no device allocated twice (every claim
+read back from the API server), no bind longer than httpTimeout.
+Throughput is measured in bench/, never asserted here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.kube_scheduler_model import ClaimControllerConfig, SchedulerConfig, Workload, run_workload
+
+pytestmark = pytest.mark.e2e
+
+RACE = pytest.mark.xfail(reason="bind race: fixed by the issue-8 extender changes", strict=False)
+HTTP_TIMEOUT = 5.0
+
+
+def missed_targets(r: dict[str, Any], expected_bound: int) -> list[str]:
+    """Every target the run missed, with its numbers (one assertion shows them all)."""
+    rb = r["readback"]
+    bind = r["latency_ms"]["bind"]
+    checks = [
+        (r["pods_bound"] == expected_bound and rb["pods_bound"] == expected_bound,
+         f"bound {r['pods_bound']} (API: {rb['pods_bound']}) of {expected_bound}; unbound pods' last rejection: {r['unbound_last_rejections']}"),
+        (r["failed_binds"] == 0, f"{r['failed_binds']} failed binds: {r['bind_errors']}"),
+        (r["rejections_of_pods_that_fit"] == 0,
+         f"{r['rejections_of_pods_that_fit']} rejections of pods that fit somewhere: {r['fit_rejection_reasons']}"),
+        (rb["devices_allocated_twice"] == 0, f"{rb['devices_allocated_twice']} devices allocated twice"),
+        (rb["bound_pods_without_allocated_claim"] == 0, f"{rb['bound_pods_without_allocated_claim']} bound pods without an allocated claim"),
+        (r["bind_timeouts"] == 0 and bind["max"] < HTTP_TIMEOUT * 1000,
+         f"{r['bind_timeouts']} binds timed out (httpTimeout {HTTP_TIMEOUT} s), longest {bind['max']} ms"),
+        (not r["scheduling_errors"], f"scheduling errors: {r['scheduling_errors']}"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
+@RACE
+def test_pods_from_one_template_created_at_once_all_bind_without_a_failed_bind() -> None:
+    """20 nodes x 5 devices, 100 pods of one template at once; claims appear 0.5 s after their pod."""
+    w = Workload("e2e-template", nodes=20, devices_per_node=5, pods=100, timeout=20, settle=1)
+    r = run_workload(w, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=1), claims=ClaimControllerConfig(delay=0.5), progress=0)
+    assert r["readback"]["claims"] == 100  # the stand-in made one claim per pod
+    missed = missed_targets(r, expected_bound=100)
+    assert not missed, "\n".join(missed)
+
+
+@RACE
+def test_forty_pods_competing_for_ten_devices_bind_exactly_ten() -> None:
+    """10 devices (2 nodes x 5), 40 pods: exactly 10 bind, the rest are rejected because every device is allocated."""
+    w = Workload("e2e-competition", nodes=2, devices_per_node=5, pods=40, timeout=15, settle=3)
+    r = run_workload(w, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=2), claims=ClaimControllerConfig(delay=0.2), progress=0)
+    missed = missed_targets(r, expected_bound=10)
+    assert r["readback"]["devices_allocated"] <= 10
+    if r["unbound_not_rejected_with_claims"]:
+        missed.append(f"{r['unbound_not_rejected_with_claims']} unbound pods were never rejected once their claim existed")
+    wrong = {reason: n for reason, n in r["unbound_last_rejections"].items() if "allocated" not in reason}
+    if wrong:
+        missed.append(f"unbound pods rejected for another reason than allocated devices: {wrong}")
+    assert not missed, "\n".join(missed)
