@@ -19,7 +19,6 @@ from bench.kube_scheduler_model import ClaimControllerConfig, SchedulerConfig, W
 
 pytestmark = pytest.mark.e2e
 
-RACE = pytest.mark.xfail(reason="bind race: fixed by the issue-8 extender changes", strict=False)
 HTTP_TIMEOUT = 5.0
 
 
@@ -42,7 +41,6 @@ def missed_targets(r: dict[str, Any], expected_bound: int) -> list[str]:
     return [message for ok, message in checks if not ok]
 
 
-@RACE
 def test_pods_from_one_template_created_at_once_all_bind_without_a_failed_bind() -> None:
     """20 nodes x 5 devices, 100 pods of one template at once; claims appear 0.5 s after their pod."""
     w = Workload("e2e-template", nodes=20, devices_per_node=5, pods=100, timeout=20, settle=1)
@@ -52,7 +50,6 @@ def test_pods_from_one_template_created_at_once_all_bind_without_a_failed_bind()
     assert not missed, "\n".join(missed)
 
 
-@RACE
 def test_forty_pods_competing_for_ten_devices_bind_exactly_ten() -> None:
     """10 devices (2 nodes x 5), 40 pods: exactly 10 bind, the rest are rejected because every device is allocated."""
     w = Workload("e2e-competition", nodes=2, devices_per_node=5, pods=40, timeout=15, settle=3)
