@@ -1,0 +1,118 @@
+"""The eviction controller against the fake API server over real HTTP, on a fake clock (DESIGN §4 "Eviction")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from extender.eviction.clock import format_time, parse_time
+from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, node, rule, seed
+from tests.fakeapi import FakeApiServer
+
+FOREVER = {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute"}
+
+
+def seconds(n: int, **kw: str) -> dict:
+    return {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": n, **kw}
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path):
+    async with FakeApiServer(bookmark_interval=0.2) as api:
+        c = Cluster(api, tmp_path)
+        yield c
+        await c.stop()
+
+
+def condition(api: FakeApiServer, name: str, group: str = CRD) -> dict | None:
+    obj = api.get("devicetaintrules", None, name, group=group)
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if c["type"] == "EvictionInProgress":
+            return c
+    return None
+
+
+async def test_a_noexecute_rule_evicts_exactly_the_pods_that_do_not_tolerate_it(cluster: Cluster) -> None:
+    api = cluster.api
+    pods = {
+        "plain": claim_and_pod("plain", 0),
+        "other-key": claim_and_pod("other-key", 1, tolerations=[{"key": "example.com/other", "operator": "Exists"}]),
+        "no-schedule-only": claim_and_pod("no-schedule-only", 2, tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
+        "forever": claim_and_pod("forever", 3, tolerations=[FOREVER]),
+        "any-effect": claim_and_pod("any-effect", 4, tolerations=[{"key": "example.com/broken", "operator": "Exists"}]),
+        "by-annotation": claim_and_pod("by-annotation", 5, annotation_tolerations=[FOREVER]),
+    }
+    seed(api, node(), gpu_slice(8), *(o for pair in pods.values() for o in pair))
+    _, stranger = claim_and_pod("untainted-node", 0, node_name="node-b")  # same device name, other pool: untouched
+    seed(api, node("node-b"), gpu_slice(1, node_name="node-b"), *claim_and_pod("untainted-node", 0, node_name="node-b"))
+    await cluster.start()
+    api.create(rule("gpu-broken"))
+    await cluster.run_until(lambda: condition(api, "gpu-broken") is not None and condition(api, "gpu-broken")["reason"] == "Completed", within=60)
+
+    assert sorted(cluster.recorder.deleted()) == ["no-schedule-only", "other-key", "plain"]
+    for name in ("plain", "other-key", "no-schedule-only"):
+        assert cluster.recorder.for_pod(name) == ["event:Marking for deletion", "condition:DeletionByDeviceTaintManager", "delete"]
+        assert api.get("pods", "default", name) is None
+    for name in ("forever", "any-effect", "by-annotation", "untainted-node"):
+        assert api.get("pods", "default", name) is not None
+        assert cluster.recorder.for_pod(name) == []
+    status = condition(api, "gpu-broken")
+    assert status["status"] == "False" and status["message"] == "3 pods evicted since starting the controller."
+    # The controller stamped timeAdded on our CRD rule, as the API server does for upstream's.
+    stamped = api.get("devicetaintrules", None, "gpu-broken", group=CRD)["spec"]["taint"]["timeAdded"]
+    assert abs(parse_time(stamped) - T0) < 2
+    metrics = cluster.controller.metrics.render().decode()
+    assert f'dra_extender_eviction_pod_deletions_total{{result="ok",rule="DeviceTaintRule/{CRD}/gpu-broken"}} 3.0' in metrics
+
+
+async def test_toleration_seconds_delay_to_the_instant_and_the_smallest_wins(cluster: Cluster) -> None:
+    api = cluster.api
+    seed(
+        api,
+        node(),
+        gpu_slice(2),
+        *claim_and_pod("waits-30", 0, tolerations=[seconds(300), seconds(30), seconds(120, value="ignored", operator="Equal")]),
+        *claim_and_pod("waits-90", 1, tolerations=[seconds(90)]),
+    )
+    await cluster.start()
+    api.create(rule("gpu-broken", timeAdded=format_time(T0)))
+    await cluster.run_until(lambda: len(cluster.recorder.deleted()) == 2, within=200)
+    at = {w.name: w.at - T0 for w in cluster.recorder.deletions()}
+    assert at == {"waits-30": 30.0, "waits-90": 90.0}
+    # Pending while they wait: the rule says so, in upstream's words.
+    pending = [w.body["status"]["conditions"][-1]["message"] for w in cluster.recorder.writes if w.resource == "devicetaintrules/status" and "conditions" in w.body["status"]]
+    assert "2 pods need to be evicted in 1 namespace." in pending
+
+
+async def test_deleting_the_rule_before_the_deadline_cancels(cluster: Cluster) -> None:
+    api = cluster.api
+    seed(api, node(), gpu_slice(1), *claim_and_pod("waits", 0, tolerations=[seconds(60)]))
+    await cluster.start()
+    api.create(rule("gpu-broken", timeAdded=format_time(T0)))
+    await cluster.advance(30)
+    assert "default/waits" in cluster.controller.plan
+    api.delete("devicetaintrules", None, "gpu-broken", group=CRD)
+    await cluster.advance(120)
+    assert cluster.recorder.deleted() == []
+    assert [w.name for w in cluster.recorder.events("Cancelling deletion")] == ["waits"]
+    assert api.get("pods", "default", "waits") is not None
+
+
+@pytest.mark.parametrize("evict_upstream", [True, False], ids=["with-evict-upstream", "without"])
+async def test_a_driver_noexecute_taint_is_ours_only_with_evict_upstream(cluster: Cluster, evict_upstream: bool) -> None:
+    api = cluster.api
+    taint = {"key": "gpu.example.com/xid", "value": "79", "effect": "NoExecute", "timeAdded": format_time(T0)}
+    seed(api, node(), gpu_slice(2, taints={0: [taint]}), *claim_and_pod("on-bad-gpu", 0), *claim_and_pod("on-good-gpu", 1))
+    # An upstream rule is the same: left to kube-controller-manager unless --evict-upstream.
+    seed(api, rule("upstream", group="resource.k8s.io", selector={"driver": DRIVER, "device": "gpu-1"}, timeAdded=format_time(T0)))
+    await cluster.start(evict_upstream=evict_upstream)
+    await cluster.advance(30)
+    if evict_upstream:
+        assert sorted(cluster.recorder.deleted()) == ["on-bad-gpu", "on-good-gpu"]
+        assert cluster.recorder.for_pod("on-bad-gpu") == ["event:Marking for deletion", "condition:DeletionByDeviceTaintManager", "delete"]
+        assert condition(api, "upstream", group="resource.k8s.io")["reason"] in ("Completed", "PodsPendingEviction")
+    else:
+        assert cluster.recorder.deleted() == []
+        assert cluster.recorder.writes == []  # no Events, no conditions, no rule status
+        assert condition(api, "upstream", group="resource.k8s.io") is None
