@@ -154,6 +154,8 @@ class EvictionController:
                 self.dirty = True
                 self.metrics.evictions_pending.set(0)
                 deadline = self.clock.now() + self.settings.leader_poll
+            if deadline <= self.clock.now():
+                await asyncio.sleep(0)  # due again at once: still let the tracker and the HTTP servers run
             self.idle = True
             try:
                 await self.clock.wait(self._wake, deadline)

@@ -7,11 +7,16 @@ it, so a cluster with many short-lived taints keeps no garbage.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 DEFAULT_RATE = 10.0  # evictions per second (seed 001)
 DEFAULT_BURST = 10
+# Refills are float arithmetic on epoch seconds (resolution ~2e-7 s): 0.1 s at 10/s may
+# come to 0.999999 of a token. A token that close is a token, or the controller would
+# wait for a deadline that rounds to now.
+_EPSILON = 1e-3
 
 
 @dataclass(slots=True)
@@ -29,14 +34,14 @@ class TokenBucket:
     def available_at(self, now: float) -> float:
         """When the next whole token is there (`now` if it already is)."""
         self._refill(now)
-        if self.tokens >= 1.0:
+        if self.tokens >= 1.0 - _EPSILON:
             return now
-        return now + (1.0 - self.tokens) / self.rate
+        return max(now + (1.0 - self.tokens) / self.rate, math.nextafter(now, math.inf))
 
     def take(self, now: float) -> bool:
         self._refill(now)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        if self.tokens >= 1.0 - _EPSILON:
+            self.tokens = max(0.0, self.tokens - 1.0)
             return True
         return False
 
@@ -46,7 +51,7 @@ class TokenBucket:
 
     def full(self, now: float) -> bool:
         self._refill(now)
-        return self.tokens >= self.burst
+        return self.tokens >= self.burst - _EPSILON
 
 
 class TaintLimiters:

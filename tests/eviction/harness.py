@@ -130,7 +130,10 @@ class Cluster:
             caught_up = self._caught_up()
             quiet = quiet + 1 if ctrl.idle and not ctrl.dirty and caught_up else 0
             if loop.time() > deadline:
-                raise TimeoutError("the controller did not settle")
+                raise TimeoutError(
+                    f"the controller did not settle: idle={ctrl.idle} dirty={ctrl.dirty} caught_up={caught_up} "
+                    f"next deadline in {(self.clock.next_deadline() or 0) - self.clock.now()} s"
+                )
 
     def _caught_up(self) -> bool:
         """The tracker holds every object at the server's resourceVersion (the watch events are in)."""

@@ -116,3 +116,73 @@ async def test_a_driver_noexecute_taint_is_ours_only_with_evict_upstream(cluster
         assert cluster.recorder.deleted() == []
         assert cluster.recorder.writes == []  # no Events, no conditions, no rule status
         assert condition(api, "upstream", group="resource.k8s.io") is None
+
+
+async def test_effect_none_reports_what_noexecute_would_do_and_evicts_nothing(cluster: Cluster) -> None:
+    api = cluster.api
+    seed(
+        api,
+        node(),
+        gpu_slice(4),
+        *claim_and_pod("a", 0),
+        *claim_and_pod("b", 1, namespace="team-b", tolerations=[seconds(600)]),  # would go, later
+        *claim_and_pod("c", 2, tolerations=[FOREVER]),  # would stay
+    )
+    await cluster.start()
+    api.create(rule("drain", "None"))
+    await cluster.run_until(lambda: condition(api, "drain") is not None, within=30)
+    await cluster.advance(120)
+    assert condition(api, "drain")["reason"] == "NoEffect"
+    assert condition(api, "drain")["message"] == (
+        "4 published devices selected. 3 allocated devices selected. 2 pods would be evicted in 2 different namespaces "
+        "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule to trigger an update."
+    )
+    assert cluster.recorder.deleted() == [] and cluster.recorder.events() == []
+    statuses = [w for w in cluster.recorder.writes if w.resource == "devicetaintrules/status" and "conditions" in w.body["status"]]
+    assert len(statuses) == 1  # set once per spec change
+
+    # The walkthrough's second step: NoExecute. timeAdded restarts at the change, so b gets its full 600 s.
+    switched = cluster.clock.now()
+    api.patch("devicetaintrules", None, "drain", {"spec": {"taint": {"effect": "NoExecute"}}}, group=CRD)
+    await cluster.run_until(lambda: "a" in cluster.recorder.deleted(), within=30)
+    time_added = api.get("devicetaintrules", None, "drain", group=CRD)["spec"]["taint"]["timeAdded"]
+    assert parse_time(time_added) == int(switched)
+    assert condition(api, "drain")["message"] == "1 pod needs to be evicted in 1 namespace. 1 pod evicted since starting the controller."
+    await cluster.run_until(lambda: "b" in cluster.recorder.deleted(), within=700)
+    assert [w.at - int(switched) for w in cluster.recorder.deletions() if w.name == "b"] == [600.0]
+    await cluster.advance(15)
+    assert condition(api, "drain")["reason"] == "Completed"
+    assert api.get("pods", "default", "c") is not None
+
+
+async def test_other_effects_are_reported_as_such(cluster: Cluster) -> None:
+    api = cluster.api
+    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0))
+    await cluster.start()
+    api.create(rule("no-new-work", "NoSchedule"))
+    await cluster.run_until(lambda: condition(api, "no-new-work") is not None, within=30)
+    c = condition(api, "no-new-work")
+    assert (c["status"], c["reason"], c["message"]) == ("False", "OtherEffect", "Eviction only happens for the NoExecute effect.")
+    assert cluster.recorder.deleted() == []
+
+
+async def deletion_span(cluster: Cluster, pods: int, **taint: object) -> tuple[list[float], float]:
+    api = cluster.api
+    seed(api, node(), gpu_slice(pods), *(o for i in range(pods) for o in claim_and_pod(f"p{i:03d}", i)))
+    await cluster.start()
+    api.create(rule("everything", timeAdded=format_time(T0), **taint))
+    await cluster.run_until(lambda: len(cluster.recorder.deleted()) == pods, within=60)
+    times = sorted(w.at for w in cluster.recorder.deletions())
+    return times, times[-1] - times[0]
+
+
+async def test_default_rate_is_ten_per_second_after_a_burst_of_ten(cluster: Cluster) -> None:
+    times, span = await deletion_span(cluster, 100)
+    assert times[:10] == [times[0]] * 10  # the burst
+    assert 8.99 <= span <= 10.0  # float time: 9 s within a few microseconds
+    assert sorted(set(cluster.recorder.deleted())) == [f"p{i:03d}" for i in range(100)]
+
+
+async def test_evictions_per_second_100_is_ten_times_faster(cluster: Cluster) -> None:
+    _, span = await deletion_span(cluster, 100, evictionsPerSecond=100)
+    assert 0.89 <= span <= 1.0
