@@ -110,6 +110,11 @@ class EvictionController:
         self.dirty = True
         self._wake.set()
 
+    @property
+    def woken(self) -> bool:
+        """A tracker event arrived that the loop has not taken up yet."""
+        return self._wake.is_set()
+
     # ------------------------------------------------------------------ time of a taint
 
     def _taint_time(self, did: DeviceID, taint: DeviceTaint, source: str) -> float:

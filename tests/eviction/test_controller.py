@@ -8,7 +8,7 @@ import pytest
 
 from extender.eviction.clock import format_time, parse_time
 from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, node, rule, seed
-from tests.fakeapi import FakeApiServer
+from tests.fakeapi import FakeApiError, FakeApiServer
 
 FOREVER = {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute"}
 
@@ -186,3 +186,84 @@ async def test_default_rate_is_ten_per_second_after_a_burst_of_ten(cluster: Clus
 async def test_evictions_per_second_100_is_ten_times_faster(cluster: Cluster) -> None:
     _, span = await deletion_span(cluster, 100, evictionsPerSecond=100)
     assert 0.89 <= span <= 1.0
+
+
+def pdb(name: str, **spec: object) -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "trainer"}}, **spec},
+    }
+
+
+async def test_evict_mode_respects_a_pod_disruption_budget(cluster: Cluster) -> None:
+    api = cluster.api
+    seed(
+        api,
+        node(),
+        gpu_slice(3),
+        *(o for i in range(3) for o in claim_and_pod(f"t{i}", i, labels={"app": "trainer"})),
+        pdb("trainers", minAvailable=2),
+    )
+    await cluster.start(mode="evict")
+    api.create(rule("gpu-broken", timeAdded=format_time(T0)))
+    await cluster.advance(60)
+    evictions = [w for w in cluster.recorder.writes if w.resource == "pods/eviction"]
+    gone = [f"t{i}" for i in range(3) if api.get("pods", "default", f"t{i}") is None]
+    assert len(gone) == 1  # the budget allows one disruption; the rest are refused (429) and retried with backoff
+    assert 4 <= len(evictions) <= 20, len(evictions)
+    assert all(w.verb == "create" for w in evictions) and cluster.recorder.deleted() == []
+    assert cluster.recorder.for_pod(gone[0])[0] == "event:Marking for eviction"
+    status = condition(api, "gpu-broken")
+    assert status["reason"] == "PodsPendingEviction" and status["message"].startswith("2 pods need to be evicted in 1 namespace. 1 pod evicted since starting the controller.")
+    assert "evictions refused by a PodDisruptionBudget (retrying)." in status["message"]
+    # The budget goes away: the retries get through.
+    api.delete("poddisruptionbudgets", "default", "trainers")
+    await cluster.run_until(lambda: all(api.get("pods", "default", f"t{i}") is None for i in range(3)), within=120)
+    assert all(cluster.recorder.for_pod(f"t{i}").count("event:Marking for eviction") == 1 for i in range(3))
+
+
+async def test_restarting_mid_eviction_neither_loses_nor_duplicates_work(cluster: Cluster) -> None:
+    api = cluster.api
+    pods = 30
+    seed(api, node(), gpu_slice(pods), *(o for i in range(pods) for o in claim_and_pod(f"p{i:03d}", i)))
+    await cluster.start()
+    api.create(rule("everything", timeAdded=format_time(T0)))
+    await cluster.run_until(lambda: len(cluster.recorder.deleted()) >= 12, within=60)
+    # The next deletion fails after its Event and condition were written; the process dies then.
+    failed: list[str] = []
+
+    def fail_one_delete(info):
+        if info.verb == "delete" and info.resource == "pods" and not failed:
+            failed.append(info.name)
+            return FakeApiError(500, "injected: the process dies before the delete lands")
+        return None
+
+    api.add_reactor(fail_one_delete)  # after the recorder: the attempt is recorded, then fails
+    await cluster.run_until(lambda: bool(failed), within=60)
+    await cluster.stop()
+    assert api.get("pods", "default", failed[0]) is not None
+    assert cluster.recorder.for_pod(failed[0]) == ["event:Marking for deletion", "condition:DeletionByDeviceTaintManager", "delete"]
+
+    await cluster.start()  # a new process: new tracker, new controller, same cluster and clock
+    await cluster.run_until(lambda: all(api.get("pods", "default", f"p{i:03d}") is None for i in range(pods)), within=60)
+    for i in range(pods):
+        writes = cluster.recorder.for_pod(f"p{i:03d}")
+        assert writes.count("event:Marking for deletion") == 1 and writes.count("condition:DeletionByDeviceTaintManager") == 1, writes
+    deleted = [n for n in cluster.recorder.deleted()]
+    assert sorted(set(deleted)) == [f"p{i:03d}" for i in range(pods)]
+    assert len(deleted) == pods + 1  # every pod once, plus the one attempt that failed
+
+
+async def test_a_follower_evicts_nothing(cluster: Cluster) -> None:
+    api = cluster.api
+    seed(api, node(), gpu_slice(2), *claim_and_pod("a", 0), *claim_and_pod("b", 1))
+    cluster.leading = False
+    await cluster.start()
+    api.create(rule("gpu-broken", timeAdded=format_time(T0)))
+    await cluster.advance(60)
+    assert cluster.recorder.writes == [api_write for api_write in cluster.recorder.writes if api_write.resource == "devicetaintrules"] == []
+    assert api.get("pods", "default", "a") is not None
+    cluster.leading = True  # it takes over: the pods still there are evicted
+    await cluster.run_until(lambda: sorted(cluster.recorder.deleted()) == ["a", "b"], within=10)
