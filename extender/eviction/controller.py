@@ -51,7 +51,7 @@ class Settings:
     mode: Literal["delete", "evict"] = "delete"
     ownership: Ownership = field(default_factory=Ownership)
     leader_poll: float = 1.0  # how often a follower checks whether it leads now
-    debounce: float = 0.01  # real seconds to gather a burst of tracker events into one recompute
+    debounce: float = 0.1  # real seconds to gather a burst of tracker events into one recompute (bounds its CPU)
     retry_initial: float = 1.0  # backoff after a refused (429) or failed eviction
     retry_max: float = 60.0
 

@@ -99,7 +99,7 @@ class Cluster:
     async def start(self, *, mode: str = "delete", evict_upstream: bool = False) -> EvictionController:
         self.state = ClusterState(CelEnvironment())
         source = ApiSource(kubeconfig=str(self.kubeconfig))
-        settings = Settings(mode=mode, ownership=Ownership(evict_upstream=evict_upstream))  # type: ignore[arg-type]
+        settings = Settings(mode=mode, ownership=Ownership(evict_upstream=evict_upstream), debounce=0.005)  # type: ignore[arg-type]
         self.controller = EvictionController(
             self.state, source, settings, is_leader=lambda: self.leading, clock=self.clock, metrics=Metrics()
         )

@@ -267,3 +267,17 @@ async def test_a_follower_evicts_nothing(cluster: Cluster) -> None:
     assert api.get("pods", "default", "a") is not None
     cluster.leading = True  # it takes over: the pods still there are evicted
     await cluster.run_until(lambda: sorted(cluster.recorder.deleted()) == ["a", "b"], within=10)
+
+
+async def test_an_upstream_rule_also_handled_by_the_in_tree_controller_is_warned_about_once(cluster: Cluster) -> None:
+    api = cluster.api
+    upstream = rule("shared", group="resource.k8s.io", timeAdded=format_time(T0))
+    upstream["metadata"]["managedFields"] = [
+        {"manager": "device-taint-eviction-controller", "operation": "Apply", "subresource": "status", "apiVersion": "resource.k8s.io/v1beta2"}
+    ]
+    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0), upstream)
+    await cluster.start(evict_upstream=True)
+    await cluster.advance(30)
+    warnings = [w for w in cluster.recorder.events() if w.body.get("reason") == "TwoEvictionControllers"]
+    assert [(w.name, w.body["type"], w.body["involvedObject"]["kind"]) for w in warnings] == [("shared", "Warning", "DeviceTaintRule")]
+    assert cluster.recorder.deleted() == ["a"]  # it still acts: the operator asked for --evict-upstream
