@@ -105,6 +105,8 @@ class EvictionController:
             ident = (event.group or ev.GROUP_RESOURCE, event.key)
             if event.type == "DELETED":
                 self._raw_rules.pop(ident, None)
+                for key in [k for k in self._stamps if k[:2] == ident]:
+                    del self._stamps[key]
             else:
                 self._raw_rules[ident] = event.object
         self.dirty = True
@@ -149,9 +151,9 @@ class EvictionController:
             self._deadlines = []
             if self.is_leader():
                 await self.step()
-                deadline = min(self._deadlines, default=None)
                 # Leadership is polled: a leader that loses it must notice without a tracker event.
-                deadline = min(deadline, self.clock.now() + self.settings.leader_poll) if deadline else self.clock.now() + self.settings.leader_poll
+                deadline = min(self._deadlines, default=self.clock.now() + self.settings.leader_poll)
+                deadline = min(deadline, self.clock.now() + self.settings.leader_poll)
             else:
                 if self.plan:
                     log.info("not leading: pending evictions are left to the leader", extra={"pending": len(self.plan)})
@@ -196,6 +198,9 @@ class EvictionController:
         self.plan = new
         live = {p.uid for p in new.values()}
         self._retry = {uid: r for uid, r in self._retry.items() if uid in live}
+        present = {pod.meta.uid for pod in self.state.pods.values()}
+        self.done &= present  # a pod we evicted stays here only while it is still in the view
+        self._marked &= present
         self.metrics.evictions_pending.set(sum(1 for p in new.values() if p.uid not in self.done))
 
     async def _evict_due(self) -> None:
