@@ -2,10 +2,10 @@
 
 A PDB covers the pods of its namespace that its `spec.selector` matches;
 the pods counted as healthy are those not being deleted and not finished
-(the fake has no readiness). An eviction is refused with 429 when, after it,
-fewer than `minAvailable` pods would be healthy or more than
-`maxUnavailable` would be unavailable (percentages of the covered pods,
-rounded up as upstream does). A pod covered by two PDBs is a 500, as
+(the fake has no readiness). As the disruption controller computes it, an
+eviction is allowed while healthy pods exceed the desired healthy count:
+`minAvailable`, or the expected pods minus `maxUnavailable` (percentages of
+the expected pods, rounded up). Refused: 429 with a DisruptionBudget cause. A pod covered by two PDBs is a 500, as
 upstream. When it proceeds, the pod gets `DisruptionTarget=True` (reason
 `EvictionByEvictionAPI`) before it is deleted.
 """
@@ -66,25 +66,28 @@ def check_eviction(store: Store, namespace: str, pod: dict[str, Any]) -> None:
         raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.", "InternalError")
     pdb = budgets[0]
     spec = pdb.get("spec") or {}
+    status = pdb.get("status") or {}
     covered = [
         s.obj for (ns, _), s in store.table(pod_type).items() if ns == namespace and selector_matches(spec.get("selector"), s.obj["metadata"].get("labels") or {})
     ]
     healthy = sum(1 for p in covered if _healthy(p))
-    name = pdb["metadata"]["name"]
+    # The disruption controller's expected count comes from the workload's scale; the fake has
+    # none, so it takes the pods covered at the first eviction and keeps them in the status.
+    expected = status.get("expectedPods")
+    if not isinstance(expected, int):
+        expected = len(covered)
+        store.patch(pdb_type, namespace, pdb["metadata"]["name"], {"status": {"expectedPods": expected}}, "merge", subresource="status", http=False)
     if spec.get("minAvailable") is not None:
-        need = _scaled(spec["minAvailable"], len(covered))
-        allowed = healthy - 1 >= need
-        why = f"The disruption budget {name} needs {need} healthy pods and has {healthy} currently"
+        desired = _scaled(spec["minAvailable"], expected)
     else:
-        most = _scaled(spec.get("maxUnavailable", 0), len(covered))
-        allowed = (len(covered) - healthy) + 1 <= most
-        why = f"The disruption budget {name} allows {most} unavailable pods and has {len(covered) - healthy} currently"
-    if not allowed:
+        desired = expected - _scaled(spec.get("maxUnavailable", 0), expected)
+    name = pdb["metadata"]["name"]
+    if healthy - desired <= 0:  # the disruption controller's disruptionsAllowed
         raise ApiError(
             429,
             "Cannot evict pod as it would violate the pod's disruption budget.",
             "TooManyRequests",
-            details={"causes": [{"reason": "DisruptionBudget", "message": why}]},
+            details={"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {name} needs {desired} healthy pods and has {healthy} currently"}]},
         )
 
 
