@@ -30,6 +30,9 @@ Or as a subprocess for end-to-end tests: `python -m tests.fakeapi --port 0
 ready and takes the same controls over HTTP under `/_fake/` (state, faults,
 fail-next, compact, drop-watches, serve, requests, objects).
 
+`pods/eviction` honours PodDisruptionBudgets (`policy/v1`, 429 when a budget
+forbids it; see `disruption.py`) and marks the pod `DisruptionTarget` first.
+
 Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
 `watch=True` handling together (FACTS.md "Fake API servers").
 """
