@@ -205,6 +205,18 @@ async def serve(args: argparse.Namespace) -> int:
         claim_wait=args.claim_wait,
         bind_timeout=args.bind_timeout,
     )
+    eviction = None
+    if not args.no_eviction:
+        from extender.eviction import EvictionController, Ownership, Settings
+
+        # Built before the source runs, so it sees every object's first event.
+        eviction = EvictionController(
+            state,
+            source,
+            Settings(mode=args.eviction_mode, ownership=Ownership(evict_upstream=args.evict_upstream)),
+            is_leader=is_leader,
+            metrics=metrics,
+        )
 
     requeuer = None
     if not args.source:  # cluster mode: there is a kube-scheduler whose queue to wake
@@ -252,20 +264,8 @@ async def serve(args: argparse.Namespace) -> int:
         extra_tasks.append(asyncio.create_task(leadership.run(), name="leadership"))
     if requeuer is not None:
         extra_tasks.append(asyncio.create_task(requeuer.run(), name="requeue"))
-    if not args.no_eviction:
-        try:
-            from extender.eviction_wiring import start_eviction  # type: ignore[import-not-found]
-        except ImportError:
-            start_eviction = None
-        if start_eviction is not None:
-            extra_tasks.append(asyncio.create_task(start_eviction(state, source, args, is_leader), name="eviction"))
-        else:
-            # Say so rather than let --eviction-mode/--evict-upstream look effective.
-            log.warning(
-                "the NoExecute eviction controller is not in this version: pods keep running on devices "
-                "tainted NoExecute after allocation (new allocations still avoid such devices)",
-                extra={"eviction_mode": args.eviction_mode, "evict_upstream": args.evict_upstream},
-            )
+    if eviction is not None:
+        extra_tasks.append(asyncio.create_task(eviction.run(), name="eviction"))
     stopper = asyncio.create_task(stop.wait(), name="stop")
     done, _ = await asyncio.wait([stopper, source_task, *tasks, *extra_tasks], return_when=asyncio.FIRST_COMPLETED)
     code = 0

@@ -74,6 +74,21 @@ class Metrics:
             registry=r,
         )
         self.cel = Gauge("dra_extender_cel_cache", "CEL cache statistics.", ["stat"], registry=r)
+        self.eviction_deletions = Counter(
+            "dra_extender_eviction_pod_deletions",
+            "Pods deleted or evicted for NoExecute device taints, by rule (or slice) and result.",
+            ["rule", "result"],
+            registry=r,
+        )
+        self.eviction_latency = Histogram(
+            "dra_extender_eviction_pod_deletion_duration_seconds",
+            "From the taint's timeAdded to the pod's deletion (tolerationSeconds included).",
+            buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=r,
+        )
+        self.evictions_pending = Gauge(
+            "dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r
+        )
         self._verb = {
             v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
             for v in ("filter", "prioritize", "bind")

@@ -593,6 +593,13 @@ class ApiSource:
             "PATCH", res.item("", name) + "/status", {"status": status}, f"patch DeviceTaintRule {name} status", content_type="application/merge-patch+json"
         )
 
+    async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
+        """Set a rule's `spec.taint.timeAdded` (our CRD rules: the API server does not, as it does upstream's)."""
+        res = self._resource(ev.DEVICE_TAINT_RULE, group)
+        await self._write(
+            "PATCH", res.item("", name), {"spec": {"taint": {"timeAdded": time_added}}}, f"patch DeviceTaintRule {name} timeAdded", content_type="application/merge-patch+json"
+        )
+
     async def create_event(self, event: dict[str, Any]) -> None:
         involved = event.get("involvedObject") or {}
         namespace = involved.get("namespace") or "default"

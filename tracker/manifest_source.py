@@ -90,6 +90,7 @@ class _Overlay:
     node_name: str | None = None  # pods
     conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # pods, by type
     deleted: bool = False  # pods
+    time_added: str | None = None  # rules: spec.taint.timeAdded stamped by the eviction controller
 
     def empty(self) -> bool:
         return (
@@ -100,6 +101,7 @@ class _Overlay:
             and self.node_name is None
             and not self.conditions
             and not self.deleted
+            and self.time_added is None
         )
 
 
@@ -303,6 +305,8 @@ class ManifestSource:
                 raw["status"] = copy.deepcopy(over.status)
         if over.node_name is not None:
             raw["spec"] = {**(raw.get("spec") or {}), "nodeName": over.node_name}
+        if over.time_added is not None and isinstance((raw.get("spec") or {}).get("taint"), dict):
+            raw["spec"] = {**raw["spec"], "taint": {**raw["spec"]["taint"], "timeAdded": over.time_added}}
         if over.conditions:
             status = dict(raw.get("status") or {})
             conditions = [c for c in status.get("conditions") or () if not (isinstance(c, dict) and c.get("type") in over.conditions)]
@@ -326,6 +330,7 @@ class ManifestSource:
         if "finalizers" in meta:
             over.finalizers = None
         over.labels = over.annotations = None
+        over.time_added = None  # the file's (or its load time's) timeAdded wins
         if "status" in new_raw:
             over.status = None
         if (new_raw.get("spec") or {}).get("nodeName"):
@@ -633,6 +638,14 @@ class ManifestSource:
         over = self._overlay_of(ident)
         over.status = {**(over.status or {}), **copy.deepcopy(status)}
         self._write(ident, "rule status")
+
+    async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
+        """Set a rule's `spec.taint.timeAdded` in the overlay (until its file changes)."""
+        ident = self._find(ev.DEVICE_TAINT_RULE, "", name, group)
+        if ident is None:
+            raise NotFound(f'devicetaintrules.{group} "{name}" not found')
+        self._overlay_of(ident).time_added = time_added
+        self._write(ident, "rule timeAdded", timeAdded=time_added)
 
     async def create_event(self, event: dict[str, Any]) -> None:
         self.events.append(copy.deepcopy(event))

@@ -72,3 +72,23 @@ class Source(Protocol):
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pod's Binding (uid precondition); Conflict if already bound or uid differs."""
         ...
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a pod with a UID precondition (Conflict if the name now holds another pod)."""
+        ...
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """The Eviction API: honours PodDisruptionBudgets (a SourceError with status 429 when one refuses)."""
+        ...
+
+    async def update_pod_status_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
+        """Set one pod condition (by type) through `pods/status`."""
+        ...
+
+    async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
+        """Merge `status` into a DeviceTaintRule's status."""
+        ...
+
+    async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
+        """Set a DeviceTaintRule's `spec.taint.timeAdded`."""
+        ...

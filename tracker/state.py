@@ -330,7 +330,11 @@ class ClusterState:
             self._reported.pop(ident, None)
             return
         meta = event.object.get("metadata") or {}
-        token = orjson.dumps([meta.get("uid"), event.object.get("spec")], option=orjson.OPT_SORT_KEYS)
+        spec = event.object.get("spec")
+        if event.kind == ev.DEVICE_TAINT_RULE and isinstance(spec, dict) and isinstance(spec.get("taint"), dict):
+            # The eviction controller stamps timeAdded on our CRD rules: not a new selector to blame again.
+            spec = {**spec, "taint": {k: v for k, v in spec["taint"].items() if k != "timeAdded"}}
+        token = orjson.dumps([meta.get("uid"), spec], option=orjson.OPT_SORT_KEYS)
         if self._spec_tokens.get(ident) != token:
             self._spec_tokens[ident] = token
             self._reported.pop(ident, None)

@@ -328,8 +328,9 @@ def test_json_logs(tmp_path) -> None:
         ext.stop()
     lines = [json.loads(line) for line in ext.logs().splitlines() if line.startswith("{")]
     assert lines and all({"ts", "caller", "msg", "v"} <= set(line) for line in lines)
-    # Eviction is not built: the operator is told, not left to believe --eviction-mode acts.
-    assert any("eviction controller is not in this version" in line["msg"] for line in lines)
+    # The eviction controller runs (on by default) and says how it is set up.
+    started = [line for line in lines if line["msg"] == "eviction controller started"]
+    assert started and started[0]["mode"] == "delete" and started[0]["evict_upstream"] is False
 
 
 def test_no_eviction_warning_with_no_eviction(tmp_path) -> None:

@@ -38,6 +38,9 @@ included (tests/fakeapi/crd.py). The chart's CRDs are installed at start
 unless `crds=False` (`--no-crds`): then apply them yourself with
 `install_crd(crd)` or a POST, as `kubectl apply` does.
 
+`pods/eviction` honours PodDisruptionBudgets (`policy/v1`, 429 when a budget
+forbids it; see `disruption.py`) and marks the pod `DisruptionTarget` first.
+
 Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
 `watch=True` handling together (FACTS.md "Fake API servers").
 """

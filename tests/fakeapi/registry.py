@@ -115,6 +115,8 @@ def default_types(
                                     "involvedObject.resourceVersion", "involvedObject.fieldPath",
                                     "reason", "reportingComponent", "source", "type"}),
         ResourceType("coordination.k8s.io", "leases", "Lease", True, ("v1",), "lease"),
+        ResourceType("policy", "poddisruptionbudgets", "PodDisruptionBudget", True, ("v1",), "poddisruptionbudget",
+                     ("pdb",), {"status": STATUS}),
     ]
     if rv:
         types += [

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from tests.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
 from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
+from tests.fakeapi.disruption import check_eviction, disruption_condition
 from tests.fakeapi.registry import Registry, ResourceType, default_types
 from tests.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
 from tests.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
@@ -723,6 +724,12 @@ class FakeApiServer:
                 return _json(_success(201), 201)
             opts = obj.get("deleteOptions") or {}
             pre = opts.get("preconditions") or {}
+            current = store.require(t, ns, name or "")
+            if pre.get("uid") and pre["uid"] != current.obj["metadata"]["uid"]:
+                raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {current.obj['metadata']['uid']}", "Conflict")
+            check_eviction(store, ns or "default", current.obj)
+            if not (dry_run or opts.get("dryRun") == ["All"]) and not current.obj["metadata"].get("deletionTimestamp"):
+                store.patch(t, ns, name or "", {"status": {"conditions": [disruption_condition()]}}, "strategic", subresource="status", http=False)
             store.delete(t, ns, name or "", uid=pre.get("uid"), resource_version=pre.get("resourceVersion"),
                          dry_run=dry_run or opts.get("dryRun") == ["All"])
             return _json(_success(201), 201)

@@ -1,0 +1,94 @@
+"""Per-taint token buckets: a rule that selected too much evicts slowly enough to be deleted in time.
+
+One bucket per taint (a rule, or one driver-published taint), created on
+first use and dropped once it is full again and no pending eviction needs
+it, so a cluster with many short-lived taints keeps no garbage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+DEFAULT_RATE = 10.0  # evictions per second (seed 001)
+DEFAULT_BURST = 10
+# Refills are float arithmetic on epoch seconds (resolution ~2e-7 s): 0.1 s at 10/s may
+# come to 0.999999 of a token. A token that close is a token, or the controller would
+# wait for a deadline that rounds to now.
+_EPSILON = 1e-3
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    rate: float
+    burst: int
+    tokens: float
+    updated: float
+
+    def _refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+
+    def available_at(self, now: float) -> float:
+        """When the next whole token is there (`now` if it already is)."""
+        self._refill(now)
+        if self.tokens >= 1.0 - _EPSILON:
+            return now
+        return max(now + (1.0 - self.tokens) / self.rate, math.nextafter(now, math.inf))
+
+    def take(self, now: float) -> bool:
+        self._refill(now)
+        if self.tokens >= 1.0 - _EPSILON:
+            self.tokens = max(0.0, self.tokens - 1.0)
+            return True
+        return False
+
+    def give_back(self) -> None:
+        """An attempt that evicted nothing (refused by a PDB) does not count against the rate."""
+        self.tokens = min(float(self.burst), self.tokens + 1.0)
+
+    def full(self, now: float) -> bool:
+        self._refill(now)
+        return self.tokens >= self.burst - _EPSILON
+
+
+class TaintLimiters:
+    def __init__(self, burst: int = DEFAULT_BURST) -> None:
+        self.burst = burst
+        self.buckets: dict[str, TokenBucket] = {}
+
+    def _bucket(self, taint: str, rate: float, now: float) -> TokenBucket:
+        bucket = self.buckets.get(taint)
+        if bucket is None:
+            bucket = self.buckets[taint] = TokenBucket(rate, self.burst, float(self.burst), now)
+        elif bucket.rate != rate:
+            bucket._refill(now)
+            bucket.rate = rate  # the rule's evictionsPerSecond changed: the new rate applies from now
+        return bucket
+
+    def acquire(self, taints: Iterable[tuple[str, float]], now: float) -> tuple[str | None, float]:
+        """Take a token from whichever of the pod's taints has one, trying the fastest first.
+
+        Returns (taint charged, now) on success, or (None, when the earliest
+        of them will have a token) when all are exhausted: a pod hit by several
+        taints goes at the fastest applicable rate.
+        """
+        earliest = float("inf")
+        for taint, rate in sorted(taints, key=lambda t: -t[1]):
+            bucket = self._bucket(taint, rate, now)
+            if bucket.take(now):
+                return taint, now
+            earliest = min(earliest, bucket.available_at(now))
+        return None, earliest
+
+    def give_back(self, taint: str) -> None:
+        bucket = self.buckets.get(taint)
+        if bucket is not None:
+            bucket.give_back()
+
+    def drop_idle(self, needed: set[str], now: float) -> None:
+        """Forget buckets that are full and that no pending eviction refers to."""
+        for taint in [t for t, b in self.buckets.items() if t not in needed and b.full(now)]:
+            del self.buckets[taint]

@@ -1,0 +1,56 @@
+"""`spec.taint.timeAdded` of the project's CRD rules, kept as upstream's API server keeps it for its own.
+
+upstream (`pkg/registry/resource/devicetaintrule/strategy.go`) sets
+timeAdded when a rule is created and bumps it when the effect changes and
+the client did not change timeAdded itself, so `tolerationSeconds` counts
+from when the *effect* arrived: a rule switched from None to NoExecute gives
+pods their full toleration. A CRD has no such strategy, so the controller
+does it, remembering in `status.stampedTaint` which effect and time it saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+STAMP_FIELD = "stampedTaint"
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What to write for one rule: `time_added` into the spec (if set), `record` into the status."""
+
+    time_added: str | None
+    record: dict[str, str]
+
+    @property
+    def effective(self) -> str:
+        return self.record["timeAdded"]
+
+
+def decide(raw: Mapping[str, Any], now: str) -> Stamp | None:
+    """None when the rule's timeAdded is current; else what to write.
+
+    - no timeAdded: stamp now;
+    - never recorded: adopt the rule's timeAdded (a restart, or a rule written
+      with its own time) by recording it;
+    - effect changed since the record and timeAdded did not: stamp now;
+    - effect changed and timeAdded changed too: the writer set it, adopt.
+    """
+    spec = raw.get("spec") or {}
+    taint = spec.get("taint") or {}
+    effect = str(taint.get("effect") or "")
+    time_added = str(taint.get("timeAdded") or "")
+    recorded = (raw.get("status") or {}).get(STAMP_FIELD)
+    if not time_added:
+        return Stamp(now, {"effect": effect, "timeAdded": now})
+    if not isinstance(recorded, dict):
+        return Stamp(None, {"effect": effect, "timeAdded": time_added})
+    if recorded.get("effect") == effect:
+        if recorded.get("timeAdded") == time_added:
+            return None
+        return Stamp(None, {"effect": effect, "timeAdded": time_added})  # the writer moved it
+    if recorded.get("timeAdded") == time_added:
+        return Stamp(now, {"effect": effect, "timeAdded": now})
+    return Stamp(None, {"effect": effect, "timeAdded": time_added})

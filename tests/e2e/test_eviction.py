@@ -1,0 +1,44 @@
+"""End to end: `dra-extender serve --kubeconfig` evicts for a NoExecute rule, unless `--no-eviction`."""
+
+from __future__ import annotations
+
+import time
+
+from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_for
+from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
+
+
+def rule_condition(api: FakeApi, name: str) -> dict | None:
+    obj = api.get("DeviceTaintRule", None, name, group=CRD_GROUP) or {}
+    return next((c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == "EvictionInProgress"), None)
+
+
+def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
+    api = FakeApi()
+    try:
+        api.control("POST", "objects", {"kind": "List", "items": [node(), gpu_slice(2), *claim_and_pod("victim", 0), *claim_and_pod("bystander", 1)]})
+        off = cluster_extender(api, "--no-eviction")
+        try:
+            off.wait_ready()
+            api.create(rule("drain", selector={"driver": "gpu.example.com", "device": "gpu-0"}))
+            time.sleep(2)
+            assert api.get("Pod", "default", "victim") is not None
+            assert rule_condition(api, "drain") is None
+        finally:
+            off.stop()
+
+        on = cluster_extender(api)
+        try:
+            on.wait_ready()
+            wait_for(lambda: api.get("Pod", "default", "victim") is None, timeout=15, what="the victim deleted")
+            assert api.get("Pod", "default", "bystander") is not None
+            events = [e for e in api.list("Event") if e["involvedObject"].get("name") == "victim"]
+            assert [(e["reason"], e["message"]) for e in events] == [("DeviceTaintManagerEviction", "Marking for deletion")]
+            assert wait_for(lambda: rule_condition(api, "drain"), timeout=15, what="rule status")["type"] == "EvictionInProgress"
+            metrics = on.http.get("/metrics").text
+            assert f'dra_extender_eviction_pod_deletions_total{{result="ok",rule="DeviceTaintRule/{CRD_GROUP}/drain"}} 1.0' in metrics
+        finally:
+            on.stop()
+        assert "deleted pod" in on.logs() and "pod=default/victim" in on.logs()
+    finally:
+        api.stop()

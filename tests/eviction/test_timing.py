@@ -1,0 +1,195 @@
+"""Who is evicted and when, as a table (DESIGN §4 "Eviction"): the plan over a tracker state, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from allocator.cel import CelEnvironment
+from extender.eviction import rule_status, rule_time
+from extender.eviction.clock import format_time, parse_time
+from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
+from extender.eviction.rate_limit import TaintLimiters
+from tests.eviction.harness import CRD, T0, claim_and_pod, gpu_slice, node, rule
+from tracker import events as ev
+from tracker.state import ClusterState
+
+ADDED = T0 - 1000  # the taint's timeAdded
+KEY = "example.com/broken"
+
+
+def tol(seconds: int | None = None, *, effect: str = "NoExecute", key: str = KEY, operator: str = "Exists", value: str = "") -> dict[str, Any]:
+    t: dict[str, Any] = {"key": key, "operator": operator, "effect": effect}
+    if value:
+        t["value"] = value
+    if seconds is not None:
+        t["tolerationSeconds"] = seconds
+    return t
+
+
+def build(objects: list[dict[str, Any]]) -> ClusterState:
+    state = ClusterState(CelEnvironment())
+    for obj in objects:
+        kind = obj["kind"]
+        group = obj["apiVersion"].rpartition("/")[0] if "/" in obj["apiVersion"] else ""
+        obj.setdefault("metadata", {}).setdefault("uid", f"uid-{obj['metadata']['name']}")
+        state.apply(ev.ObjectEvent("ADDED", kind, group, ev.object_key(kind, obj), obj))
+    return state
+
+
+def time_of(device: Any, taint: Any, source: str) -> float:
+    return parse_time(taint.time_added) or ADDED
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    rules: list[dict[str, Any]] = field(default_factory=lambda: [rule("r1", timeAdded=format_time(ADDED))])
+    annotation: list[dict[str, Any]] | None = None
+    slice_taints: list[dict[str, Any]] | None = None
+    evict_upstream: bool = False
+    want: float | None = 0.0  # seconds after ADDED; 0.0 = now; None = never
+
+
+ROWS = [
+    Row("untolerated: now"),
+    Row("tolerationSeconds delays from timeAdded", [tol(60)], want=ADDED + 60),
+    Row("the smallest of several tolerationSeconds wins", [tol(300), tol(30), tol(120)], want=ADDED + 30),
+    Row("tolerationSeconds 0 is now", [tol(0)], want=ADDED),
+    Row("negative tolerationSeconds is now (as 0)", [tol(-5)], want=ADDED),
+    Row("tolerated without seconds: never", [tol()], want=None),
+    Row("one toleration without seconds wins over one with", [tol(30), tol()], want=None),
+    Row("an empty toleration effect matches NoExecute (the API's rule)", [tol(45, effect="")], want=ADDED + 45),
+    Row("a NoSchedule toleration does not tolerate NoExecute", [tol(effect="NoSchedule")]),
+    Row("another key does not tolerate", [tol(key="example.com/other")]),
+    Row("Equal with another value does not tolerate", [tol(operator="Equal", value="x")]),
+    Row("empty key with Exists tolerates everything", [{"operator": "Exists"}], want=None),
+    Row("annotation tolerations count", annotation=[tol(90)], want=ADDED + 90),
+    Row(
+        "the earliest over several taints wins",
+        [tol(100, key="a"), tol(20, key="b")],
+        rules=[rule("ra", key="a", timeAdded=format_time(ADDED)), rule("rb", key="b", timeAdded=format_time(ADDED + 5))],
+        want=ADDED + 25,
+    ),
+    Row("a tolerated taint does not hide an untolerated one", [tol(key="a")], rules=[rule("ra", key="a"), rule("rb", key="b")]),
+    Row("NoSchedule never evicts", rules=[rule("r1", "NoSchedule")], want=None),
+    Row("None never evicts", rules=[rule("r1", "None")], want=None),
+    Row("an unknown effect acts like None", rules=[rule("r1", "NoExplode")], want=None),
+    Row("upstream rules are left alone by default", rules=[rule("up", group="resource.k8s.io")], want=None),
+    Row("upstream rules are ours with --evict-upstream", rules=[rule("up", group="resource.k8s.io")], evict_upstream=True),
+    Row("driver taints are left alone by default", rules=[], slice_taints=[{"key": KEY, "effect": "NoExecute"}], want=None),
+    Row(
+        "driver taints are ours with --evict-upstream",
+        [tol(10)],
+        rules=[],
+        slice_taints=[{"key": KEY, "effect": "NoExecute", "timeAdded": format_time(ADDED + 7)}],
+        evict_upstream=True,
+        want=ADDED + 17,
+    ),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_when_a_pod_is_evicted(row: Row) -> None:
+    claim, pod = claim_and_pod("p", 0, tolerations=row.tolerations, annotation_tolerations=row.annotation)
+    taints = {0: row.slice_taints} if row.slice_taints else None
+    state = build([node(), gpu_slice(1, taints=taints), *row.rules, claim, pod])
+    plan = plan_evictions(state, Ownership(evict_upstream=row.evict_upstream), time_of)
+    if row.want is None:
+        assert plan == {}
+    else:
+        assert list(plan) == ["default/p"]
+        assert plan["default/p"].due == row.want
+
+
+def test_only_bound_pods_that_hold_the_reservation_are_considered() -> None:
+    claim, pod = claim_and_pod("p", 0)
+    unbound = {**pod, "spec": {**pod["spec"], "nodeName": ""}}
+    assert plan_evictions(build([node(), gpu_slice(1), rule("r1"), claim, unbound]), Ownership(), time_of) == {}
+    replaced = {**pod, "metadata": {**pod["metadata"], "uid": "a-new-pod"}}  # same name, not the holder
+    assert plan_evictions(build([node(), gpu_slice(1), rule("r1"), claim, replaced]), Ownership(), time_of) == {}
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": format_time(T0)}}
+    assert plan_evictions(build([node(), gpu_slice(1), rule("r1"), claim, deleting]), Ownership(), time_of) == {}
+
+
+def test_a_device_no_longer_published_keeps_its_plain_rule_taints() -> None:
+    claim, pod = claim_and_pod("p", 0)
+    state = build([node(), rule("r1"), rule("by-class", selector={"deviceClassName": "gpu"}), claim, pod])
+    plan = plan_evictions(state, Ownership(), time_of)
+    assert [r.source for r in plan["default/p"].reasons] == [f"DeviceTaintRule/{CRD}/r1"]
+
+
+def test_dry_run_counts() -> None:
+    a_claim, a_pod = claim_and_pod("a", 0)
+    b_claim, b_pod = claim_and_pod("b", 1, namespace="other", tolerations=[tol(30)])
+    c_claim, c_pod = claim_and_pod("c", 2, tolerations=[tol()])
+    state = build([node(), gpu_slice(4), rule("drain", "None"), a_claim, a_pod, b_claim, b_pod, c_claim, c_pod])
+    assert dry_run(state, f"DeviceTaintRule/{CRD}/drain", time_of) == DryRun(4, 3, 2, 2)
+
+
+CONDITIONS = [
+    ("NoExecute", rule_status.RuleCounts(1, 1), ("True", "PodsPendingEviction", "1 pod needs to be evicted in 1 namespace.")),
+    ("NoExecute", rule_status.RuleCounts(3, 2, 1), ("True", "PodsPendingEviction", "3 pods need to be evicted in 2 different namespaces. 1 pod evicted since starting the controller.")),
+    ("NoExecute", rule_status.RuleCounts(0, 0, 5), ("False", "Completed", "5 pods evicted since starting the controller.")),
+    ("NoExecute", rule_status.RuleCounts(), ("False", "NotStarted", "")),
+    ("NoExecute", rule_status.RuleCounts(2, 1, 0, 1), ("True", "PodsPendingEviction", "2 pods need to be evicted in 1 namespace. 1 eviction refused by a PodDisruptionBudget (retrying).")),
+    ("NoSchedule", rule_status.RuleCounts(), ("False", "OtherEffect", "Eviction only happens for the NoExecute effect.")),
+]
+
+
+@pytest.mark.parametrize("effect,counts,want", CONDITIONS, ids=[w[1] + ":" + str(c) for _, c, w in CONDITIONS])
+def test_condition_wording(effect: str, counts: rule_status.RuleCounts, want: tuple[str, str, str]) -> None:
+    c = rule_status.condition(effect, counts, None, 3)
+    assert (c["status"], c["reason"], c["message"]) == want and c["observedGeneration"] == 3
+
+
+def test_none_wording_singular() -> None:
+    c = rule_status.condition("None", rule_status.RuleCounts(), DryRun(1, 1, 1, 1), 1)
+    assert c["message"].startswith("1 published device selected. 1 allocated device selected. 1 pod would be evicted in 1 namespace if the effect was NoExecute.")
+
+
+def test_status_writes_are_throttled_unless_the_generation_changed() -> None:
+    written = {"observedGeneration": 2, "reason": "PodsPendingEviction", "lastTransitionTime": format_time(T0)}
+    assert rule_status.next_write(None, "NoExecute", 2, None) == 0.0
+    assert rule_status.next_write(written, "NoExecute", 2, None) == T0 + 10
+    assert rule_status.next_write(written, "NoExecute", 3, None) == 0.0
+    assert rule_status.next_write(written, "NoExecute", 3, T0 + 4) == T0 + 14  # our own unechoed write counts
+    dry = {"observedGeneration": 2, "reason": "NoEffect", "lastTransitionTime": format_time(T0)}
+    assert rule_status.next_write(dry, "None", 2, None) is None
+    assert rule_status.next_write(dry, "None", 3, None) == 0.0
+
+
+STAMPS = [
+    ("no timeAdded: stamp now", {}, "NoExecute", None, ("NOW", "NoExecute")),
+    ("never recorded: adopt", {"timeAdded": "T1"}, "NoExecute", None, (None, "NoExecute")),
+    ("recorded and unchanged: nothing", {"timeAdded": "T1"}, "NoExecute", {"effect": "NoExecute", "timeAdded": "T1"}, "nothing"),
+    ("effect changed, time kept: stamp now", {"timeAdded": "T1"}, "NoExecute", {"effect": "None", "timeAdded": "T1"}, ("NOW", "NoExecute")),
+    ("effect changed with a new time: the writer's time", {"timeAdded": "T2"}, "NoExecute", {"effect": "None", "timeAdded": "T1"}, (None, "NoExecute")),
+]
+
+
+@pytest.mark.parametrize("name,taint,effect,recorded,want", STAMPS, ids=[s[0] for s in STAMPS])
+def test_time_added_stamping(name: str, taint: dict, effect: str, recorded: dict | None, want: Any) -> None:
+    raw = {"spec": {"taint": {"key": KEY, "effect": effect, **taint}}, "status": {rule_time.STAMP_FIELD: recorded} if recorded else {}}
+    got = rule_time.decide(raw, "NOW")
+    if want == "nothing":
+        assert got is None
+    else:
+        assert got is not None and (got.time_added, got.record["effect"]) == want
+
+
+def test_fastest_taint_rate_applies_and_idle_limiters_are_dropped() -> None:
+    limiters = TaintLimiters()
+    slow, fast = ("slow", 1.0), ("fast", 100.0)
+    for _ in range(10):
+        assert limiters.acquire({slow}, T0)[0] == "slow"
+    assert limiters.acquire({slow}, T0) == (None, T0 + 1.0)
+    # A pod hit by both goes at the fast one's rate.
+    assert limiters.acquire({slow, fast}, T0)[0] == "fast"
+    limiters.drop_idle({"slow"}, T0 + 100)
+    assert set(limiters.buckets) == {"slow"}
+    limiters.drop_idle(set(), T0 + 100)
+    assert limiters.buckets == {}
