@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from allocator.allocation import Allocator, Failure, Outcome
+from allocator.cel_library import DeadlineExceeded as CelDeadlineExceeded
+from allocator.cel_library import set_deadline as set_cel_deadline
 from allocator.types import (
     DELETE_PROTECTION_FINALIZER,
     DeviceID,
@@ -51,6 +53,10 @@ def pod_has_claims(pod: dict[str, Any]) -> bool:
 
 class NotReady(Exception):
     pass
+
+
+class BudgetExceeded(Exception):
+    """A /filter call ran out of its time budget; str() names the claim and the step."""
 
 
 class Service:
@@ -158,8 +164,13 @@ class Service:
 
     # ------------------------------------------------------------------ filter
 
-    def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str]]:
-        """Nodes that fit and, for the rest, why (all unresolvable: see DESIGN "Which map")."""
+    def filter(self, args: ExtenderArgs, *, budget: float | None = None) -> tuple[list[str], dict[str, str]]:
+        """Nodes that fit and, for the rest, why (all unresolvable: see DESIGN "Which map").
+
+        With a `budget` (seconds), raises BudgetExceeded rather than answer after it: the
+        scheduler then retries the pod with backoff instead of timing the call out, and
+        never gets a partial node list.
+        """
         names = args.names
         if not pod_has_claims(args.pod):
             return list(names), {}
@@ -171,12 +182,28 @@ class Service:
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
         passed: list[str] = []
         failed: dict[str, str] = {}
-        for name in names:
-            outcome = self._outcome(pod, claims, self._node(name, raw_nodes.get(name)))
-            if outcome.ok:
-                passed.append(name)
-            else:
-                failed[name] = outcome.failure.message  # type: ignore[union-attr]
+        deadline = time.monotonic() + budget if budget else None
+        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
+        done = 0
+        try:
+            for name in names:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise CelDeadlineExceeded()
+                outcome = self._outcome(pod, claims, self._node(name, raw_nodes.get(name)))
+                if outcome.ok:
+                    passed.append(name)
+                else:
+                    failed[name] = outcome.failure.message  # type: ignore[union-attr]
+                done += 1
+        except CelDeadlineExceeded as e:
+            step = f"evaluating CEL expression {_short(e.expression)!r}" if e.expression else "allocating devices"
+            raise BudgetExceeded(
+                f"claim {', '.join(_claims_with(claims, e.expression))}: /filter ran out of its time budget of "
+                f"{budget:g} s {step} on node {names[done]} ({done} of {len(names)} nodes done); "
+                "the pod is retried with backoff"
+            ) from None
+        finally:
+            set_cel_deadline(previous)
         return passed, failed
 
     # ------------------------------------------------------------------ prioritize
@@ -426,6 +453,22 @@ class Service:
                 if fresh is None:
                     return
                 raw = fresh
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _claims_with(claims: list[ResourceClaim], expression: str) -> list[str]:
+    """The claims whose requests use `expression`; all of them when none does (a class selector)."""
+    using = []
+    for claim in claims:
+        for request in claim.requests:
+            subs = [request.exactly] if request.exactly is not None else list(request.first_available)
+            if expression and any(expression in sub.selectors for sub in subs):
+                using.append(claim.key)
+                break
+    return using or [c.key for c in claims]
 
 
 def _rv(raw: dict[str, Any]) -> int:
