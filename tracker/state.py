@@ -375,6 +375,8 @@ class ClusterState:
         old = self.slices.get(name)
         if old is not None:
             self._unindex_slice(old)
+            # Every version of a slice has keys of its own: the old ones are never asked again.
+            self._forget_cel(old, self.slice_views.get(name), self._slice_versions.get(name))
         if event.type == "DELETED":
             self.slices.pop(name, None)
             self.slice_views.pop(name, None)
@@ -393,6 +395,18 @@ class ClusterState:
         else:
             self._shared_slices.add(name)
         self._rebuild_slice_view(name)
+
+    def _forget_cel(self, old: ResourceSlice, view: SliceView | None, version: int | None) -> None:
+        """Drop the CEL cache entries (activations, results) of a slice version that is gone."""
+        forget = getattr(self.cel, "forget", None)
+        if forget is None:
+            return
+        if view is not None:
+            for device in view.devices:
+                forget(device.cel_key)
+        if version is not None:
+            for device in old.devices:
+                forget(("orig", old.meta.name, version, device.name))  # patched_view.original_view's key
 
     def _unindex_slice(self, old: ResourceSlice) -> None:
         for device in old.devices:
@@ -575,6 +589,11 @@ class ClusterState:
                     continue
                 nv = self._compute_device(s, i, ctx)
                 if nv is not new_devices[i]:
+                    before = new_devices[i].cel_key
+                    if before != nv.cel_key and isinstance(before, tuple) and before[:1] == ("patched",):
+                        forget = getattr(self.cel, "forget", None)
+                        if forget is not None:
+                            forget(before)  # a patched version replaced; the original's key stays in use
                     new_devices[i] = nv
                     self.devices[nv.id] = nv
                     changed = True
