@@ -82,17 +82,17 @@ REGEX_STRING_LENGTH_COST_FACTOR = 0.25  # common.RegexStringLengthCostFactor: pe
 # element, a Python call per comprehension step), so those units are weighted to keep
 # the whole 1,000,000-unit budget near 50 ms here (measured worst case: docs/hostile-input.md).
 # An expression therefore costs at least what cel-go charges, more where CPython is slower.
-ITERATION_WEIGHT = 100  # one comprehension step (binding, generator, body call: ~3 us)
-BODY_OP_WEIGHT = 10  # per statically estimated operation of a comprehension body, per step
-ELEMENT_WEIGHT = 8  # per element compared or built in Python (in, indexOf, list ==, split parts)
-EQUALITY_ELEMENT_WEIGHT = 16  # per element of a list or map compared with ==
-ARITHMETIC_ELEMENT_WEIGHT = 32  # per element of sum/min/max/isSorted (a CEL operator call each)
-LIST_COPY_WEIGHT = 0.25  # per element copied by list concatenation
-MATCH_WEIGHT = 400  # per match object google-re2's finditer builds in Python (~7 us)
-REGEX_WEIGHT = 20  # RE2's NFA fallback (large patterns) runs ~400 ns per cel-go unit here
+ITERATION_WEIGHT = 150  # one comprehension step (binding, generator, body call: ~3 us)
+BODY_OP_WEIGHT = 15  # per statically estimated operation of a comprehension body, per step
+ELEMENT_WEIGHT = 12  # per element compared or built in Python (in, indexOf, list ==, split parts)
+EQUALITY_ELEMENT_WEIGHT = 24  # per element of a list or map compared with ==
+ARITHMETIC_ELEMENT_WEIGHT = 48  # per element of sum/min/max/isSorted (a CEL operator call each)
+LIST_COPY_WEIGHT = 0.4  # per element copied by list concatenation
+MATCH_WEIGHT = 600  # per match object google-re2's finditer builds in Python (~7 us)
+REGEX_WEIGHT = 30  # RE2's NFA fallback (large patterns) runs ~400 ns per cel-go unit here
 # celpy's tree-walking interpreter (the fallback runner) is ~50x slower per operation than
 # the compiled runner: its evaluations get this much less budget.
-INTERPRETED_BUDGET_DIVISOR = 30
+INTERPRETED_BUDGET_DIVISOR = 25
 
 
 class CostLimitExceeded(BaseException):  # noqa: N818 - not an Exception, so no CEL boundary absorbs it
@@ -109,7 +109,15 @@ class DeadlineExceeded(BaseException):  # noqa: N818 - must cross every CEL and 
     expression: str = ""
 
 
-_budget = threading.local()
+class _Budget(threading.local):
+    """Per-thread evaluation state; class attributes are the defaults, so reading them never
+    raises internally (a getattr default on a missing threading.local attribute costs ~1 us)."""
+
+    left: int | float = COST_LIMIT
+    deadline: float | None = None
+
+
+_budget = _Budget()
 _monotonic = time.monotonic
 
 
@@ -118,26 +126,28 @@ def reset_budget(divisor: int = 1) -> None:
 
     `divisor` shrinks the budget for a slower runner, as if every unit cost that much more.
     """
-    _budget.left = COST_LIMIT // divisor
-    deadline = getattr(_budget, "deadline", None)
+    b = _budget
+    b.left = COST_LIMIT // divisor
+    deadline = b.deadline
     if deadline is not None and _monotonic() > deadline:
         raise DeadlineExceeded("time budget exceeded")
 
 
 def set_deadline(deadline: float | None) -> float | None:
     """Bound this thread's evaluations by a `time.monotonic()` deadline; returns the previous one."""
-    previous = getattr(_budget, "deadline", None)
+    previous = _budget.deadline
     _budget.deadline = deadline
     return previous
 
 
 def charge(units: int | float) -> None:
     """Spend budget on work that grows with data: comprehension steps, sizes touched."""
-    left = getattr(_budget, "left", COST_LIMIT) - units
-    _budget.left = left
+    b = _budget
+    left = b.left - units
+    b.left = left
     if left < 0:
         raise CostLimitExceeded(COST_LIMIT_MESSAGE)
-    deadline = getattr(_budget, "deadline", None)
+    deadline = b.deadline
     if deadline is not None and _monotonic() > deadline:
         raise DeadlineExceeded("time budget exceeded")
 
