@@ -19,7 +19,7 @@ import gc
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -114,6 +114,7 @@ class _SyncState:
 
     last_sync: float = 0.0  # wall clock (epoch s) of the last list, event, bookmark or watch start
     last_sync_monotonic: float | None = None
+    started: float = field(default_factory=time.monotonic)  # before the first list: stale counts from here
     watching: bool = False  # a watch stream is open: the view follows the server
     errors: int = 0
     stale: bool = False  # as last logged
@@ -127,9 +128,8 @@ class _SyncState:
         """Seconds since the view was last known current: 0 while a watch is open."""
         if self.watching:
             return 0.0
-        if self.last_sync_monotonic is None:
-            return float("inf")
-        return time.monotonic() - self.last_sync_monotonic
+        since = self.last_sync_monotonic if self.last_sync_monotonic is not None else self.started
+        return time.monotonic() - since
 
 
 class _Gone(Exception):
@@ -223,7 +223,7 @@ class ApiSource:
             age = st.staleness()
             out[name] = {
                 "last_sync": now if st.watching else st.last_sync,
-                "staleness_seconds": round(age, 3) if age != float("inf") else -1,
+                "staleness_seconds": round(age, 3),
                 "stale": age > self.stale_threshold,
                 "errors": st.errors,
                 "watching": st.watching,
@@ -241,7 +241,7 @@ class ApiSource:
                 if stale and not st.stale:
                     log.warning(
                         "view is stale: no successful list or watch",
-                        extra={"kind": name, "seconds": round(age, 1) if age != float("inf") else "never", "err": st.last_error},
+                        extra={"kind": name, "seconds": round(age, 1), "never_synced": st.last_sync_monotonic is None, "err": st.last_error},
                     )
                 elif st.stale and not stale:
                     log.info("view caught up: list/watch succeeds again", extra={"kind": name})
@@ -421,6 +421,8 @@ class ApiSource:
                     continue  # ended (timeout or closed): resume at once from the last RV seen
                 problem = "watch ended at once without delivering anything"
             except asyncio.CancelledError:
+                # An optional API no longer served (or shutdown): nothing to be stale about.
+                self._sync.pop(f"{res.kind}.{res.group}" if res.group else res.kind, None)
                 raise
             except _Gone:
                 self.stats["relists_410"] += 1
