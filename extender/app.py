@@ -219,8 +219,9 @@ def create_app(
         limit: int = 500,
         cont: str = Query("", alias="continue"),
     ) -> Response:
-        page = await bridge.call(lambda: debug_device_page(service, node, driver, pool, tainted, limit, cont))
-        return _json(orjson.dumps(page))
+        # Built and encoded on the main loop: the HTTP thread only sends bytes (probes wait on it).
+        body = await bridge.call(lambda: orjson.dumps(debug_device_page(service, node, driver, pool, tainted, limit, cont)))
+        return _json(body)
 
     @app.get("/debug/objects")
     async def debug_objects() -> Response:
@@ -236,7 +237,7 @@ def create_app(
                 out["sources"] = source_status()
             return out
 
-        return _json(orjson.dumps(await bridge.call(snapshot)))
+        return _json(await bridge.call(lambda: orjson.dumps(snapshot())))
 
     return app
 

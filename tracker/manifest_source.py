@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import gc
 import hashlib
 import logging
 import os
@@ -458,6 +459,9 @@ class ManifestSource:
             sink.replace(kind, group, [o for (k, g, _), o in self._objects.items() if k == kind and g == group])
         for kind, group in TRACKED:
             sink.mark_synced(kind, group)
+        # The loaded state is long-lived: a full collection scanning it (~0.4 s at 10,000
+        # devices) holds the GIL, and with it the probe thread. As the cluster source does.
+        gc.freeze()
         report = self.load_report
         log.info(
             "loaded manifest directory",
