@@ -219,7 +219,10 @@ def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
 def _raw(port: int, data: bytes, *, wait: float = 5.0) -> bytes:
     """Send `data` on a fresh connection and read until the server answers or closes."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        s.sendall(data)
+        try:
+            s.sendall(data)
+        except OSError:  # the server answered and closed before taking everything: that is the point
+            pass
         out = b""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -228,10 +231,8 @@ def _raw(port: int, data: bytes, *, wait: float = 5.0) -> bytes:
             except (ConnectionResetError, socket.timeout):
                 break
             if not chunk:
-                break
+                break  # closed after the answer (Connection: close)
             out += chunk
-            if b"\r\n\r\n" in out:
-                break
         return out
 
 
@@ -252,7 +253,7 @@ def test_body_over_the_limit_gets_413_at_once(tmp_path: Path, name: str, head: b
         answer = _raw(ext.port, head + body)
         assert answer.startswith(status), answer[:200]
         assert time.monotonic() - started < 3
-        assert b"over the limit of 1048576 bytes" in answer or status in answer
+        assert b"over the limit of 1048576 bytes" in answer, answer[:300]
         assert ext.http.get("/readyz").status_code == 200
     finally:
         ext.stop()
