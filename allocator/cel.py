@@ -427,7 +427,8 @@ class _Phase1(Phase1Transpiler):
             )
             tree.transpiled = f"ex_{n}(activation)"
         elif macro is not None:
-            name, var, cost = macro
+            name, var, _ = macro
+            cost = getattr(tree, "cel_step_cost", 1)
             target = tree.children[0].transpiled
             lines = [f"ex_{n}_l = lambda activation: {target}", f"ex_{n}_x = lambda activation: {exprs[-1].transpiled}"]
             extra = f"cost={int(cost)}"
@@ -512,7 +513,12 @@ class _Evaluator(Evaluator):
             raise
 
     def literal(self, tree: Any) -> Any:
-        return literal_value(tree.children[0])
+        # Decoding a string literal walks it in Python: once per tree, not once per visit
+        # (a 9,000-character literal inside a comprehension cost ~10 ms per step).
+        value = getattr(tree, "cel_literal", _MISS)
+        if value is _MISS:
+            value = tree.cel_literal = literal_value(tree.children[0])
+        return value
 
     def conditionaland(self, tree: Any) -> Any:
         if len(tree.children) == 1:
@@ -570,7 +576,8 @@ class _Evaluator(Evaluator):
                     return init
                 return self._sub(exprs[2], self.activation.nested_activation(vars={bind: init}))
             if macro is not None:
-                name, var, cost = macro
+                name, var, _ = macro
+                cost = getattr(tree, "cel_step_cost", 1)
                 target = self.visit(tree.children[0])
                 act = self.activation
 
@@ -765,8 +772,8 @@ class CelEnvironment:
     def _run(selector: CompiledSelector, entry: _DeviceEntry) -> bool | CelRuntimeError:
         if entry.act is None:
             return CelRuntimeError(selector.expression, entry.error or "device cannot be evaluated")
-        lib.reset_budget()
         try:
+            lib.reset_budget(1 if selector.backend == "compiled" else lib.INTERPRETED_BUDGET_DIVISOR)
             if selector.backend == "compiled":
                 value = selector.run(entry.act)
             else:
@@ -775,6 +782,9 @@ class CelEnvironment:
                 value = selector.run(entry.interp)
         except lib.CostLimitExceeded as e:
             return CelRuntimeError(selector.expression, str(e))
+        except lib.DeadlineExceeded as e:
+            e.expression = selector.expression  # the caller names it; never cached
+            raise
         except Exception as e:  # noqa: BLE001 - e.g. RecursionError outside a CEL boundary
             value = lib.error_value(e)
         if value is True or value is False or isinstance(value, celtypes.BoolType):

@@ -120,6 +120,18 @@ def estimate_cost(node: Any) -> int:
     return own + sum(estimate_cost(c) for c in children)
 
 
+def step_cost(node: Any) -> int:
+    """The runtime charge of one comprehension step: the body's own operations, with a
+    nested comprehension counted once (it charges its own steps when it runs)."""
+    if not isinstance(node, lark.Tree):
+        return 0
+    if getattr(node, "cel_macro", None) is not None:
+        return 1 + step_cost(node.children[0])
+    children = [c for c in node.children if isinstance(c, lark.Tree)]
+    own = 0 if len(children) == 1 and len(node.children) == 1 else 1
+    return own + sum(step_cost(c) for c in children)
+
+
 class CheckError(Exception):
     """A compile-time error; str() is the reason."""
 
@@ -407,6 +419,7 @@ class Checker:
             finally:
                 self.scopes.pop()
             node.cel_macro = (name, var, 1 + sum(estimate_cost(e) for e in exprs[1:]))
+            node.cel_step_cost = 1 + sum(step_cost(e) for e in exprs[1:])  # runtime, per step
             return "list" if name in ("map", "filter") else "bool"
         recv = self.visit(recv_node)
         args = [self.visit(e) for e in exprs]

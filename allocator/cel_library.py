@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from fractions import Fraction
@@ -70,31 +71,101 @@ def mk_double(v: Any) -> celtypes.DoubleType:
 # ---------------------------------------------------------------- cost budget
 
 COST_LIMIT = 1_000_000  # upstream resource.k8s.io CELSelectorExpressionMaxCost
+COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"  # cel-go's wording
+
+# cel-go's runtime cost model (interpreter/runtimecost.go, and Kubernetes' library cost.go):
+# work proportional to the sizes an operation touches, in units of these factors.
+STRING_TRAVERSAL_COST_FACTOR = 0.1  # common.StringTraversalCostFactor: per character
+REGEX_STRING_LENGTH_COST_FACTOR = 0.25  # common.RegexStringLengthCostFactor: per pattern character
+
+# CPython spends far more per unit than Go on per-element work (a Python object per
+# element, a Python call per comprehension step), so those units are weighted to keep
+# the whole 1,000,000-unit budget near 50 ms here (measured worst case: docs/hostile-input.md).
+# An expression therefore costs at least what cel-go charges, more where CPython is slower.
+ITERATION_WEIGHT = 150  # one comprehension step (binding, generator, body call: ~3 us)
+BODY_OP_WEIGHT = 15  # per statically estimated operation of a comprehension body, per step
+ELEMENT_WEIGHT = 12  # per element compared or built in Python (in, indexOf, list ==, split parts)
+EQUALITY_ELEMENT_WEIGHT = 24  # per element of a list or map compared with ==
+ARITHMETIC_ELEMENT_WEIGHT = 48  # per element of sum/min/max/isSorted (a CEL operator call each)
+LIST_COPY_WEIGHT = 0.4  # per element copied by list concatenation
+MATCH_WEIGHT = 600  # per match object google-re2's finditer builds in Python (~7 us)
+REGEX_WEIGHT = 30  # RE2's NFA fallback (large patterns) runs ~400 ns per cel-go unit here
+# celpy's tree-walking interpreter (the fallback runner) is ~50x slower per operation than
+# the compiled runner: its evaluations get this much less budget.
+INTERPRETED_BUDGET_DIVISOR = 25
 
 
 class CostLimitExceeded(BaseException):  # noqa: N818 - not an Exception, so no CEL boundary absorbs it
     """The evaluation exceeded its cost budget; aborts the whole evaluation, as upstream."""
 
 
-_budget = threading.local()
+class DeadlineExceeded(BaseException):  # noqa: N818 - must cross every CEL and allocator boundary
+    """The caller's time budget (e.g. one /filter call's) ran out during an evaluation.
+
+    Not a property of the device: never cached, unlike a cost-limit error.
+    `expression` is set by the engine to the expression that was running.
+    """
+
+    expression: str = ""
 
 
-def reset_budget() -> None:
-    """Start an evaluation's budget (per thread)."""
-    _budget.left = COST_LIMIT
+class _Budget(threading.local):
+    """Per-thread evaluation state; class attributes are the defaults, so reading them never
+    raises internally (a getattr default on a missing threading.local attribute costs ~1 us)."""
+
+    left: int | float = COST_LIMIT
+    deadline: float | None = None
 
 
-def charge(units: int) -> None:
-    """Spend budget on work that grows with data: macro iterations and growing strings/lists."""
-    left = getattr(_budget, "left", COST_LIMIT) - units
-    _budget.left = left
+_budget = _Budget()
+_monotonic = time.monotonic
+
+
+def reset_budget(divisor: int = 1) -> None:
+    """Start an evaluation's budget (per thread); fails at once if the caller's deadline passed.
+
+    `divisor` shrinks the budget for a slower runner, as if every unit cost that much more.
+    """
+    b = _budget
+    b.left = COST_LIMIT // divisor
+    deadline = b.deadline
+    if deadline is not None and _monotonic() > deadline:
+        raise DeadlineExceeded("time budget exceeded")
+
+
+def set_deadline(deadline: float | None) -> float | None:
+    """Bound this thread's evaluations by a `time.monotonic()` deadline; returns the previous one."""
+    previous = _budget.deadline
+    _budget.deadline = deadline
+    return previous
+
+
+def charge(units: int | float) -> None:
+    """Spend budget on work that grows with data: comprehension steps, sizes touched."""
+    b = _budget
+    left = b.left - units
+    b.left = left
     if left < 0:
-        raise CostLimitExceeded(f"operation cancelled: actual cost limit exceeded ({COST_LIMIT})")
+        raise CostLimitExceeded(COST_LIMIT_MESSAGE)
+    deadline = b.deadline
+    if deadline is not None and _monotonic() > deadline:
+        raise DeadlineExceeded("time budget exceeded")
 
 
-def _charged(value: Any) -> Any:
-    charge(len(value) // 16 + 1)
-    return value
+def traversal_cost(n: int) -> int:
+    """cel-go: a pass over n characters."""
+    return math.ceil(n * STRING_TRAVERSAL_COST_FACTOR)
+
+
+def regex_cost(text: str, pattern: str) -> int:
+    """cel-go's matches/find/findAll: (1 + input length) x pattern length, scaled."""
+    return math.ceil((1 + len(text)) * STRING_TRAVERSAL_COST_FACTOR) * math.ceil(
+        len(pattern) * REGEX_STRING_LENGTH_COST_FACTOR
+    )
+
+
+def _regex_charge(text: str, pattern: str) -> None:
+    charge(regex_cost(text, pattern) * REGEX_WEIGHT)
 
 
 # ---------------------------------------------------------------- value types
@@ -274,10 +345,14 @@ def cel_equal(a: Any, b: Any) -> bool:
             return _plain(a, ka) == _plain(b, kb)
         return False
     if ka == "list":
-        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
+        if len(a) != len(b):
+            return False
+        charge(len(a) * EQUALITY_ELEMENT_WEIGHT)
+        return all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
     if ka == "map":
         if len(a) != len(b):
             return False
+        charge(len(a) * EQUALITY_ELEMENT_WEIGHT)
         for k, v in a.items():
             found, other = _map_find(b, k)
             if not found or not cel_equal(v, other):
@@ -394,6 +469,7 @@ def _compare(fn: str, a: Any, b: Any) -> int:
 def op_in(item: Any, container: Any) -> celtypes.BoolType:
     k = kind(container)
     if k == "list":
+        charge(len(container) * ELEMENT_WEIGHT)  # cel-go InList: the list's size
         return TRUE if any(cel_equal(item, x) for x in container) else FALSE
     if k == "map":
         return TRUE if _map_find(container, item)[0] else FALSE
@@ -528,11 +604,14 @@ def op_add(a: Any, b: Any) -> Any:
         if ka == "double":
             return mk_double(float(a) + float(b))
         if ka == "string":
-            return _charged(str(a) + str(b))
+            charge(traversal_cost(len(a) + len(b)))  # cel-go AddString: both operands copied
+            return str(a) + str(b)
         if ka == "bytes":
-            return _charged(celtypes.BytesType(bytes(a) + bytes(b)))
+            charge(traversal_cost(len(a) + len(b)))
+            return celtypes.BytesType(bytes(a) + bytes(b))
         if ka == "list":
-            return _charged(celtypes.ListType([*a, *b]))
+            charge(1 + math.ceil((len(a) + len(b)) * LIST_COPY_WEIGHT))  # cel-go: 1; a copy here
+            return celtypes.ListType([*a, *b])
         if ka == "duration":
             return a + b
     if {ka, kb} == {"timestamp", "duration"}:
@@ -972,16 +1051,19 @@ _UPPER = {c: c - 32 for c in range(ord("a"), ord("z") + 1)}
 
 def s_contains(s: Any, sub: Any) -> celtypes.BoolType:
     _need_str("contains", s, sub)
+    charge(traversal_cost(len(s)) * traversal_cost(len(sub)))  # cel-go ContainsString
     return TRUE if str(sub) in str(s) else FALSE
 
 
 def s_starts_with(s: Any, prefix: Any) -> celtypes.BoolType:
     _need_str("startsWith", s, prefix)
+    charge(traversal_cost(len(s)))
     return TRUE if str(s).startswith(str(prefix)) else FALSE
 
 
 def s_ends_with(s: Any, suffix: Any) -> celtypes.BoolType:
     _need_str("endsWith", s, suffix)
+    charge(traversal_cost(len(s)))
     return TRUE if str(s).endswith(str(suffix)) else FALSE
 
 
@@ -1009,11 +1091,13 @@ def compile_regex(pattern: str) -> Any:
 
 def s_matches(s: Any, pattern: Any) -> celtypes.BoolType:
     _need_str("matches", s, pattern)
+    _regex_charge(s, pattern)
     return TRUE if compile_regex(str(pattern)).search(str(s)) is not None else FALSE
 
 
 def s_find(s: Any, pattern: Any) -> str:
     _need_str("find", s, pattern)
+    _regex_charge(s, pattern)
     m = compile_regex(str(pattern)).search(str(s))
     return str(m.group(0)) if m is not None else ""
 
@@ -1024,10 +1108,12 @@ def s_find_all(s: Any, pattern: Any, limit: Any = None) -> celtypes.ListType:
     if limit is not None:
         _need_int("findAll", limit)
         n = int(limit)
+    _regex_charge(s, pattern)
     if n == 0:
         return celtypes.ListType([])
     out = []
     for m in compile_regex(str(pattern)).finditer(str(s)):
+        charge(MATCH_WEIGHT)  # each match is built in Python: far slower than the scan
         out.append(str(m.group(0)))
         if 0 < n <= len(out):
             break
@@ -1036,16 +1122,19 @@ def s_find_all(s: Any, pattern: Any, limit: Any = None) -> celtypes.ListType:
 
 def s_lower_ascii(s: Any) -> str:
     _need_str("lowerAscii", s)
+    charge(traversal_cost(len(s)))
     return str(s).translate(_LOWER)
 
 
 def s_upper_ascii(s: Any) -> str:
     _need_str("upperAscii", s)
+    charge(traversal_cost(len(s)))
     return str(s).translate(_UPPER)
 
 
 def s_trim(s: Any) -> str:
     _need_str("trim", s)
+    charge(traversal_cost(len(s)))
     return str(s).strip()
 
 
@@ -1056,6 +1145,11 @@ def s_split(s: Any, sep: Any, n: Any = None) -> celtypes.ListType:
     if n is not None:
         _need_int("split", n)
         limit = int(n)
+    # cel-go: a traversal plus the result's construction; here also a Python string per part.
+    parts_max = len(text) if separator == "" else text.count(separator) + 1
+    if limit > 0:
+        parts_max = min(parts_max, limit)
+    charge(traversal_cost(len(text)) * 2 + parts_max * ELEMENT_WEIGHT)
     if limit == 0:
         return celtypes.ListType([])
     if separator == "":
@@ -1074,7 +1168,10 @@ def l_join(items: Any, sep: Any = None) -> str:
     for x in items:
         if kind(x) != "string":
             raise ValueError(f"join: list element of type {kind(x)} is not a string")
-    return _charged(("" if sep is None else str(sep)).join(str(x) for x in items))
+    glue = "" if sep is None else str(sep)
+    size = sum(len(x) for x in items) + len(glue) * max(0, len(items) - 1)
+    charge(traversal_cost(size) * 2 + len(items) * ELEMENT_WEIGHT)  # cel-go: the result, twice
+    return glue.join(str(x) for x in items)
 
 
 def s_replace(s: Any, old: Any, new: Any, n: Any = None) -> str:
@@ -1089,7 +1186,8 @@ def s_replace(s: Any, old: Any, new: Any, n: Any = None) -> str:
     occurrences = len(text) + 1 if not o else len(text) // len(o)
     if count >= 0:
         occurrences = min(occurrences, count)
-    charge((len(text) + occurrences * len(n2)) // 16 + 1)  # before building a string that may be huge
+    # cel-go: a traversal plus the result's construction; charged before building a string that may be huge.
+    charge(traversal_cost(len(text)) * 2 + traversal_cost(occurrences * len(n2)))
     return text.replace(o, n2, count)
 
 
@@ -1130,6 +1228,7 @@ def s_substring(s: Any, start: Any, end: Any = None) -> str:
     _need_str("substring", s)
     _need_int("substring", start)
     text = str(s)
+    charge(traversal_cost(len(text)))
     a = int(start)
     if end is None:
         if a < 0 or a > len(text):
@@ -1168,7 +1267,9 @@ def index_of(x: Any, item: Any, offset: Any = None) -> celtypes.IntType:
         return _s_index_of(x, item, offset)
     if offset is not None:
         raise _overload("indexOf", x, item, offset)
-    for i, v in enumerate(_need_list("indexOf", x)):
+    lst = _need_list("indexOf", x)
+    charge(len(lst) * ELEMENT_WEIGHT)  # Kubernetes lists: one traversal
+    for i, v in enumerate(lst):
         if cel_equal(v, item):
             return mk_int(i)
     return mk_int(-1)
@@ -1180,6 +1281,7 @@ def last_index_of(x: Any, item: Any, offset: Any = None) -> celtypes.IntType:
     if offset is not None:
         raise _overload("lastIndexOf", x, item, offset)
     lst = _need_list("lastIndexOf", x)
+    charge(len(lst) * ELEMENT_WEIGHT)
     for i in range(len(lst) - 1, -1, -1):
         if cel_equal(lst[i], item):
             return mk_int(i)
@@ -1188,6 +1290,7 @@ def last_index_of(x: Any, item: Any, offset: Any = None) -> celtypes.IntType:
 
 def l_is_sorted(x: Any) -> celtypes.BoolType:
     lst = _need_list("isSorted", x)
+    charge(len(lst) * ARITHMETIC_ELEMENT_WEIGHT)
     for a, b in zip(lst, lst[1:], strict=False):
         if _compare("isSorted", a, b) > 0:
             return FALSE
@@ -1196,6 +1299,7 @@ def l_is_sorted(x: Any) -> celtypes.BoolType:
 
 def l_sum(x: Any) -> Any:
     lst = _need_list("sum", x)
+    charge(len(lst) * ARITHMETIC_ELEMENT_WEIGHT)
     if not lst:
         return mk_int(0)
     total = lst[0]
@@ -1208,6 +1312,7 @@ def l_sum(x: Any) -> Any:
 
 def _extreme(fn: str, x: Any, prefer: int) -> Any:
     lst = _need_list(fn, x)
+    charge(len(lst) * ARITHMETIC_ELEMENT_WEIGHT)
     if not lst:
         raise ValueError(f"{fn} called on empty list")
     best = lst[0]
@@ -1229,6 +1334,7 @@ def l_max(x: Any) -> Any:
 
 def l_includes(x: Any, item: Any) -> celtypes.BoolType:
     if kind(x) == "list":
+        charge(len(x) * ELEMENT_WEIGHT)
         return TRUE if any(cel_equal(v, item) for v in x) else FALSE
     return TRUE if cel_equal(x, item) else FALSE
 
@@ -1239,7 +1345,11 @@ Body = Callable[[Any], Any]  # evaluates the macro body in an activation; return
 
 
 def _range(fn: str, target: Any, cost: int) -> Iterator[Any]:
-    """The elements (list) or keys (map) a macro iterates, charging `cost` for each."""
+    """The elements (list) or keys (map) a macro iterates, charging each step before it runs.
+
+    `cost` is the body's static estimate (plus one); a step costs it weighted, plus a
+    fixed part, so that comprehensions over lists built at runtime stay within the budget.
+    """
     if isinstance(target, BaseException):
         raise target
     k = kind(target)
@@ -1249,8 +1359,9 @@ def _range(fn: str, target: Any, cost: int) -> Iterator[Any]:
         items = list(dict.keys(target))
     else:
         raise _overload(fn, target)
+    step = ITERATION_WEIGHT + cost * BODY_OP_WEIGHT
     for v in items:
-        charge(cost)
+        charge(step)
         yield v
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -49,6 +50,26 @@ def _seconds(value: str) -> float:
     if not 0 <= seconds <= 60:
         raise argparse.ArgumentTypeError(f"expected 0 to 60 seconds, got {value!r}")
     return seconds
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host is reachable only from this machine (or pod)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _positive(value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +121,31 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
     serve.add_argument("--eviction-mode", choices=("delete", "evict"), default="delete")
+    hard = serve.add_argument_group("limits (hostile input and outages)")
+    hard.add_argument(
+        "--allow-non-loopback-listen",
+        action="store_true",
+        help="allow --listen on an address other than loopback (it serves /bind and /debug to whoever can reach it)",
+    )
+    hard.add_argument("--no-debug", action="store_true", help="do not serve /debug/* at all")
+    hard.add_argument(
+        "--filter-timeout", type=_positive, default=3.0, metavar="SECONDS",
+        help="answer /filter with an Error after this long (kube-scheduler's httpTimeout is 5 s; default %(default)s)",
+    )
+    hard.add_argument(
+        "--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="BYTES",
+        help="larger request bodies get 413 without being read (default %(default)s)",
+    )
+    hard.add_argument("--header-timeout", type=_positive, default=5.0, metavar="SECONDS", help="time to send the request headers")
+    hard.add_argument("--body-timeout", type=_positive, default=10.0, metavar="SECONDS", help="time to send the request body")
+    hard.add_argument(
+        "--livez-stall-threshold", type=_positive, default=10.0, metavar="SECONDS",
+        help="/livez fails when the event loop has not turned for this long (default %(default)s)",
+    )
+    hard.add_argument(
+        "--source-stale-threshold", type=_positive, default=30.0, metavar="SECONDS",
+        help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
+    )
     return parser
 
 
@@ -131,20 +177,27 @@ def _pick_source(args: argparse.Namespace):
         from tracker.api_source import ApiSource
     except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
         raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
-    return ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster)
+    return ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold)
 
 
 async def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from extender.app import create_app
+    from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
     from tracker.state import ClusterState
 
     listen = parse_hostport(args.listen, "--listen")
+    if not is_loopback(listen[0]) and not args.allow_non_loopback_listen:
+        raise UsageError(
+            f"--listen {args.listen}: not a loopback address; it would serve /filter, /prioritize, /bind"
+            f"{'' if args.no_debug else ' and /debug/*'} to everyone who can reach it. Use --probe-listen for "
+            "probes and metrics, or pass --allow-non-loopback-listen if this is intended"
+        )
+    if args.max_body_bytes <= 0:
+        raise UsageError(f"--max-body-bytes: must be positive, got {args.max_body_bytes}")
     probe = parse_hostport(args.probe_listen, "--probe-listen") if args.probe_listen else None
     source = _pick_source(args)
     metrics = Metrics()
@@ -224,30 +277,15 @@ async def serve(args: argparse.Namespace) -> int:
 
         requeuer = service.requeuer = Requeuer(state, source.patch_pod, metrics, is_leader=is_leader)
 
-    class _Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):  # we own signal handling for all servers
-            yield
-
-    def server(app, host: str, port: int) -> _Server:
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_config=None,
-            access_log=False,
-            loop="none",
-            http="httptools",
-            lifespan="off",
-            timeout_graceful_shutdown=3,
-        )
-        return _Server(config)
-
-    servers = [server(create_app(service), *listen)]
-    if probe is not None:
-        servers.append(server(create_app(service, probes_only=True), *probe))
-
     loop = asyncio.get_running_loop()
+    bridge = LoopBridge(loop, args.livez_stall_threshold)
+    limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
+    source_status = getattr(source, "sync_status", None)
+    common = {"limits": limits, "source_status": source_status}
+    apps = [(create_app(service, bridge, debug=not args.no_debug, filter_budget=args.filter_timeout, **common), *listen)]
+    if probe is not None:
+        apps.append((create_app(service, bridge, probes_only=True, **common), *probe))
+    http = HttpThread(apps, limits)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -258,8 +296,9 @@ async def serve(args: argparse.Namespace) -> int:
         extra={"source": source.description, "listen": args.listen, "probe_listen": args.probe_listen or ""},
     )
     source_task = asyncio.create_task(source.run(state), name="source")
-    tasks = [asyncio.create_task(s.serve(), name="http") for s in servers]
-    extra_tasks = []
+    http.start()
+    tasks = [asyncio.create_task(http.wait(), name="http")]
+    extra_tasks = [asyncio.create_task(bridge.heartbeat(), name="heartbeat")]
     if leadership is not None:
         extra_tasks.append(asyncio.create_task(leadership.run(), name="leadership"))
     if requeuer is not None:
@@ -285,8 +324,7 @@ async def serve(args: argparse.Namespace) -> int:
             code = code or 1
             log.error("HTTP server exited (could it bind its address?)")
     log.info("shutting down")
-    for s in servers:
-        s.should_exit = True
+    http.stop()
     for t in (source_task, *extra_tasks):
         t.cancel()
     await asyncio.gather(*tasks, source_task, *extra_tasks, return_exceptions=True)

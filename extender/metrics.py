@@ -89,6 +89,36 @@ class Metrics:
         self.evictions_pending = Gauge(
             "dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r
         )
+        self.loop_stall = Gauge(
+            "dra_extender_event_loop_stall_seconds",
+            "Seconds since the main event loop last turned (beyond its heartbeat period); /livez fails past the threshold.",
+            registry=r,
+        )
+        self.source_last_sync = Gauge(
+            "dra_extender_source_last_sync_timestamp_seconds",
+            "When the view of a kind was last known to match the source (a list, a watch event or bookmark, or an open watch).",
+            ["kind"],
+            registry=r,
+        )
+        self.source_errors = Counter(
+            "dra_extender_source_errors",
+            "Failed lists and watches of a kind.",
+            ["kind"],
+            registry=r,
+        )
+        self._source_errors_seen: dict[str, int] = {}
+        self.source_stale = Gauge(
+            "dra_extender_source_stale",
+            "1 while no list or watch of a kind has succeeded for longer than the staleness threshold.",
+            ["kind"],
+            registry=r,
+        )
+        self.source_staleness = Gauge(
+            "dra_extender_source_staleness_seconds",
+            "Seconds since the view of a kind was last known to match the source (0 while its watch is open).",
+            ["kind"],
+            registry=r,
+        )
         self._verb = {
             v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
             for v in ("filter", "prioritize", "bind")
@@ -98,6 +128,18 @@ class Metrics:
         hist, good, bad = self._verb[verb]
         hist.observe(seconds)
         (good if ok else bad).inc()
+
+    def set_source_status(self, status: dict[str, dict[str, float | int | bool]]) -> None:
+        """Per kind: {last_sync, errors, stale, staleness_seconds}, as tracker sources report it."""
+        for kind, st in status.items():
+            self.source_last_sync.labels(kind).set(float(st.get("last_sync", 0.0)))
+            errors = int(st.get("errors", 0))
+            counter = self.source_errors.labels(kind)
+            if errors > self._source_errors_seen.get(kind, 0):
+                counter.inc(errors - self._source_errors_seen.get(kind, 0))
+            self._source_errors_seen[kind] = errors
+            self.source_stale.labels(kind).set(1.0 if st.get("stale") else 0.0)
+            self.source_staleness.labels(kind).set(float(st.get("staleness_seconds", 0.0)))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -21,6 +21,7 @@ with their names.
 from __future__ import annotations
 
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -29,6 +30,7 @@ from typing import Any
 import orjson
 
 from allocator.allocation import Allocator, Outcome
+from allocator.cel_library import DeadlineExceeded
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
 from tracker.state import ClusterState
 
@@ -75,9 +77,18 @@ class OutcomeCache:
         return sig
 
     def verdicts(
-        self, signature: tuple[ClaimSignature, ...], claims: Sequence[ResourceClaim], nodes: Sequence[tuple[Node, Any]]
+        self,
+        signature: tuple[ClaimSignature, ...],
+        claims: Sequence[ResourceClaim],
+        nodes: Sequence[tuple[Node, Any]],
+        deadline: float | None = None,
     ) -> list[Outcome]:
-        """The verdict for `claims` (whose signature is `signature`) on each (node, node token)."""
+        """The verdict for `claims` (whose signature is `signature`) on each (node, node token).
+
+        Past `deadline` (time.monotonic()) it raises DeadlineExceeded with
+        `nodes_done` set, before computing the next node: nothing partial is
+        cached or answered.
+        """
         group = self._groups.get(signature)
         if group is None:
             group = self._groups[signature] = {}
@@ -98,9 +109,15 @@ class OutcomeCache:
                 out.append(outcome if told_for is None or told_for == names else _retold(outcome, told_for, names))
                 continue
             self.misses += 1
-            outcome = self.allocator.allocate(
-                node, claims, state.slices_for_node(name), state.classes, state.is_taken, state.device
-            )
+            try:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DeadlineExceeded()
+                outcome = self.allocator.allocate(
+                    node, claims, state.slices_for_node(name), state.classes, state.is_taken, state.device
+                )
+            except DeadlineExceeded as e:
+                e.nodes_done = len(out)  # type: ignore[attr-defined] - read by the caller's message
+                raise
             self.on_computed(outcome)
             if entry is None:
                 self._entries += 1

@@ -18,6 +18,8 @@ import orjson
 
 from allocator.allocation import Allocator, Outcome
 from allocator.tolerations import blocks_allocation
+from allocator.cel_library import DeadlineExceeded as CelDeadlineExceeded
+from allocator.cel_library import set_deadline as set_cel_deadline
 from allocator.types import (
     Node,
     Pod,
@@ -52,6 +54,10 @@ def pod_has_claims(pod: dict[str, Any]) -> bool:
 
 class NotReady(Exception):
     pass
+
+
+class BudgetExceeded(Exception):
+    """A /filter call ran out of its time budget; str() names the claim and the step."""
 
 
 class Service:
@@ -120,7 +126,9 @@ class Service:
             self.state.report(Problem(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, failure.device_class, failure.message))
         self.metrics.outcomes.labels("ok" if failure is None else failure.code).inc()
 
-    def _verdicts(self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any]) -> list[Outcome]:
+    def _verdicts(
+        self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any], deadline: float | None = None
+    ) -> list[Outcome]:
         """One verdict per node name, shared with every pod whose claims ask for the same."""
         nodes: list[tuple[Node, Any]] = []
         known = self.state.nodes
@@ -131,7 +139,7 @@ class Service:
             else:
                 token = (raw.get("metadata") or {}).get("resourceVersion") or orjson.dumps(raw.get("metadata"))
                 nodes.append((self._node(name, raw), token))
-        return self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes)
+        return self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes, deadline)
 
     def _claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
         claims, problem = self.state.pod_claims(pod)
@@ -191,11 +199,18 @@ class Service:
 
     # ------------------------------------------------------------------ filter
 
-    async def filter(self, args: ExtenderArgs) -> tuple[list[str], dict[str, str]]:
-        """Nodes that fit and, for the rest, why (all unresolvable: see docs "Which map")."""
+    async def filter(self, args: ExtenderArgs, *, budget: float | None = None) -> tuple[list[str], dict[str, str]]:
+        """Nodes that fit and, for the rest, why (all unresolvable: see docs/design.md#which-map).
+
+        With a `budget` (seconds, counted from the call, waits included), raises
+        BudgetExceeded rather than answer after it: the scheduler then retries
+        the pod with backoff instead of timing the call out, and never gets a
+        partial node list.
+        """
         names = args.names
         if not pod_has_claims(args.pod):
             return list(names), {}
+        deadline = time.monotonic() + budget if budget else None
         self._check_ready()
         pod = self._parse_pod(args.pod)
         waited, expired = await self.placements.wait(pod.meta.uid)
@@ -210,7 +225,20 @@ class Service:
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
         passed: list[str] = []
         failed: dict[str, str] = {}
-        for name, outcome in zip(names, self._verdicts(pod, claims, names, raw_nodes), strict=True):
+        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
+        try:
+            verdicts = self._verdicts(pod, claims, names, raw_nodes, deadline)
+        except CelDeadlineExceeded as e:
+            done = getattr(e, "nodes_done", 0)
+            step = f"evaluating CEL expression {_short(e.expression)!r}" if e.expression else "allocating devices"
+            raise BudgetExceeded(
+                f"claim {', '.join(_claims_with(claims, e.expression))}: /filter ran out of its time budget of "
+                f"{budget:g} s {step} on node {names[min(done, len(names) - 1)]} ({done} of {len(names)} nodes done); "
+                "the pod is retried with backoff"
+            ) from None
+        finally:
+            set_cel_deadline(previous)
+        for name, outcome in zip(names, verdicts, strict=True):
             if outcome.failure is None:
                 passed.append(name)
             else:

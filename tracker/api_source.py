@@ -19,7 +19,7 @@ import gc
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -37,10 +37,15 @@ LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = 290
 OPTIONAL_RECHECK_SECONDS = 60.0
 # Small first steps: under a partly failing API server (say 20 % errors) a reflector
-# then rarely sits in a long sleep when the server recovers (4 failures in a row still
-# wait under 5 s); a server that is down gets about two requests more per reflector.
+# then rarely sits in a long sleep when the server recovers. The cap bounds how long the
+# view lags after an outage: the next attempt comes at most BACKOFF_MAX x 1.5 (jitter)
+# = 0.9 s after the server is back, so a resumed watch catches up within a second or two
+# and a re-list within its own time + 1 s. A server that is down gets ~1.5 requests/s per
+# reflector (8 reflectors: ~12/s), a load any API server shrugs off.
 BACKOFF_INITIAL = 0.2
-BACKOFF_MAX = 30.0
+BACKOFF_MAX = 0.6
+STALE_THRESHOLD = 30.0  # seconds without a successful list/watch before a kind is "stale"
+STALE_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,30 @@ class _GcPause:
         _GcPause.depth -= 1
         if _GcPause.depth == 0 and _GcPause.was_enabled:
             gc.enable()
+
+
+@dataclass(slots=True)
+class _SyncState:
+    """How fresh one kind's view is: what the metrics and /debug report."""
+
+    last_sync: float = 0.0  # wall clock (epoch s) of the last list, event, bookmark or watch start
+    last_sync_monotonic: float | None = None
+    started: float = field(default_factory=time.monotonic)  # before the first list: stale counts from here
+    watching: bool = False  # a watch stream is open: the view follows the server
+    errors: int = 0
+    stale: bool = False  # as last logged
+    last_error: str = ""
+
+    def synced(self) -> None:
+        self.last_sync = time.time()
+        self.last_sync_monotonic = time.monotonic()
+
+    def staleness(self) -> float:
+        """Seconds since the view was last known current: 0 while a watch is open."""
+        if self.watching:
+            return 0.0
+        since = self.last_sync_monotonic if self.last_sync_monotonic is not None else self.started
+        return time.monotonic() - since
 
 
 class _Gone(Exception):
@@ -185,6 +214,7 @@ class ApiSource:
         context: str | None = None,
         optional_recheck_seconds: float = OPTIONAL_RECHECK_SECONDS,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        stale_threshold: float = STALE_THRESHOLD,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.in_cluster = in_cluster
@@ -196,6 +226,49 @@ class ApiSource:
         self.rule_resources: list[Resource] = []
         self.last_resource_versions: dict[tuple[str, str], str] = {}
         self.stats: dict[str, int] = {"lists": 0, "watch_events": 0, "relists_410": 0, "watch_restarts": 0, "errors": 0}
+        self.stale_threshold = stale_threshold
+        self._sync: dict[str, _SyncState] = {}  # "Kind" or "Kind.group", as /debug/objects names kinds
+
+    # ------------------------------------------------------------------ freshness
+
+    def _sync_of(self, res: Resource) -> _SyncState:
+        name = f"{res.kind}.{res.group}" if res.group else res.kind
+        st = self._sync.get(name)
+        if st is None:
+            st = self._sync[name] = _SyncState()
+        return st
+
+    def sync_status(self) -> dict[str, dict[str, Any]]:
+        """Per kind: last_sync (epoch s, or 0 never), staleness_seconds, stale, errors, watching, last_error."""
+        now = time.time()
+        out: dict[str, dict[str, Any]] = {}
+        for name, st in sorted(self._sync.items()):
+            age = st.staleness()
+            out[name] = {
+                "last_sync": now if st.watching else st.last_sync,
+                "staleness_seconds": round(age, 3),
+                "stale": age > self.stale_threshold,
+                "errors": st.errors,
+                "watching": st.watching,
+                "last_error": st.last_error,
+            }
+        return out
+
+    async def _watch_staleness(self) -> None:
+        """Log each kind entering and leaving the stale state (the metrics show it continuously)."""
+        while True:
+            await asyncio.sleep(STALE_CHECK_SECONDS)
+            for name, st in list(self._sync.items()):
+                age = st.staleness()
+                stale = age > self.stale_threshold
+                if stale and not st.stale:
+                    log.warning(
+                        "view is stale: no successful list or watch",
+                        extra={"kind": name, "seconds": round(age, 1), "never_synced": st.last_sync_monotonic is None, "err": st.last_error},
+                    )
+                elif st.stale and not stale:
+                    log.info("view caught up: list/watch succeeds again", extra={"kind": name})
+                st.stale = stale
 
     # ------------------------------------------------------------------ client
 
@@ -288,6 +361,7 @@ class ApiSource:
         await self._client()
         tasks = [asyncio.create_task(self._reflect(r, sink), name=f"reflector-{r.plural}") for r in CORE_RESOURCES]
         tasks.append(asyncio.create_task(self._optional(sink), name="optional-apis"))
+        tasks.append(asyncio.create_task(self._watch_staleness(), name="staleness"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -358,6 +432,7 @@ class ApiSource:
         """List+watch forever; every failure backs off, a 410 re-lists."""
         backoff = BACKOFF_INITIAL
         progress: _WatchProgress | None = None
+        sync = self._sync_of(res)
         while True:
             try:
                 if progress is None:
@@ -371,6 +446,8 @@ class ApiSource:
                     continue  # ended (timeout or closed): resume at once from the last RV seen
                 problem = "watch ended at once without delivering anything"
             except asyncio.CancelledError:
+                # An optional API no longer served (or shutdown): nothing to be stale about.
+                self._sync.pop(f"{res.kind}.{res.group}" if res.group else res.kind, None)
                 raise
             except _Gone:
                 self.stats["relists_410"] += 1
@@ -379,12 +456,18 @@ class ApiSource:
                 continue
             except Exception as e:  # noqa: BLE001 - keep reflecting whatever happens
                 self.stats["errors"] += 1
+                sync.errors += 1
                 problem = str(e) or type(e).__name__
+                sync.last_error = problem[:300]
                 if progress is not None and progress.useful():
                     # The stream broke after it was established and of use (a dropped
                     # connection): resume from the last RV it delivered after one short
                     # delay, rather than as the next step of a failure streak.
                     backoff = BACKOFF_INITIAL
+            finally:
+                if sync.watching:
+                    sync.synced()  # current up to the moment the stream ended
+                sync.watching = False
             delay = min(BACKOFF_MAX, backoff) * (0.5 + random.random())
             log.warning("list/watch failed; retrying", extra={"resource": res.plural, "err": problem, "retry_in_s": round(delay, 2)})
             await asyncio.sleep(delay)
@@ -419,6 +502,7 @@ class ApiSource:
                     break
             was_ready = getattr(sink, "ready", True)
             sink.replace(res.kind, res.group, items)
+            self._sync_of(res).synced()
             sink.mark_synced(res.kind, res.group)  # the last kind's warms the CEL cache of every device
             if len(items) > 1000 or (not was_ready and getattr(sink, "ready", False)):
                 gc.freeze()  # the big, long-lived results need not be scanned by every full collection
@@ -454,6 +538,9 @@ class ApiSource:
             if resp.status != 200:
                 raise _status_error(resp.status, await resp.read(), f"watch {res.plural}")
             progress.opened_at = time.monotonic()
+            sync = self._sync_of(res)
+            sync.synced()
+            sync.watching = True
             while True:
                 line = await resp.content.readline()
                 if not line:

@@ -272,11 +272,13 @@ def _flatten(docs: list[Any], depth: int = 0) -> Iterator[Any]:
 
 def validate(kind: str, group: str, raw: dict[str, Any], obj: str) -> None:
     """The allocator's parser for the kind, then the API server's/CRD's extra rules."""
+    schema.check_metadata_limits(obj, raw.get("metadata") or {})
     if kind == ev.NODE:
         parse_node(raw)
     elif kind == ev.POD:
         parse_pod(raw)
     elif kind == ev.RESOURCE_SLICE:
+        schema.check_slice_limits(obj, raw)
         parse_resource_slice(raw)
         schema.check_slice_taints(obj, raw)
     elif kind == ev.RESOURCE_CLAIM:

@@ -138,6 +138,55 @@ def check_device_taint_rule(obj: str, raw: Mapping[str, Any], *, own_crd: bool) 
         _check_selectors(obj, selector.get("selectors"), "spec.deviceSelector.selectors", RULE_SELECTORS_MAX)
 
 
+# The API server's own limits (apimachinery, resource.k8s.io validation): what a cluster
+# would refuse must not load from a directory either, however large the file.
+ANNOTATIONS_TOTAL_MAX: Final = 256 * 1024  # TotalAnnotationSizeLimitB
+LABEL_VALUE_MAX: Final = 63
+SLICE_DEVICES_MAX: Final = 128  # ResourceSliceMaxDevices
+DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
+
+
+def check_metadata_limits(obj: str, meta: Mapping[str, Any]) -> None:
+    """Annotations at most 256 KiB in total (keys and values); label values at most 63 characters."""
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping):
+        total = sum(len(str(k)) + (len(v) if isinstance(v, str) else 0) for k, v in annotations.items())
+        if total > ANNOTATIONS_TOTAL_MAX:
+            raise ValidationError(obj, "metadata.annotations", f"may not be more than {ANNOTATIONS_TOTAL_MAX} bytes in total, got {total}")
+    labels = meta.get("labels")
+    if isinstance(labels, Mapping):
+        for k, v in labels.items():
+            if isinstance(v, str) and len(v) > LABEL_VALUE_MAX:
+                raise ValidationError(obj, f"metadata.labels.{k}", f"must be at most {LABEL_VALUE_MAX} characters")
+
+
+def check_slice_limits(obj: str, raw: Mapping[str, Any]) -> None:
+    """Devices per slice, attributes and capacities per device, attribute string and version lengths."""
+    devices = _mapping(raw.get("spec")).get("devices")
+    if not isinstance(devices, list):
+        return
+    if len(devices) > SLICE_DEVICES_MAX:
+        raise ValidationError(obj, "spec.devices", f"must have at most {SLICE_DEVICES_MAX} items, got {len(devices)}")
+    for i, d in enumerate(devices):
+        d = _mapping(d)
+        body, path = (_mapping(d["basic"]), f"spec.devices[{i}].basic") if isinstance(d.get("basic"), Mapping) else (d, f"spec.devices[{i}]")
+        attributes = body.get("attributes")
+        capacity = body.get("capacity")
+        entries = (len(attributes) if isinstance(attributes, Mapping) else 0) + (len(capacity) if isinstance(capacity, Mapping) else 0)
+        if entries > DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX:
+            raise ValidationError(obj, path, f"at most {DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX} attributes and capacities combined, got {entries}")
+        if not isinstance(attributes, Mapping):
+            continue
+        for name, value in attributes.items():
+            value = _mapping(value)
+            for k in ("string", "version"):
+                v = value.get(k)
+                if isinstance(v, str) and len(v) > ATTRIBUTE_STRING_MAX:
+                    raise ValidationError(
+                        obj, f"{path}.attributes.{name}.{k}", f"must be at most {ATTRIBUTE_STRING_MAX} characters, got {len(v)}"
+                    )
+
+
 def check_slice_taints(obj: str, raw: Mapping[str, Any]) -> None:
     """Driver taints in a slice follow the same key/value rules as rule taints."""
     devices = _mapping(raw.get("spec")).get("devices")

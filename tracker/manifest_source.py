@@ -19,8 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import gc
 import hashlib
 import logging
+import os
+import stat
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -105,6 +109,34 @@ class _Overlay:
         )
 
 
+SLOW_RELOAD_SECONDS = 3.0  # a reload slower than this is logged (changes wait behind it)
+
+
+class _NotRegular(OSError):
+    """A manifest path that is a FIFO, device or socket: str() is its type."""
+
+
+_FILE_TYPES = {stat.S_IFIFO: "FIFO", stat.S_IFCHR: "character device", stat.S_IFBLK: "block device", stat.S_IFSOCK: "socket"}
+
+
+def _read_regular(path: Path) -> bytes:
+    """A regular file's first MAX_FILE_BYTES + 1 bytes; _NotRegular for anything else.
+
+    Opened non-blocking and checked with fstat on the open descriptor: a FIFO
+    swapped in after the listing still never blocks the read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotRegular(_FILE_TYPES.get(stat.S_IFMT(mode), "not a regular file"))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 def _digest(value: Any) -> bytes:
     return hashlib.sha1(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).digest()
 
@@ -140,6 +172,7 @@ class ManifestSource:
         self.events: list[dict[str, Any]] = []  # Events "created" (recorded and logged)
         self._sink: EventSink | None = None
         self._results: dict[str, FileResult] = {}  # path -> parse result, cached by content
+        self._skipped: set[str] = set()  # paths not read (not regular files), warned about once
         self._files: dict[Identity, _FileObject] = {}  # winners from the files
         self._objects: dict[Identity, dict[str, Any]] = {}  # what the "cluster" has: files + overlay
         self._overlay: dict[Identity, _Overlay] = {}
@@ -165,8 +198,13 @@ class ManifestSource:
             where = str(path)
             previous = self._results.get(where)
             try:
-                with open(path, "rb") as f:
-                    data = f.read(MAX_FILE_BYTES + 1)
+                data = _read_regular(path)
+            except _NotRegular as e:
+                # A FIFO would block the reload forever (a device or socket, misbehave): skip it.
+                if where not in self._skipped:
+                    self._skipped.add(where)
+                    log.warning("skipping manifest path that is not a regular file", extra={"path": where, "type": str(e)})
+                continue
             except FileNotFoundError:
                 continue  # deleted since the listing: the next event removes its objects
             except OSError as e:
@@ -407,9 +445,16 @@ class ManifestSource:
         self._apply_files(files, emit=True)
 
     async def _reload(self) -> None:
+        started = time.monotonic()
         scanned = await asyncio.to_thread(self._scan)
         files = self._merge(*scanned)
         self._apply_files(files, emit=True)
+        took = time.monotonic() - started
+        if took > SLOW_RELOAD_SECONDS:
+            log.warning(
+                "reloading the manifest directory was slow",
+                extra={"path": str(self.directory), "seconds": round(took, 2), "files": len(scanned[0])},
+            )
 
     async def _initial(self, sink: EventSink) -> None:
         scanned = await asyncio.to_thread(self._scan)
@@ -419,6 +464,9 @@ class ManifestSource:
             sink.replace(kind, group, [o for (k, g, _), o in self._objects.items() if k == kind and g == group])
         for kind, group in TRACKED:
             sink.mark_synced(kind, group)
+        # The loaded state is long-lived: a full collection scanning it (~0.4 s at 10,000
+        # devices) holds the GIL, and with it the probe thread. As the cluster source does.
+        gc.freeze()
         report = self.load_report
         log.info(
             "loaded manifest directory",

@@ -481,6 +481,7 @@ class ClusterState:
         old = self.slices.get(name)
         if event.type == "DELETED":
             if old is not None:
+                self._forget_cel(old, [d.name for d in old.devices], self._device_versions.get(name, {}))
                 self._unindex_slice(old)
             self.slices.pop(name, None)
             self.slice_views.pop(name, None)
@@ -517,7 +518,8 @@ class ClusterState:
         """Raw and parsed devices (to parse only what an update changes) and per-device CEL versions.
 
         A device keeps its version, and so its cached selector results, while
-        its attributes and capacity stay the same objects (see parse_resource_slice).
+        its attributes and capacity stay the same objects (see parse_resource_slice);
+        the CEL cache entries of versions that are gone are dropped.
         """
         raw_devices = (raw.get("spec") or {}).get("devices") or []
         self._raw_devices[name] = {d.name: (rd, d) for rd, d in zip(raw_devices, parsed.devices, strict=False)}
@@ -530,6 +532,24 @@ class ClusterState:
             else:
                 versions[d.name] = (d.attributes, d.capacity, self._next_version())
         self._device_versions[name] = versions
+        old = self.slices.get(name)
+        if old is not None:
+            gone = [d.name for d in old.devices if versions.get(d.name) is not old_versions.get(d.name)]
+            self._forget_cel(old, gone, old_versions)
+
+    def _forget_cel(self, old: ResourceSlice, devices: Iterable[str], versions: Mapping[str, tuple[object, object, int]]) -> None:
+        """Drop the CEL cache entries (activations, results) of device versions that are gone."""
+        forget = getattr(self.cel, "forget", None)
+        if forget is None:
+            return
+        view = self.slice_views.get(old.meta.name)
+        current = {d.id.device: d.cel_key for d in view.devices} if view is not None else {}
+        for device in devices:
+            if device in current:
+                forget(current[device])
+            version = versions.get(device)
+            if version is not None:
+                forget(("orig", old.meta.name, version[2], device))  # patched_view.original_view's key
 
     def _unindex_slice(self, old: ResourceSlice) -> None:
         for device in old.devices:
@@ -721,6 +741,11 @@ class ClusterState:
                     continue
                 nv = self._compute_device(s, i, ctx)
                 if nv is not new_devices[i]:
+                    before = new_devices[i].cel_key
+                    if before != nv.cel_key and isinstance(before, tuple) and before[:1] == ("patched",):
+                        forget = getattr(self.cel, "forget", None)
+                        if forget is not None:
+                            forget(before)  # a patched version replaced; the original's key stays in use
                     new_devices[i] = nv
                     self.devices[nv.id] = nv
                     changed = True

@@ -658,3 +658,22 @@ def test_fuzz_random_devices_raise_only_cel_errors(driver: Any, attributes: dict
 
 def test_semver_values_are_semver() -> None:
     assert isinstance(GPU.attributes["gpu.example.com/driverVersion"], Semver)
+
+
+# ---------------------------------------------------------------- hostile selectors (issue: CEL cost)
+
+from bench.bench_cel_hostile import CASES as HOSTILE_CASES  # noqa: E402 - the bench's catalogue, verdicts only
+
+
+@pytest.mark.parametrize("case", HOSTILE_CASES, ids=[c.name for c in HOSTILE_CASES])
+def test_hostile_selectors_are_stopped_by_the_cost_limit(case) -> None:
+    """Every hostile selector compiles (it passes the static estimate) and is either answered
+    or stopped with cel-go's wording; the time bound itself is measured in bench/, not here."""
+    env = CelEnvironment()
+    selector = env.compile(case.expression)
+    device = Dev(attributes={"gpu.example.com/model": "a100"})
+    if case.verdict == "cost":
+        with pytest.raises(CelRuntimeError, match="operation cancelled: actual cost limit exceeded"):
+            env.evaluate(selector, device)
+    else:
+        assert env.evaluate(selector, device) in (True, False)

@@ -1,0 +1,217 @@
+"""HTTP served from a thread of its own, so probes answer while the event loop is busy.
+
+Everything that decides (the verbs, /debug) runs on the main event loop, as
+before: the tracker's state is only ever touched there. The HTTP servers
+(uvicorn, for --listen and --probe-listen) run on a second event loop in a
+thread: they read requests (with size and time limits), answer /livez,
+/readyz and /metrics themselves, and hand the rest to the main loop. A
+verb that keeps the main loop busy for seconds then delays other verbs, but
+not the probes; and /livez fails once the main loop has not turned for
+`stall_threshold` seconds, so a stuck loop gets the container restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("dra_extender.http")
+
+T = TypeVar("T")
+
+HEARTBEAT_SECONDS = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one request may cost before it is read (flags of `serve`)."""
+
+    max_body_bytes: int = 32 * 1024 * 1024
+    header_timeout: float = 10.0  # from connection (or keep-alive request start) to the end of the headers
+    body_timeout: float = 30.0  # from the end of the headers to the end of the body
+
+
+class LoopBridge:
+    """The main event loop as seen from the HTTP thread: run work there, and tell whether it turns."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stall_threshold: float) -> None:
+        self.loop = loop
+        self.stall_threshold = stall_threshold
+        self.last_turn = time.monotonic()
+
+    async def heartbeat(self) -> None:
+        """Runs on the main loop: its timestamp is the proof that the loop turns."""
+        while True:
+            self.last_turn = time.monotonic()
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    def stalled_for(self) -> float:
+        """Seconds since the main loop last turned, beyond the heartbeat's own period."""
+        return max(0.0, time.monotonic() - self.last_turn - HEARTBEAT_SECONDS)
+
+    async def call(self, fn: Callable[[], Awaitable[T] | T]) -> T:
+        """Run `fn` on the main loop (awaiting it there if it returns an awaitable); from the HTTP thread."""
+
+        async def run() -> T:
+            result = fn()
+            if hasattr(result, "__await__"):
+                result = await result  # type: ignore[misc]
+            return result  # type: ignore[return-value]
+
+        future = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        return await asyncio.wrap_future(future)
+
+    async def call_within(self, fn: Callable[[], T], seconds: float) -> T | None:
+        """Like call, but give up (None) when the main loop does not get to it in time."""
+        future = asyncio.run_coroutine_threadsafe(_as_coroutine(fn), self.loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), seconds)
+        except asyncio.TimeoutError:
+            future.cancel()
+            return None
+
+
+class InlineBridge(LoopBridge):
+    """For an app served on the main loop itself (tests, embedding): work runs in place."""
+
+    def __init__(self) -> None:
+        super().__init__(None, float("inf"))  # type: ignore[arg-type]
+
+    def stalled_for(self) -> float:
+        return 0.0
+
+    async def call(self, fn: Callable[[], Awaitable[T] | T]) -> T:
+        result = fn()
+        if hasattr(result, "__await__"):
+            result = await result  # type: ignore[misc]
+        return result  # type: ignore[return-value]
+
+    async def call_within(self, fn: Callable[[], T], seconds: float) -> T | None:
+        return fn()
+
+
+async def _as_coroutine(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for the request headers.
+
+    uvicorn has none: a client that opens a connection, or sends its headers a
+    byte at a time, holds it forever. The connection is closed (nothing logged
+    above debug) when the headers are not complete `header_timeout` after the
+    connection was made or the request began.
+    """
+
+    header_timeout: float = Limits.header_timeout
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        log.debug("closing a connection whose request headers did not arrive in time", extra={"client": str(self.client)})
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_header_timer()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+
+def _protocol_class(header_timeout: float) -> type[GuardedHttpToolsProtocol]:
+    return type("GuardedHttpTools", (GuardedHttpToolsProtocol,), {"header_timeout": header_timeout})
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self):  # the main thread owns signal handling
+        yield
+
+
+class HttpThread:
+    """uvicorn servers on their own event loop, in a daemon thread."""
+
+    def __init__(self, apps: list[tuple[Any, str, int]], limits: Limits) -> None:
+        protocol = _protocol_class(limits.header_timeout)
+        self.servers = [
+            _Server(
+                uvicorn.Config(
+                    app,
+                    host=host,
+                    port=port,
+                    log_config=None,
+                    access_log=False,
+                    loop="none",
+                    http=protocol,
+                    lifespan="off",
+                    timeout_graceful_shutdown=3,
+                    timeout_keep_alive=5,
+                )
+            )
+            for app, host, port in apps
+        ]
+        self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name="http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            import uvloop
+
+            loop = uvloop.new_event_loop()
+        except ImportError:  # pragma: no cover
+            loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+
+        async def serve_all() -> None:
+            await asyncio.gather(*(s.serve() for s in self.servers))
+
+        try:
+            loop.run_until_complete(serve_all())
+            self.done.set_result(None)
+        except BaseException as e:  # noqa: BLE001 - SystemExit when a port cannot be bound
+            self.done.set_exception(e if isinstance(e, Exception) else RuntimeError(f"HTTP server stopped: {e!r}"))
+        finally:
+            loop.close()
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.should_exit = True
+
+    async def wait(self) -> None:
+        await asyncio.wrap_future(self.done)
