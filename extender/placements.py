@@ -13,6 +13,11 @@ in-flight ledger), each wait bounded by a deadline so a pod that is never
 bound (another plugin rejected it, the scheduler lost leadership) delays the
 next /filter once, by at most `timeout`. Pods whose claims are all allocated
 already take no devices at /bind and are not waited for.
+
+A client that calls /filter without ever binding (a what-if tool, a test
+driver, a scheduler whose binds go elsewhere) would make every /filter wait
+out the bound. So after `STREAK_OFF` waits in a row that expired, the gate
+stops waiting until a /bind arrives for a pod it expected.
 """
 
 from __future__ import annotations
@@ -28,29 +33,50 @@ class _Placement:
     decided: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+STREAK_OFF = 3  # expired waits in a row after which the gate waits no more until a /bind arrives
+
+
 class PlacementGate:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._pending: dict[str, _Placement] = {}
+        self._expired_streak = 0
+
+    @property
+    def waiting(self) -> bool:
+        """False while binds have stopped coming (see the module docstring)."""
+        return self._expired_streak < STREAK_OFF
 
     def expect_bind(self, pod_uid: str) -> None:
         """`pod_uid` passed /filter and its /bind will allocate devices."""
         if self.timeout > 0 and pod_uid:
-            self._pending[pod_uid] = _Placement(time.monotonic() + self.timeout)
+            now = time.monotonic()
+            if not self.waiting:
+                # Nobody waits: only keep the expectations that may still be met.
+                for uid in [u for u, p in self._pending.items() if p.deadline <= now]:
+                    del self._pending[uid]
+            self._pending[pod_uid] = _Placement(now + self.timeout)
 
     def decided(self, pod_uid: str) -> None:
         """The pod's /bind has recorded its devices (or failed): later filters may go on."""
         placement = self._pending.pop(pod_uid, None)
         if placement is not None:
             placement.decided.set()
+            if not self.waiting:  # binds come again: forget what went stale meanwhile
+                now = time.monotonic()
+                for uid in [u for u, p in self._pending.items() if p.deadline <= now]:
+                    del self._pending[uid]
+            self._expired_streak = 0
 
     def pending(self) -> int:
         return len(self._pending)
 
     async def wait(self, pod_uid: str) -> tuple[float, int]:
         """Wait for the binds of pods placed before `pod_uid`; returns (seconds waited, waits expired)."""
-        self.decided(pod_uid)  # a pod back in /filter is not being bound
-        if not self._pending:
+        placement = self._pending.pop(pod_uid, None)  # a pod back in /filter is not being bound
+        if placement is not None:
+            placement.decided.set()
+        if not self._pending or not self.waiting:
             return 0.0, 0
         start = time.monotonic()
         expired = 0
@@ -66,4 +92,7 @@ class PlacementGate:
             if self._pending.get(uid) is placement:
                 del self._pending[uid]
                 expired += 1
+                self._expired_streak += 1
+                if not self.waiting:
+                    break
         return time.monotonic() - start, expired
