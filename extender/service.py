@@ -296,3 +296,19 @@ class Service:
             return "not leader"
         self._check_ready()
         return await self.binder.bind(args)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _claims_with(claims: list[ResourceClaim], expression: str) -> list[str]:
+    """The claims whose requests use `expression`; all of them when none does (a class selector)."""
+    using = []
+    for claim in claims:
+        for request in claim.requests:
+            subs = [request.exactly] if request.exactly is not None else list(request.first_available)
+            if expression and any(expression in sub.selectors for sub in subs):
+                using.append(claim.key)
+                break
+    return using or [c.key for c in claims]
