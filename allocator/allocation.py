@@ -12,6 +12,8 @@ an admin can act on.
 
 from __future__ import annotations
 
+import weakref
+
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,17 +65,6 @@ class SelectorEngine(Protocol):
     def compile(self, expression: str) -> object: ...
 
     def evaluate(self, selector: object, device: DeviceView) -> bool: ...
-
-
-class SelectorFailure(Exception):
-    """A selector that failed to compile or evaluate for a device."""
-
-    def __init__(self, expression: str, device: DeviceID | None, error: Exception) -> None:
-        self.expression = expression
-        self.device = device
-        self.error = error
-        where = f" for device {device}" if device else ""
-        super().__init__(f"CEL selector {expression!r}{where}: {error}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +158,6 @@ class _Tally:
     """Why candidate devices were not usable for one request."""
 
     matched: int = 0
-    usable: int = 0
     in_class: int = 0
     class_name: str = ""
     counts: Counter[str] = field(default_factory=Counter)
@@ -182,8 +172,6 @@ class _Tally:
             parts.append(f"{self.counts[REASON_TAINTED]} tainted ({names})")
         if self.counts[REASON_ALLOCATED]:
             parts.append(f"{self.counts[REASON_ALLOCATED]} allocated")
-        if self.counts["picked"]:
-            parts.append(f"{self.counts['picked']} picked for other requests of this pod")
         if self.counts[REASON_SELECTOR]:
             parts.append(f"{self.counts[REASON_SELECTOR]} not matching the request's selectors")
         if self.incomplete_pools:
@@ -197,12 +185,23 @@ class _Tally:
         return f"no devices of class {self.class_name} reachable from this node"
 
 
+def _fewest_results(claim: ResourceClaim) -> int:
+    """The fewest results any allocation of `claim` has (ExactCount counts; All and firstAvailable at least 1)."""
+    total = 0
+    for request in claim.requests:
+        subs = [request.exactly] if request.exactly is not None else list(request.first_available)
+        total += min((1 if sub.allocation_mode == MODE_ALL else sub.count for sub in subs), default=0)
+    return total
+
+
 class Allocator:
     """Stateless apart from the selector engine, whose caches make repeated calls cheap."""
 
     def __init__(self, selectors: SelectorEngine, *, search_budget: int = DEFAULT_SEARCH_BUDGET) -> None:
         self._cel = selectors
         self._budget = search_budget
+        # slice view -> selector set -> (in class, matches) per device
+        self._selector_memo: weakref.WeakKeyDictionary[SliceView, dict[object, object]] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ entry point
 
@@ -238,6 +237,17 @@ class Allocator:
         for claim in pending:
             if claim.meta.deletion_timestamp:
                 return Outcome(Failure(REASON_CLAIM_UNUSABLE, f"claim {claim.key} is being deleted", claim.key))
+            fewest = _fewest_results(claim)
+            if fewest > ALLOCATION_RESULTS_MAX_SIZE:
+                # Known before any search: no node can hold it (upstream checks the same bound).
+                return Outcome(
+                    Failure(
+                        REASON_TOO_MANY,
+                        f"claim {claim.key}: its requests ask for at least {fewest} devices, more than the "
+                        f"{ALLOCATION_RESULTS_MAX_SIZE} one claim may hold",
+                        claim.key,
+                    )
+                )
         pools = gather_pools(node, slices)
         slots: list[_Slot] = []
         for ci, claim in enumerate(pending):
@@ -298,9 +308,11 @@ class Allocator:
     ) -> tuple[tuple[bool, bool], ...] | None:
         """(in class, matches the request) per device of `s`; None if a selector fails on one of them."""
         # A filter asks the same question of every node's slices for each pod with the same
-        # requests: answer it once per slice view (see SliceView.selector_memo).
+        # requests: answer it once per slice view (a view never changes; the memo goes with it).
         key = (tuple(c.expression for c in class_selectors), tuple(r.expression for r in request_selectors))
-        memo = s.selector_memo
+        memo = self._selector_memo.get(s)
+        if memo is None:
+            memo = self._selector_memo[s] = {}
         cached = memo.get(key)
         if cached is not None:
             return cached  # type: ignore[return-value]
@@ -462,7 +474,6 @@ class Allocator:
                     result_name,
                 )
             return _Alternative(result_name, req, device_class, len(candidates), candidates, all_mode=True)
-        tally.usable = len(candidates)
         if len(candidates) < req.count:
             if tally.counts[REASON_TAINTED]:
                 code = REASON_TAINTED

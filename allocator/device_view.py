@@ -18,14 +18,6 @@ from allocator.types import AttributeValue, DeviceID, DeviceTaint, Node, NodeSel
 
 
 @dataclass(frozen=True, slots=True)
-class TaintView:
-    """An effective taint and where it came from (`slice` or `DeviceTaintRule/<group>/<name>`)."""
-
-    taint: DeviceTaint
-    source: str = "slice"
-
-
-@dataclass(frozen=True, slots=True)
 class DeviceView:
     id: DeviceID
     cel_key: Hashable  # changes whenever anything a selector can see changes
@@ -55,9 +47,14 @@ class DeviceView:
         return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class SliceView:
-    """A ResourceSlice with patched devices; node fields are the slice's own."""
+    """A ResourceSlice with patched devices; node fields are the slice's own.
+
+    Compared and hashed by identity: the tracker replaces a view whenever
+    anything in it changes, so a view is its own version, and caches keyed by
+    it (the allocator's selector memo) drop with it.
+    """
 
     name: str
     driver: str
@@ -69,10 +66,6 @@ class SliceView:
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
     per_device_node_selection: bool = False
-    # The allocator's memo of selector results for these devices, keyed by selector set.
-    # A slice view is replaced whenever anything in it changes, so the memo never goes
-    # stale, and it is freed with the view. Not part of the value.
-    selector_memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
     def reachable_from(self, node: Node) -> bool:
         """Whether this slice takes part in pool gathering for `node` (upstream GatherPools)."""

@@ -126,11 +126,6 @@ def qualify(name: str, driver: str) -> str:
     return name if "/" in name else f"{driver}/{name}"
 
 
-def split_qualified(name: str) -> tuple[str, str]:
-    domain, _, ident = name.rpartition("/")
-    return domain, ident
-
-
 # --------------------------------------------------------------------------- metadata
 
 

@@ -184,7 +184,7 @@ def create_app(
             passed, failed = await service.filter(args, budget=filter_budget)
         except (NotReady, BudgetExceeded) as e:
             return _json(wire.error_filter_result(str(e)))
-        return _json(wire.filter_result(args, passed, failed))
+        return _json(wire.filter_result(args, passed, unresolvable=failed))
 
     def do_prioritize(body: bytes) -> Response:
         args = wire.parse_extender_args(body)

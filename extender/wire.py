@@ -122,15 +122,21 @@ def parse_binding_args(raw: bytes) -> BindingArgs:
 def filter_result(
     args: ExtenderArgs,
     passed: list[str],
+    *,
     unresolvable: Mapping[str, str],
-    failed: Mapping[str, str] | None = None,
+    preemptable: Mapping[str, str] | None = None,
     error: str = "",
 ) -> bytes:
-    """ExtenderFilterResult in the form the scheduler sent (names or NodeList)."""
+    """ExtenderFilterResult in the form the scheduler sent (names or NodeList).
+
+    `unresolvable` become FailedAndUnresolvableNodes (no preemption can help);
+    `preemptable` would be FailedNodes, which the scheduler tries to free by
+    preemption (see docs/design.md#which-map).
+    """
     result: dict[str, Any] = {
         "Nodes": None,
         "NodeNames": None,
-        "FailedNodes": dict(failed or {}),
+        "FailedNodes": dict(preemptable or {}),
         "FailedAndUnresolvableNodes": dict(unresolvable),
         "Error": error,
     }

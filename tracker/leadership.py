@@ -25,7 +25,6 @@ import orjson
 log = logging.getLogger("dra_extender.leadership")
 
 LEASE_DURATION = 15.0
-RENEW_DEADLINE = 10.0
 RETRY_PERIOD = 2.0
 # Follow mode, one-allocator rule across a hand-over (DESIGN §4): a follower
 # learns of a hand-over only at its next poll, so the old holder's sidecar may

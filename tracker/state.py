@@ -41,6 +41,7 @@ from allocator.types import (
 )
 from tracker import events as ev
 from tracker.ledger import AllocationLedger
+from allocator.tolerations import blocks_allocation
 from tracker.patched_view import SelectorContext, effective_view
 
 log = logging.getLogger("dra_extender.tracker")
@@ -145,7 +146,6 @@ class ClusterState:
         # (kind, group, name) -> what was reported: spec tokens for _BLAMED_PER_SPEC, else messages.
         self._reported: dict[tuple[str, str, str], set[bytes | str]] = {}
         self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
-        self.problem_count = 0
 
         self.nodes: dict[str, Node] = {}
         self.pods: dict[str, Pod] = {}  # only pods with resource claims
@@ -294,7 +294,7 @@ class ClusterState:
             handler(self, event)
         except ValidationError as e:
             uid = str((event.object.get("metadata") or {}).get("uid") or "")
-            self._report(Problem(event.kind, event.group, event.key, str(e), uid))
+            self.report(Problem(event.kind, event.group, event.key, str(e), uid))
             log.warning(
                 "ignoring invalid object",
                 extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
@@ -315,14 +315,6 @@ class ClusterState:
         self._version_counter += 1
         return self._version_counter
 
-    def report(self, problem: Problem) -> None:
-        """Report a faulty object once (an Event and a metric downstream).
-
-        Classes, rules and patches are reported once per spec (a new spec or a
-        re-created object may be reported again); other kinds once per message.
-        """
-        self._report(problem)
-
     def _track_spec(self, event: ev.ObjectEvent) -> None:
         ident = (event.kind, event.group, event.key)
         if event.type == "DELETED":
@@ -339,14 +331,18 @@ class ClusterState:
             self._spec_tokens[ident] = token
             self._reported.pop(ident, None)
 
-    def _report(self, problem: Problem) -> None:
+    def report(self, problem: Problem) -> None:
+        """Report a faulty object once (an Event and a metric downstream).
+
+        Classes, rules and patches are reported once per spec (a new spec or a
+        re-created object may be reported again); other kinds once per message.
+        """
         ident = (problem.kind, problem.group, problem.name)
         token = self._spec_tokens.get(ident, problem.message)
         seen = self._reported.setdefault(ident, set())
         if token in seen:
             return
         seen.add(token)
-        self.problem_count += 1
         if not problem.uid:
             uid = self._uid_of(problem.kind, problem.group, problem.name)
             problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid)
@@ -360,7 +356,7 @@ class ClusterState:
 
     def _selector_context(self) -> SelectorContext:
         def report(kind: str, group: str, name: str, message: str) -> None:
-            self._report(Problem(kind, group, name, message))
+            self.report(Problem(kind, group, name, message))
 
         return SelectorContext(self.cel, self.classes, report)
 
@@ -458,7 +454,7 @@ class ClusterState:
                 try:
                     self.cel.compile(expression)  # type: ignore[attr-defined]
                 except ValueError as e:
-                    self._report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
+                    self.report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
             if self.synced:
                 self._warm(self.devices.values(), [device_class])
         # Rules and patches that select by this class see a different set now.
@@ -804,7 +800,7 @@ class ClusterState:
         for did, view in self.devices.items():
             if did in self.allocated:
                 counts["allocated"] += 1
-            elif any(t.effect in ("NoSchedule", "NoExecute") for t in view.taints):
+            elif any(blocks_allocation(t) for t in view.taints):
                 counts["tainted"] += 1
             else:
                 counts["free"] += 1

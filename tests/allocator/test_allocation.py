@@ -495,7 +495,8 @@ def test_at_most_32_results_per_claim(allocator: Allocator) -> None:
     out = allocator.allocate(NODE, [claim("c", req("r", mode="All"))], [view(s)], CLASSES, set())
     assert out.failure is not None and out.failure.code == A.REASON_TOO_MANY
     out = allocator.allocate(NODE, [claim("c", req("a", count=20), req("b", count=13))], [view(s)], CLASSES, set())
-    assert not out.ok
+    assert out.failure is not None and out.failure.code == A.REASON_TOO_MANY, out.failure
+    assert "at least 33 devices" in out.failure.message
 
 
 # ----------------------------------------------------------------------------- allocated claims
@@ -552,12 +553,22 @@ def test_rule_taint_parses_into_effective_taint(allocator: Allocator) -> None:
     assert out.failure.code == A.REASON_TAINTED and "maintenance:NoSchedule" in out.failure.message
 
 
-def test_search_budget_bounds_pathological_constraints() -> None:
-    devices = [dev(f"d{i}", {"numa": i}) for i in range(30)]
+SEARCH_BOUND_CASES = [
+    # name, numa of device i, constraint, expected failure code
+    # Every device on its own NUMA node: matchAttribute fails at the second pick, quickly.
+    ("match-fails-fast", lambda i: i, "matchAttribute", A.REASON_CONSTRAINTS),
+    # 8 distinct values wanted among 7: every combination of 7 is tried before giving up.
+    ("distinct-explodes", lambda i: i % 7, "distinctAttribute", A.REASON_SEARCH_LIMIT),
+]
+
+
+@pytest.mark.parametrize(("numa", "constraint", "code"), [c[1:] for c in SEARCH_BOUND_CASES], ids=[c[0] for c in SEARCH_BOUND_CASES])
+def test_search_budget_bounds_pathological_constraints(numa, constraint: str, code: str) -> None:
+    devices = [dev(f"d{i}", {"numa": numa(i)}) for i in range(30)]
     s = view(slice_("s1", devices))
-    c = claim("c", req("a", count=8), constraints=[{"matchAttribute": f"{DRIVER}/numa"}])
+    c = claim("c", req("a", count=8), constraints=[{constraint: f"{DRIVER}/numa"}])
     out = Allocator(CelEnvironment(), search_budget=2_000).allocate(NODE, [c], [s], CLASSES, set())
-    assert not out.ok and out.failure.code in (A.REASON_SEARCH_LIMIT, A.REASON_CONSTRAINTS)
+    assert out.failure is not None and out.failure.code == code, out.failure
 
 
 def test_one_slice_view_answers_each_selector_set_separately(allocator: Allocator) -> None:
