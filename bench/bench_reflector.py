@@ -8,7 +8,7 @@ driver). Then:
 
 1. list: time from starting the extender to `/readyz` 200, with objects/s and
    MB/s of the lists it read, the per-kind times it logged, and its RSS after
-   the lists (after `gc.freeze()`, DESIGN/FACTS);
+   the lists (after `gc.freeze()`, docs/dependencies.md#pythons-garbage-collector);
 2. watch: as fast as the API takes them, S slice updates (one attribute
    changed) and C claim status updates (an allocation each); how long until the
    extender has applied the last one (its `dra_extender_tracker_events`

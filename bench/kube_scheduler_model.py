@@ -5,7 +5,7 @@ bind (bench/bench_scheduling.py, "the extender alone") hides what happens
 behind the real scheduler: its next /filter arrives before the previous
 pod's /bind, a failed bind costs the pod a 1-10 s backoff, and a pod the
 extender rejected waits for an event kube-scheduler considers relevant
-(DESIGN §1, issue 8). Modelled on `pkg/scheduler/schedule_one.go`,
+(docs/design.md#how-kube-scheduler-calls-an-extender, issue 8). Modelled on `pkg/scheduler/schedule_one.go`,
 `extender.go`, `backend/queue/{scheduling_queue,backoff_queue,active_queue}.go`,
 `framework/types.go` (UnrollWildCardResource) and `eventhandlers.go` of 1.36:
 

@@ -1,4 +1,4 @@
-"""The layering rule (DESIGN §2) held by import-linter rather than by memory."""
+"""The layering rule (docs/design.md#architecture) held by import-linter rather than by memory."""
 
 from __future__ import annotations
 

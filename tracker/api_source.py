@@ -2,7 +2,7 @@
 
 kubernetes-asyncio provides configuration, authentication and the HTTP
 session; it has no informer, and its models are 16x slower than orjson on
-raw bytes (FACTS.md), so every list and watch here goes through
+raw bytes (docs/dependencies.md#kubernetes-asyncio), so every list and watch here goes through
 `call_api(..., _preload_content=False)` and orjson.
 
 One reflector per kind: paginated list, then watch from the list's
@@ -88,7 +88,7 @@ KIND_RESOURCES = {r.kind: r for r in CORE_RESOURCES}
 
 
 class _GcPause:
-    """The collector stays off while any reflector lists (FACTS.md: GC roughly doubles a big parse).
+    """The collector stays off while any reflector lists (docs/dependencies.md#pythons-garbage-collector: GC roughly doubles a big parse).
 
     Reflectors list concurrently: GC is re-enabled when the last one is done,
     not when the first one finishes while the others still parse. It covers

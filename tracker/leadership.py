@@ -1,6 +1,6 @@
 """Who may allocate at /bind and run the eviction controller.
 
-Two modes (DESIGN §3 "Leadership"):
+Two modes (docs/design.md#leadership):
 - follow: lead exactly while the co-located kube-scheduler holds its Lease
   (`holderIdentity` starts with this pod's hostname + "_", kube-scheduler's
   identity format) and the lease has not expired, so the sidecar leads
@@ -26,7 +26,7 @@ log = logging.getLogger("dra_extender.leadership")
 
 LEASE_DURATION = 15.0
 RETRY_PERIOD = 2.0
-# Follow mode, one-allocator rule across a hand-over (DESIGN §4): a follower
+# Follow mode, one-allocator rule across a hand-over (docs/design.md#never-double-allocate-a-device): a follower
 # learns of a hand-over only at its next poll, so the old holder's sidecar may
 # keep allocating for up to one poll interval. Each positive observation is
 # therefore trusted for FOLLOW_VALIDITY_POLLS poll intervals from the moment it

@@ -1,6 +1,6 @@
 """How one device's effective view is computed from its slice, patches and rules.
 
-Order matters and follows DESIGN §4: patch filters see the driver's original
+Order matters and follows docs/design.md#the-patched-device-view: patch filters see the driver's original
 device; the patched device is what taint-rule selectors, class selectors and
 claim selectors see. Effective taints are the slice's taints followed by
 every matching rule's taint, without de-duplication.

@@ -66,7 +66,7 @@ REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
 
 _ANY = None  # wildcard in selector index keys
 
-# Objects blamed with one Event per spec (DESIGN §4: "one deduplicated Warning Event on
+# Objects blamed with one Event per spec (docs/design.md#faulty-objects-and-warning-events: "one deduplicated Warning Event on
 # the object"), however many devices, claims or nodes their selectors fail for.
 _BLAMED_PER_SPEC = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
 

@@ -1,6 +1,6 @@
 """Who is evicted, and when: a pure function of the tracker's views.
 
-DESIGN §4 "Eviction": pods bound to a node and holding a reservation on an
+docs/design.md#eviction: pods bound to a node and holding a reservation on an
 allocated claim are considered; per NoExecute taint on an allocated device,
 an untolerated taint evicts now, one tolerated only by tolerations with
 `tolerationSeconds` evicts at `timeAdded` + the smallest of them (≤ 0: now),
@@ -115,7 +115,7 @@ def device_taints(state: ClusterState, did: DeviceID) -> Iterator[tuple[DeviceTa
     for rule in state.rules.values():
         s = rule.selector
         if s is None or s.device_class_name or s.selectors:
-            continue  # class and CEL selectors need a published device (DESIGN §4)
+            continue  # class and CEL selectors need a published device (docs/design.md#devicetaintrule-selectors)
         if (s.driver in (None, did.driver)) and (s.pool in (None, did.pool)) and (s.device in (None, did.device)):
             yield rule.taint, rule.source
 

@@ -1,4 +1,4 @@
-"""Allocation semantics (DESIGN §4 "Allocation"), one named row per case."""
+"""Allocation semantics (docs/design.md#allocation), one named row per case."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def reasons(ext: Extender, body: dict[str, Any]) -> dict[str, str | None]:
     result = filter_ok(ext, body)
     out: dict[str, str | None] = {n: None for n in result["NodeNames"]}
     out.update(result["FailedAndUnresolvableNodes"])
-    assert not result["FailedNodes"]  # device reasons are never preemptible (DESIGN "Which map")
+    assert not result["FailedNodes"]  # device reasons are never preemptible (docs/design.md#which-map)
     return out
 
 
@@ -207,7 +207,7 @@ def _slice_taint(taints: list[dict[str, Any]]) -> Callable[[FakeApi], Any]:
 
 
 def _claim_tolerations(tolerations: dict[str, list[dict[str, Any]]] | None) -> Callable[[FakeApi], Any]:
-    """Claim-annotation tolerations (DESIGN §3), for API servers that drop `tolerations`: metadata stays mutable."""
+    """Claim-annotation tolerations (docs/design.md#claim-annotation-tolerations), for API servers that drop `tolerations`: metadata stays mutable."""
 
     def change(obj: dict[str, Any]) -> None:
         annotations = obj["metadata"].setdefault("annotations", {})
@@ -407,7 +407,7 @@ def test_faulty_object_gets_one_warning_event(live, obj: dict[str, Any], group: 
 
 
 def test_old_cluster_serving_v1alpha3_rules() -> None:
-    """1.33-1.35 serve DeviceTaintRule at v1alpha3 only, whose rules may still select by CEL (DESIGN §3):
+    """1.33-1.35 serve DeviceTaintRule at v1alpha3 only, whose rules may still select by CEL (docs/design.md#upstream-devicetaintrule-versions):
     the selector is honoured (not widened), and a faulty one is blamed at the version the server serves."""
     manifests = [p for p in sorted(DEMO.glob("*.yaml")) if p.name != "devicetaintrules.yaml"]  # v1beta2 there
     api = FakeApi(*manifests, extra_args=("--dtr-versions", "v1alpha3"))
@@ -582,7 +582,7 @@ def test_bind_honours_allocations_made_through_the_api(binding) -> None:
     assert [r for r in api.requests(since) if r["method"] != "GET"] == []
     assert "status" not in get_claim(api, "ours-2") or not get_claim(api, "ours-2")["status"].get("allocation")
     assert not api.get("Pod", "default", "ours-2")["spec"].get("nodeName")
-    # Two allocators on one pool (DESIGN "One allocator per device pool"): when the other one
+    # Two allocators on one pool (docs/design.md#one-allocator-per-device-pool): when the other one
     # hands out our device as well, the extender says so.
     _allocate_elsewhere(api, "their-second-claim", "node-theirs", "gpu-1")
     wait_for(lambda: "device is allocated to two claims" in ext.logs(), what="the double-allocation warning")
@@ -748,7 +748,7 @@ def test_non_leader_filters_but_does_not_bind(binding) -> None:
 
 
 def test_no_source_flag_uses_the_kubeconfig_from_the_environment(live) -> None:
-    """DESIGN §3: without a source flag and outside a pod, $KUBECONFIG names the cluster."""
+    """docs/design.md#where-the-cluster-comes-from: without a source flag and outside a pod, $KUBECONFIG names the cluster."""
     api, cluster, _ = live
     ext = Extender(env={"KUBECONFIG": str(api.kubeconfig), "KUBERNETES_SERVICE_HOST": ""})
     try:

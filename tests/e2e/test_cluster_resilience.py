@@ -866,7 +866,7 @@ def test_filter_keeps_answering_through_api_faults() -> None:
 def test_missing_crd_group_is_logged_once_and_not_hammered() -> None:
     """Without resource.dra-extender.io: ready, one log line, one discovery request, no list or watch.
 
-    The production recheck is 60 s and DESIGN offers no knob for it, so picking the group
+    The production recheck is 60 s and there is no flag for it (docs/design.md#apis-read-and-written), so picking the group
     up once it is served is tested in-process (test_optional_group_missing_then_served).
     """
     api = FakeApi(DEMO, extra_args=("--no-crds",))

@@ -79,7 +79,7 @@ def test_filter_decisions(demo: Extender, pod: str, passes: list[str], failures:
     assert result["Error"] == ""
     assert result["NodeNames"] == passes
     assert result["Nodes"] is None
-    assert result["FailedNodes"] == {}  # device reasons are never preemptible (DESIGN "Which map")
+    assert result["FailedNodes"] == {}  # device reasons are never preemptible (docs/design.md#which-map)
     assert set(result["FailedAndUnresolvableNodes"]) == set(failures)
     for node, reason in failures.items():
         assert reason in result["FailedAndUnresolvableNodes"][node]

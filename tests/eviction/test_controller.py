@@ -1,4 +1,4 @@
-"""The eviction controller against the fake API server over real HTTP, on a fake clock (DESIGN §4 "Eviction")."""
+"""The eviction controller against the fake API server over real HTTP, on a fake clock (docs/design.md#eviction)."""
 
 from __future__ import annotations
 

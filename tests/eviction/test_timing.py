@@ -1,4 +1,4 @@
-"""Who is evicted and when, as a table (DESIGN §4 "Eviction"): the plan over a tracker state, no I/O."""
+"""Who is evicted and when, as a table (docs/design.md#eviction): the plan over a tracker state, no I/O."""
 
 from __future__ import annotations
 

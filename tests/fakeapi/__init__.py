@@ -42,7 +42,7 @@ unless `crds=False` (`--no-crds`): then apply them yourself with
 forbids it; see `disruption.py`) and marks the pod `DisruptionTarget` first.
 
 Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
-`watch=True` handling together (FACTS.md "Fake API servers").
+`watch=True` handling together (docs/dependencies.md#the-fake-api-server-is-our-own).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Follow mode across hand-overs: when a sidecar may allocate (DESIGN §3 Leadership, §4 one allocator)."""
+"""Follow mode across hand-overs: when a sidecar may allocate (docs/design.md#leadership, #never-double-allocate-a-device)."""
 
 from __future__ import annotations
 
