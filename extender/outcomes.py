@@ -7,9 +7,10 @@ keyed by what decides it, never by the pod:
   spec (requests, selectors, counts, tolerations, constraints, firstAvailable
   order) and annotation tolerations, not its name; for an allocated claim
   the claim itself at its resourceVersion;
-- the node's reach version (`ClusterState.reach_version`): it moves when a
-  slice reachable from the node, a device's allocation state there, the
-  Node, a shared pool or a DeviceClass changes.
+- the node: a verdict stands until the tracker's change log
+  (`ClusterState.changed_nodes_since`) names the node (a slice reachable
+  from it, a device's allocation state there, the Node object) or every node
+  (a shared pool, a DeviceClass).
 
 So the second to n-th pod of a workload (every pod from one
 ResourceClaimTemplate) are dictionary lookups, and a bind on one node makes
@@ -24,7 +25,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -35,6 +36,15 @@ from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
 from tracker.state import ClusterState
 
 ClaimSignature = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class _Group:
+    """The verdicts of one claims signature, as of change `seq` of the tracker's log."""
+
+    seq: int
+    verdicts: dict[str, tuple[Any, Outcome]] = field(default_factory=dict)  # node -> (node token, verdict template)
+    scores: dict[str, tuple[Any, int]] = field(default_factory=dict)  # node -> (node token, /prioritize score)
 
 
 class OutcomeCache:
@@ -50,8 +60,7 @@ class OutcomeCache:
         self.allocator = allocator
         self.size = size
         self.on_computed = on_computed
-        # signature -> node name -> (node version, shared version, class version, node token, verdict, told for)
-        self._groups: OrderedDict[tuple[ClaimSignature, ...], dict[str, tuple[Any, ...]]] = OrderedDict()
+        self._groups: OrderedDict[tuple[ClaimSignature, ...], _Group] = OrderedDict()
         self._entries = 0
         self._signatures: dict[tuple[str, str], ClaimSignature] = {}
         self.hits = 0
@@ -91,22 +100,24 @@ class OutcomeCache:
         """
         group = self._groups.get(signature)
         if group is None:
-            group = self._groups[signature] = {}
+            group = self._groups[signature] = _Group(self.state.change_seq)
         else:
             self._groups.move_to_end(signature)
+            self._catch_up(group)
+        verdicts = group.verdicts
         names = tuple(c.key for c in claims)
+        told: dict[int, Outcome] = {}  # template outcome id -> told with `names`, once per call
         state = self.state
-        node_versions = state.node_versions
-        shared, classes = state.shared_version, state.class_version
         out = []
         for node, token in nodes:
             name = node.name
-            version = node_versions.get(name, 0)
-            entry = group.get(name)
-            if entry is not None and entry[0] == version and entry[1] == shared and entry[2] == classes and entry[3] == token:
+            entry = verdicts.get(name)
+            if entry is not None and entry[0] == token:
                 self.hits += 1
-                outcome, told_for = entry[4], entry[5]
-                out.append(outcome if told_for is None or told_for == names else _retold(outcome, told_for, names))
+                outcome = entry[1]
+                if outcome.failure is not None:
+                    outcome = told.get(id(outcome)) or told.setdefault(id(outcome), _tell(outcome, names))
+                out.append(outcome)
                 continue
             self.misses += 1
             try:
@@ -121,30 +132,77 @@ class OutcomeCache:
             self.on_computed(outcome)
             if entry is None:
                 self._entries += 1
-            # A fit names no claim: it is stored without the allocations (which name them) and
-            # serves every pod with this signature as it is.
+            # Stored without the claims' names: a fit without its allocations (which name
+            # them), a failure with placeholders where its message names a claim.
             if outcome.failure is None:
-                group[name] = (version, shared, classes, token, Outcome(None, {}, outcome.devices), None)
+                verdicts[name] = (token, Outcome(None, {}, outcome.devices))
             else:
-                group[name] = (version, shared, classes, token, outcome, names)
+                verdicts[name] = (token, _template(outcome, names))
             out.append(outcome)
         while self._entries > self.size and len(self._groups) > 1:
             _, dropped = self._groups.popitem(last=False)
-            self._entries -= len(dropped)
+            self._entries -= len(dropped.verdicts)
         return out
+
+    def scores(
+        self,
+        signature: tuple[ClaimSignature, ...],
+        claims: Sequence[ResourceClaim],
+        nodes: Sequence[tuple[Node, Any]],
+        score: Callable[[str, Outcome], int],
+    ) -> list[int]:
+        """`score(node, verdict)` per node, kept with the verdicts (and dropped with them)."""
+        verdicts = self.verdicts(signature, claims, nodes)
+        cached = self._groups[signature].scores
+        out = []
+        for (node, token), outcome in zip(nodes, verdicts, strict=True):
+            entry = cached.get(node.name)
+            if entry is not None and entry[0] == token:
+                out.append(entry[1])
+            else:
+                value = score(node.name, outcome)
+                cached[node.name] = (token, value)
+                out.append(value)
+        return out
+
+    def _catch_up(self, group: _Group) -> None:
+        """Forget the verdicts of nodes that changed since the group last looked."""
+        changed = self.state.changed_nodes_since(group.seq)
+        if changed is None:
+            self._entries -= len(group.verdicts)
+            group.verdicts.clear()
+            group.scores.clear()
+        else:
+            for name in changed:
+                if name is not None and group.verdicts.pop(name, None) is not None:
+                    self._entries -= 1
+                    group.scores.pop(name, None)
+        group.seq = self.state.change_seq
 
     def __len__(self) -> int:
         return self._entries
 
 
-def _retold(outcome: Outcome, told_for: tuple[str, ...], names: tuple[str, ...]) -> Outcome:
-    """The same verdict, naming `names` where it named `told_for` (claims in the same positions)."""
+def _template(outcome: Outcome, names: tuple[str, ...]) -> Outcome:
+    """The failure with a placeholder where its message names one of `names` (claims in pod order)."""
     failure = outcome.failure
+    assert failure is not None
     message = failure.message
-    # Two passes through placeholders, so claims that swap places are told right.
-    for i, old in enumerate(told_for):
-        message = re.sub(rf"claim {re.escape(old)}(?![a-z0-9.\-])", f"claim \x00{i}\x00", message)
-    for i, new in enumerate(names):
-        message = message.replace(f"claim \x00{i}\x00", f"claim {new}")
-    claim = names[told_for.index(failure.claim)] if failure.claim in told_for else failure.claim
+    for i, name in enumerate(names):
+        message = re.sub(rf"claim {re.escape(name)}(?![a-z0-9.\-])", f"claim \x00{i}\x00", message)
+    claim = f"\x00{names.index(failure.claim)}\x00" if failure.claim in names else failure.claim
+    return Outcome(replace(failure, message=message, claim=claim))
+
+
+def _tell(template: Outcome, names: tuple[str, ...]) -> Outcome:
+    """A stored failure told for the claims `names` (same signature, so same positions)."""
+    failure = template.failure
+    assert failure is not None
+    message = failure.message
+    claim = failure.claim
+    for i, name in enumerate(names):
+        mark = f"\x00{i}\x00"
+        message = message.replace(mark, name)
+        if claim == mark:
+            claim = name
     return Outcome(replace(failure, message=message, claim=claim))

@@ -126,10 +126,8 @@ class Service:
             self.state.report(Problem(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, failure.device_class, failure.message))
         self.metrics.outcomes.labels("ok" if failure is None else failure.code).inc()
 
-    def _verdicts(
-        self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any], deadline: float | None = None
-    ) -> list[Outcome]:
-        """One verdict per node name, shared with every pod whose claims ask for the same."""
+    def _nodes(self, names: list[str], raw_nodes: dict[Any, Any]) -> list[tuple[Node, Any]]:
+        """(node, token) per name: the cached Node, or the one the scheduler sent (its version as token)."""
         nodes: list[tuple[Node, Any]] = []
         known = self.state.nodes
         for name in names:
@@ -139,7 +137,13 @@ class Service:
             else:
                 token = (raw.get("metadata") or {}).get("resourceVersion") or orjson.dumps(raw.get("metadata"))
                 nodes.append((self._node(name, raw), token))
-        return self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes, deadline)
+        return nodes
+
+    def _verdicts(
+        self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any], deadline: float | None = None
+    ) -> list[Outcome]:
+        """One verdict per node name, shared with every pod whose claims ask for the same."""
+        return self.outcomes.verdicts(self.outcomes.signature(claims), claims, self._nodes(names, raw_nodes), deadline)
 
     def _claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
         claims, problem = self.state.pod_claims(pod)
@@ -265,8 +269,9 @@ class Service:
         if problem is not None:
             return [(n, 0) for n in names]
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
-        verdicts = self._verdicts(pod, claims, names, raw_nodes)
-        return [(name, self._score(name, outcome)) for name, outcome in zip(names, verdicts, strict=True)]
+        nodes = self._nodes(names, raw_nodes)
+        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes, self._score)
+        return list(zip(names, scores, strict=True))
 
     def _score(self, node_name: str, outcome: Outcome) -> int:
         """score = round(9 * healthy) + (1 if the node already has devices in use), 0 when nothing fits.

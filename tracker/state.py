@@ -65,6 +65,7 @@ REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
 )
 
 _ANY = None  # wildcard in selector index keys
+CHANGE_LOG_MAX = 200_000  # entries kept; a cache further behind starts over
 
 # Objects blamed with one Event per spec (docs/design.md#faulty-objects-and-warning-events: "one deduplicated Warning Event on
 # the object"), however many devices, claims or nodes their selectors fail for.
@@ -177,12 +178,13 @@ class ClusterState:
         self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
         self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
 
-        # Versions that say what changed, so cached answers are dropped only where they depend
-        # on it: a node's (its node-local slices and their devices' allocation state, the Node),
-        # the shared pools' (slices reachable from more than one node), the classes'.
-        self.node_versions: dict[str, int] = defaultdict(int)
-        self.shared_version = 0
-        self.class_version = 0
+        # A log of what changed, so cached answers are dropped only where they depend on it:
+        # a node (its node-local slices, their devices' allocation state, the Node object),
+        # or everything (a shared pool reachable from many nodes, a DeviceClass). Entry i has
+        # sequence number change_log_base + i; None marks a change that concerns every node.
+        self.change_log: list[str | None] = []
+        self.change_log_base = 0
+        self.global_change_seq = 0
         self.ledger = AllocationLedger(self._device_changed)
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
         self.listeners: list[Callable[[ev.ObjectEvent], None]] = []
@@ -200,15 +202,28 @@ class ClusterState:
     def inflight(self) -> Mapping[DeviceID, str]:
         return self.ledger.inflight
 
-    def reach_version(self, node_name: str) -> tuple[int, int, int]:
-        """Changes whenever anything an allocation on `node_name` depends on changes."""
-        return (self.node_versions.get(node_name, 0), self.shared_version, self.class_version)
+    @property
+    def change_seq(self) -> int:
+        """The sequence number the next change will get."""
+        return self.change_log_base + len(self.change_log)
+
+    def changed_nodes_since(self, seq: int) -> list[str | None] | None:
+        """Nodes changed at or after `seq`; None when every node may have (or the log no longer reaches back)."""
+        if seq < self.change_log_base or self.global_change_seq > seq:
+            return None
+        return self.change_log[seq - self.change_log_base :]
+
+    def _changed(self, node_name: str | None) -> None:
+        if node_name is None:
+            self.global_change_seq = self.change_seq + 1  # one past this change's sequence number
+        self.change_log.append(node_name)
+        if len(self.change_log) > CHANGE_LOG_MAX:
+            half = len(self.change_log) // 2
+            del self.change_log[:half]
+            self.change_log_base += half
 
     def _slice_changed(self, node_name: str | None) -> None:
-        if node_name is None:
-            self.shared_version += 1
-        else:
-            self.node_versions[node_name] += 1
+        self._changed(node_name)
 
     def _device_changed(self, did: DeviceID) -> None:
         name = self._device_slice.get(did)
@@ -363,7 +378,7 @@ class ClusterState:
     # ------------------------------------------------------------------ per-kind handlers
 
     def _on_node(self, event: ev.ObjectEvent) -> None:
-        self.node_versions[event.key] += 1  # labels decide node selectors
+        self._changed(event.key)  # labels decide node selectors
         if event.type == "DELETED":
             self.nodes.pop(event.key, None)
         else:
@@ -444,7 +459,7 @@ class ClusterState:
             self.templates[event.key] = parse_resource_claim_template(event.object)
 
     def _on_class(self, event: ev.ObjectEvent) -> None:
-        self.class_version += 1
+        self._changed(None)
         if event.type == "DELETED":
             self.classes.pop(event.key, None)
         else:

@@ -260,3 +260,23 @@ def test_class_with_bad_cel_is_reported(state: ClusterState, problems) -> None:
     state.apply(ev.ObjectEvent("ADDED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "broken", {"metadata": {"name": "broken"}, "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}}))
     assert [(p.kind, p.name) for p in problems] == [("DeviceClass", "broken")]
     assert "spec.selectors[0]" in problems[0].message
+
+
+def test_change_log_names_changed_nodes_and_says_when_it_cannot(state: ClusterState, monkeypatch) -> None:
+    """Caches catch up from the log: changed nodes by name, None when every node may have changed."""
+    import tracker.state as st
+
+    seq = state.change_seq
+    assert state.changed_nodes_since(seq) == []
+    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", model="x")], node="n2")))
+    assert set(state.changed_nodes_since(seq) or ()) == {"n2"}
+    mid = state.change_seq
+    state.apply(ev.ObjectEvent("MODIFIED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "big", {"metadata": {"name": "big"}, "spec": {}}))
+    assert state.changed_nodes_since(mid) is None, "a class change concerns every node"
+    after = state.change_seq
+    assert state.changed_nodes_since(after) == []
+    monkeypatch.setattr(st, "CHANGE_LOG_MAX", 4)
+    for i in range(6):
+        state.apply(ev.ObjectEvent("MODIFIED", ev.NODE, ev.GROUP_CORE, f"n{i}", {"metadata": {"name": f"n{i}"}}))
+    assert state.changed_nodes_since(after) is None, "the log was trimmed past this point"
+    assert state.changed_nodes_since(state.change_seq - 1) == ["n5"]
