@@ -27,6 +27,9 @@ API_VERSIONS = {
 }
 
 
+SWITCH_INTERVAL = 0.0005  # seconds; see serve()
+
+
 class UsageError(Exception):
     """Bad flags or environment: exit 2 with the message."""
 
@@ -189,6 +192,9 @@ async def serve(args: argparse.Namespace) -> int:
     from extender.service import Service
     from tracker.state import ClusterState
 
+    # Two threads run Python here (HTTP and the main loop): with the default 5 ms switch
+    # interval a verb handed from one to the other can wait a whole interval for the GIL.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     listen = parse_hostport(args.listen, "--listen")
     if not is_loopback(listen[0]) and not args.allow_non_loopback_listen:
         raise UsageError(

@@ -303,6 +303,8 @@ class ClusterState:
         handler = self._handlers.get(event.kind)
         if handler is None:
             return
+        if event.type != "DELETED" and self._is_echo(event):
+            return
         if event.kind in _BLAMED_PER_SPEC:
             self._track_spec(event)
         try:
@@ -325,6 +327,17 @@ class ClusterState:
             versions[event.key] = str((held.get("metadata") or {}).get("resourceVersion") or "")
         for listener in self.listeners:
             listener(event)
+
+    def _is_echo(self, event: ev.ObjectEvent) -> bool:
+        """The watch bringing back a claim or pod at the version we already hold (our own write's echo)."""
+        held = (self.raw_claims if event.kind == ev.RESOURCE_CLAIM else self.raw_pods if event.kind == ev.POD else None)
+        if held is None:
+            return False
+        current = held.get(event.key)
+        if current is None:
+            return False
+        rv = (event.object.get("metadata") or {}).get("resourceVersion")
+        return bool(rv) and rv == (current.get("metadata") or {}).get("resourceVersion")
 
     def _next_version(self) -> int:
         self._version_counter += 1
