@@ -62,7 +62,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender, stop_process
+from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender, start_extender_profiled, stop_process
 
 DRIVER = "test-driver.cdi.k8s.io"
 CLASS = "test-class"
@@ -72,6 +72,7 @@ POD_CLAIM = "resource"
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 TAINT_KEY = "example.com/maintenance"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROFILE_DIR: Path | None = None  # --profile DIR: every extender runs under cProfile, dumps land here
 
 # ---------------------------------------------------------------------- the cluster
 
@@ -324,31 +325,57 @@ class Env:
         self.objects = []  # not needed any more (memory of the bench client)
         self.port = free_port()
         t = time.perf_counter()
-        self.proc, self.client = start_extender([*args, "--log-format", "json", "--no-eviction", *extra], self.port, self.tmp / "extender.log")
+        argv = [*args, "--log-format", "json", "--no-eviction", *extra]
+        if PROFILE_DIR is not None:
+            self.profile = PROFILE_DIR / f"{self.tmp.name}.prof"
+            self.proc, self.client = start_extender_profiled(argv, self.port, self.tmp / "extender.log", self.profile)
+        else:
+            self.proc, self.client = start_extender(argv, self.port, self.tmp / "extender.log")
         self.ready_s = time.perf_counter() - t
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def create(self, name: str, objs: list[dict[str, Any]]) -> None:
-        """Objects appear as one change (a file in source mode; POSTs, then pod statuses, in cluster mode)."""
+    def create(self, name: str, objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Objects appear as one change (a file in source mode; POSTs in cluster mode); the objects as created.
+
+        In cluster mode the API server gives pods their UIDs: pods are created first, the claims'
+        owner references take the new UID, and the pod's resourceClaimStatuses are written last
+        (as kube-controller-manager does once it has created the claim).
+        """
         if self.mode == "source":
             hidden = self.directory / f".{name}.json.tmp"
             hidden.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
             os.replace(hidden, self.directory / f"{name}.json")
-            return
+            return objs
         assert self.api is not None
-        for obj in objs:
+        uids: dict[str, str] = {}
+        created: list[dict[str, Any]] = []
+        statuses: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for obj in sorted(objs, key=lambda o: o["kind"] != "Pod"):
+            obj = json.loads(json.dumps(obj))
+            for ref in obj["metadata"].get("ownerReferences") or []:
+                ref["uid"] = uids.get(ref["name"], ref["uid"])
+            obj["metadata"].pop("uid", None)
             r = self.api.post(api_path(obj), content=orjson.dumps(obj))
             if r.status_code >= 300:
                 raise RuntimeError(f"POST {api_path(obj)}: {r.status_code} {r.text[:300]}")
-            if obj["kind"] == "Pod" and obj.get("status", {}).get("resourceClaimStatuses"):
-                created = r.json()
-                created["status"] = {**(created.get("status") or {}), "resourceClaimStatuses": obj["status"]["resourceClaimStatuses"]}
-                r = self.api.put(api_path(obj, item=True) + "/status", content=orjson.dumps(created))
-                if r.status_code >= 300:
-                    raise RuntimeError(f"PUT pod status: {r.status_code} {r.text[:300]}")
+            got = r.json()
+            got.setdefault("kind", obj["kind"])
+            got.setdefault("apiVersion", obj["apiVersion"])
+            if obj["kind"] == "Pod":
+                uids[obj["metadata"]["name"]] = got["metadata"]["uid"]
+                if obj.get("status", {}).get("resourceClaimStatuses"):
+                    statuses.append((obj, got))
+            created.append(got)
+        for obj, got in statuses:
+            got["status"] = {**(got.get("status") or {}), "resourceClaimStatuses": obj["status"]["resourceClaimStatuses"]}
+            r = self.api.put(api_path(obj, item=True) + "/status", content=orjson.dumps(got))
+            if r.status_code >= 300:
+                raise RuntimeError(f"PUT pod status: {r.status_code} {r.text[:300]}")
+            got.update(r.json())
+        return created
 
     def delete(self, name: str, objs: list[dict[str, Any]]) -> None:
         if self.mode == "source":
@@ -370,6 +397,11 @@ class Env:
             self.client.close()
         if self.proc is not None:
             stop_process(self.proc)
+            prof = getattr(self, "profile", None)
+            if prof is not None and prof.exists():
+                from bench.common import profile_top
+
+                prof.with_suffix(".txt").write_text(profile_top(prof, 40) + "\n" + profile_top(prof, 40, sort="cumulative"))
         if self.api is not None:
             self.api.close()
         if self.api_proc is not None:
@@ -579,7 +611,7 @@ def template_workload(cfg: Config, tmp: Path, label: str, spec: str, *, taint_al
         objs += pc.objects()
     pods = [pc.pod() for pc in pcs]
     names = [node_name(i) for i in range(nodes)]
-    out: dict[str, Any] = {"cluster": {"nodes": nodes, "devices_per_node": devices, "devices": nodes * devices, "init_pods": len(init), "measured_pods": measured, "claim_spec": SPECS[spec], "taint_rule_on_every_device": taint_all}}
+    out: dict[str, Any] = {"workload": {"nodes": nodes, "devices_per_node": devices, "devices": nodes * devices, "init_pods": len(init), "measured_pods": measured, "claim_spec": SPECS[spec], "taint_rule_on_every_device": taint_all}}
     print(f"  {label}: {nodes} nodes x {devices} devices, {len(init)} init pods, {measured} measured pods", flush=True)
     out["noop_before"] = noop_runs(tmp, label, pods, lambda _k: names)
     for mode in cfg.modes:
@@ -630,7 +662,7 @@ def steady_state(cfg: Config, tmp: Path) -> dict[str, Any]:
     random.Random(7).shuffle(init)  # the oldest pods are spread over the nodes
     objs = base_objects(nodes, devices)
     names = [node_name(i) for i in range(nodes)]
-    out: dict[str, Any] = {"cluster": {"nodes": nodes, "devices_per_node": devices, "occupancy": 0.5, "rate_per_s": rate, "duration_s": duration}}
+    out: dict[str, Any] = {"workload": {"nodes": nodes, "devices_per_node": devices, "occupancy": 0.5, "rate_per_s": rate, "duration_s": duration}}
     print(f"  SteadyState: {nodes} x {devices}, 50 % occupied, create + delete {rate:g} pods/s for {duration} s", flush=True)
     for mode in cfg.modes:
         env = Env(mode, tmp, list(objs), label="SteadyState")
@@ -639,46 +671,54 @@ def steady_state(cfg: Config, tmp: Path) -> dict[str, Any]:
         try:
             env.start()
             driver = Driver(env.url)
-            pending: list[tuple[float, dict[str, Any]]] = []
-            attempts: list[Attempt] = []
+            import queue
+
+            pending: queue.Queue[dict[str, Any] | None] = queue.Queue()
             created_at: dict[str, float] = {}
-            latency: list[float] = []
-            progress = Progress(f"SteadyState {mode}", int(duration * rate))
-            t0 = time.perf_counter()
-            k = len(init)
-            made = 0
-            unbound: list[dict[str, Any]] = []
-            while True:
-                now = time.perf_counter()
-                if now - t0 >= duration and not pending:
-                    break
-                while made < duration * rate and t0 + made / rate <= now:
-                    pc = PodClaim(k, "template")
-                    k += 1
-                    made += 1
-                    if live:
+            total = int(duration * rate)
+            progress = Progress(f"SteadyState {mode}", total)
+            creator_errors: list[str] = []
+
+            def creator() -> None:
+                """kube-controller-manager's side: a pod (and its claim) every 1/rate s, the oldest deleted."""
+                k = len(init)
+                start = time.perf_counter()
+                try:
+                    for made in range(total):
+                        time.sleep(max(0.0, start + made / rate - time.perf_counter()))
+                        pc = PodClaim(k + made, "template")
                         name, old = live.pop(0)
                         env.delete(name, old)
-                    env.create(pc.name, pc.objects())
-                    created_at[pc.name] = time.perf_counter()
-                    live.append((pc.name, pc.objects()))
-                    pending.append((created_at[pc.name], pc.pod()))
-                    progress.tick()
-                if pending:
-                    _, pod = pending.pop(0)
-                    a = driver.schedule(pod, names)
-                    attempts.append(a)
-                    if a.node:
-                        latency.append((a.t1 - created_at[a.pod]) * 1000)
-                    else:
-                        unbound.append(pod)
+                        made_objs = env.create(pc.name, pc.objects())
+                        created_at[pc.name] = time.perf_counter()
+                        live.append((pc.name, pc.objects()))
+                        pending.put(next(o for o in made_objs if o["kind"] == "Pod"))
+                        progress.tick()
+                except Exception as e:  # noqa: BLE001 - reported with the results
+                    creator_errors.append(f"{type(e).__name__}: {e}")
+                finally:
+                    pending.put(None)
+
+            attempts: list[Attempt] = []
+            latency: list[float] = []
+            unbound = 0
+            t0 = time.perf_counter()
+            thread = threading.Thread(target=creator, daemon=True)
+            thread.start()
+            while (pod := pending.get()) is not None:
+                a = driver.schedule(pod, names)
+                attempts.append(a)
+                if a.node:
+                    latency.append((a.t1 - created_at[a.pod]) * 1000)
                 else:
-                    time.sleep(max(0.0, min(0.01, t0 + made / rate - time.perf_counter())))
+                    unbound += 1
+            thread.join()
             elapsed = time.perf_counter() - t0
             res = attempts_result(attempts, elapsed, t0)
-            res["created"] = made
+            res["created"] = len(attempts)
+            res["creator_errors"] = creator_errors
             res["created_to_bound_ms"] = summary(latency)
-            res["not_bound"] = len(unbound)
+            res["not_bound"] = unbound
             res["env"] = env_info(env)
             out[mode] = res
             driver.close()
@@ -728,7 +768,7 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
         probes.append(pc)
     names = [node_name(i) for i in range(nodes)]
     pods = [pc.pod() for pc in pcs]
-    out: dict[str, Any] = {"cluster": {"nodes": nodes, "devices_per_node": devices, "devices": nodes * devices, "other_pods": 10_000, "pods_500_names": p500, "pods_5000_names": p5000, "never_seen_shapes": shapes}}
+    out: dict[str, Any] = {"workload": {"nodes": nodes, "devices_per_node": devices, "devices": nodes * devices, "other_pods": 10_000, "pods_500_names": p500, "pods_5000_names": p5000, "never_seen_shapes": shapes}}
     print(f"  Scale5k: {nodes} x {devices}, {p500} pods with 500 names, {p5000} with 5,000, {shapes} never-seen shapes", flush=True)
     out["noop_500"] = noop_runs(tmp, "Scale5k 500 names", pods[:p500], window(names, 500))
     out["noop_5000"] = noop_runs(tmp, "Scale5k 5000 names", pods[p500:], lambda _k: names)
@@ -746,6 +786,12 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
                 print(f"    first pod of a never-seen shape, 5,000 names: /filter {a.filter_ms:.0f} ms, {a.feasible} feasible", flush=True)
             res["never_seen_shape_filter_ms"] = first
             res["names_500"] = run_pods(driver, f"Scale5k {mode} 500 names", pods[:p500], window(names, 500))
+            # The first nodes // 500 pods meet nodes with no verdict for this shape yet (cold); after that,
+            # every node has one and only binds invalidate (warm: what a running workload sees).
+            cold = nodes // 500
+            fms = res["names_500"]["samples"]["filter_ms"]
+            res["names_500"]["filter_ms_first_pass"] = summary(fms[:cold])
+            res["names_500"]["filter_ms_warm"] = summary(fms[cold:])
             res["names_5000"] = run_pods(driver, f"Scale5k {mode} 5000 names", pods[p500:], lambda _k: names)
             used: set[str] = set()
             res["env_after_pods"] = env_info(env)
@@ -760,7 +806,11 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
     for mode in cfg.modes:
         r = out[mode]
         p99 = r["names_500"]["latency_ms"]["filter"]["p99"]
-        out["targets"].append(target("filter p99 <= 15 ms with 500 names", p99, 15, p99 <= 15 if mode == "source" else None, "ms", mode))
+        out["targets"].append(target("filter p99 <= 15 ms with 500 names (every pod, incl. the first pass over the nodes)", p99, 15, p99 <= 15 if mode == "source" else None, "ms", mode))
+        p99 = r["names_500"]["filter_ms_warm"].get("p99")
+        out["targets"].append(target("filter p99 <= 15 ms with 500 names (after the first pass: every node has a verdict for the shape)", p99, 15, (p99 is not None and p99 <= 15) if mode == "source" else None, "ms", mode))
+        first = r["names_500"]["filter_ms_first_pass"]
+        out["targets"].append(target("filter with 500 names, first pass over the nodes (a shape's first pods), max", first.get("max"), None, None, "ms", mode))
         p99 = r["names_5000"]["latency_ms"]["filter"]["p99"]
         out["targets"].append(target("filter p99 <= 60 ms with 5,000 names", p99, 60, p99 <= 60 if mode == "source" else None, "ms", mode))
         worst = max(r["never_seen_shape_filter_ms"])
@@ -1140,7 +1190,7 @@ def markdown(result: dict[str, Any]) -> str:
     if r:
         for mode in ("source", "cluster"):
             if mode in r:
-                row(f"SteadyState ({r['cluster']['rate_per_s']:g}/s)", mode, r[mode])
+                row(f"SteadyState ({r['workload']['rate_per_s']:g}/s)", mode, r[mode])
     r = w.get("Scale5k")
     if r:
         row("Scale5k, 500 names", "no-op", r["noop_500"])
@@ -1163,13 +1213,14 @@ def markdown(result: dict[str, Any]) -> str:
                 rows.append(f"| {mode} | {r[mode]['created']} | {r[mode]['bound']} | {c.get('p50')} / {c.get('p99')} | {r[mode]['latency_ms']['filter'].get('p99')} |")
     if "Scale5k" in w:
         r = w["Scale5k"]
-        rows += ["", "## Scale5k", "", "| mode | never-seen shapes, /filter over 5,000 nodes (ms) | RSS after ready / peak | after the pods | after the watch burst (peak) |", "| --- | --- | --- | --- | --- |"]
+        rows += ["", "## Scale5k", "", "| mode | never-seen shapes, /filter over 5,000 nodes (ms) | 500 names: first pass over the nodes p50 / max ms | 500 names after it: p50 / p99 ms | RSS after ready / peak | after the pods | after the watch burst (peak) |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for mode in ("source", "cluster"):
             if mode in r:
                 x = r[mode]
                 b = x.get("watch_burst") or {}
                 rows.append(
-                    f"| {mode} | {x['never_seen_shape_filter_ms']} | {x['env_after_ready']['rss_mb']} / {x['env_after_ready']['peak_rss_mb']} MB | "
+                    f"| {mode} | {x['never_seen_shape_filter_ms']} | {x['names_500']['filter_ms_first_pass'].get('p50')} / {x['names_500']['filter_ms_first_pass'].get('max')} | "
+                    f"{x['names_500']['filter_ms_warm'].get('p50')} / {x['names_500']['filter_ms_warm'].get('p99')} | {x['env_after_ready']['rss_mb']} / {x['env_after_ready']['peak_rss_mb']} MB | "
                     f"{x['env_after_pods']['rss_mb']} / {x['env_after_pods']['peak_rss_mb']} MB | "
                     + (f"{b['rss_mb_after']} / {b['peak_rss_mb']} MB ({b['writes']} writes applied in {b['applied_s']} s)" if b else "-")
                     + " |"
@@ -1274,7 +1325,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", action="append", choices=("source", "cluster"), help="only this mode (repeatable; default both)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="workloads", help="results file stem (default workloads)")
+    parser.add_argument("--profile", type=Path, help="run every extender under cProfile and write the dumps (and their top entries) here")
+    parser.add_argument("--render", action="store_true", help="only redraw workloads.md and the plots from workloads.json (e.g. after editing workloads_notes.md)")
     args = parser.parse_args(argv)
+    if args.render:
+        result = json.loads((args.out / f"{args.name}.json").read_text())
+        notes_path = Path(__file__).with_name("workloads_notes.md")
+        if notes_path.exists():
+            result["profiles"] = notes_path.read_text().splitlines()
+        (args.out / f"{args.name}.md").write_text(markdown(result))
+        plots(result, args.out)
+        return
+    if args.profile is not None:
+        global PROFILE_DIR
+        PROFILE_DIR = args.profile.resolve()
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     cfg = Config(quick=args.quick, modes=tuple(args.mode or ("source", "cluster")))
     names = args.only or list(WORKLOADS)
     tmp = Path(tempfile.mkdtemp(prefix="dra-bench-workloads-"))
