@@ -781,7 +781,9 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
             driver = Driver(env.url)
             first = []
             for pc in probes:
-                a = driver.schedule(pc.pod(), names, bind=False)
+                # Bound like any pod: a pod that passes /filter and never gets its /bind would make the
+                # next /filter wait for it (the placement gate, up to --placement-wait).
+                a = driver.schedule(pc.pod(), names)
                 first.append(round(a.filter_ms, 1))
                 print(f"    first pod of a never-seen shape, 5,000 names: /filter {a.filter_ms:.0f} ms, {a.feasible} feasible", flush=True)
             res["never_seen_shape_filter_ms"] = first
@@ -1041,9 +1043,8 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
         while time.perf_counter() - t0 < duration:
             if k < len(pcs):
                 pod = pcs[k].pod()
-            else:  # every pod placed: keep filtering, as for pods that wait (no bind)
-                pod = probe.pod()
-                pod["metadata"]["uid"] = f"probe-{k}"
+            else:  # every pod placed: keep filtering one pod, as for a pod that waits (never bound)
+                pod = probe.pod()  # the same pod back in /filter: the placement gate does not wait for it
             a = driver.schedule(pod, churn_nodes + names_for(k), exclude=exclude, bind=k < len(pcs), keep_failed=True)
             attempts.append(a)
             observations.append((a.t0, a.t0 + a.filter_ms / 1000, {n: m for n, m in a.failed.items() if n in exclude}))
@@ -1153,6 +1154,11 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['loadavg_after']} after (the machine is shared: figures are upper bounds on latency); "
         f"{'--quick' if result['quick'] else 'full'} run, {result['seconds']:.0f} s, started {result['started']}.",
         "",
+        *(
+            [f"Re-run since, replacing their figures: " + "; ".join(f"{', '.join(r['workloads'])} at {r['started']} (load {r['loadavg_before']} -> {r['loadavg_after']})" for r in result["reruns"]), ""]
+            if result.get("reruns")
+            else []
+        ),
         "Sequential driver (\"extender alone\"): /filter with the node names -> /prioritize with the feasible ones -> "
         "/bind to the best, one pod at a time, over HTTP (Go field names, nodeCacheCapable). `--source` mode binds in "
         "memory; cluster mode writes claim status and the Binding to the fake API server. The no-op extender "
@@ -1327,6 +1333,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default="workloads", help="results file stem (default workloads)")
     parser.add_argument("--profile", type=Path, help="run every extender under cProfile and write the dumps (and their top entries) here")
     parser.add_argument("--render", action="store_true", help="only redraw workloads.md and the plots from workloads.json (e.g. after editing workloads_notes.md)")
+    parser.add_argument("--merge", action="store_true", help="keep the other workloads of an existing results file and replace only those run now")
     args = parser.parse_args(argv)
     if args.render:
         result = json.loads((args.out / f"{args.name}.json").read_text())
@@ -1364,6 +1371,14 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["loadavg_after"] = loadavg()
+    previous = args.out / f"{args.name}.json"
+    if args.merge and previous.exists():
+        old = json.loads(previous.read_text())
+        merged = {**old["workloads"], **result["workloads"]}
+        result["workloads"] = {k: merged[k] for k in WORKLOADS if k in merged}
+        result["reruns"] = [*old.get("reruns", []), {"workloads": names, "started": result["started"], "loadavg_before": result["loadavg_before"], "loadavg_after": result["loadavg_after"], "seconds": result["seconds"]}]
+        for k in ("started", "loadavg_before", "seconds"):
+            result[k] = old[k]
     notes_path = Path(__file__).with_name("workloads_notes.md")
     if notes_path.exists():
         result["profiles"] = notes_path.read_text().splitlines()
