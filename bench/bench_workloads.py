@@ -1296,6 +1296,10 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _style(label: str) -> str:
+    return ":" if "no-op" in label else "--" if "cluster" in label else "-"
+
+
 def plots(result: dict[str, Any], out: Path) -> list[Path]:
     try:
         import matplotlib
@@ -1327,7 +1331,7 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
     for label, r in series:
         xs = sorted(r["samples"]["filter_ms"])
         if xs:
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=f"{label} (p99 {r['latency_ms']['filter']['p99']} ms)")
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", linestyle=_style(label), label=f"{label} (p99 {r['latency_ms']['filter']['p99']} ms)")
     ax.set(xscale="log", xlabel="/filter latency (ms, log scale)", ylabel="fraction of calls", title="/filter latency distribution per workload")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)
@@ -1344,7 +1348,7 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
         buckets = [0] * end
         for d in done:
             buckets[min(int(d), end - 1)] += 1
-        ax.plot(range(end), buckets, label=label, linewidth=1)
+        ax.plot(range(end), buckets, label=label, linewidth=1, linestyle=_style(label))
     ax.set(xlabel="seconds since the workload's first pod", ylabel="pods per second", title="pods/s over time (sequential driver)")
     ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
@@ -1414,7 +1418,7 @@ def main(argv: list[str] | None = None) -> None:
     notes_path = Path(__file__).with_name("workloads_notes.md")
     if notes_path.exists():
         result["profiles"] = notes_path.read_text().splitlines()
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, separators=(",", ":")) + "\n")  # compact: per-pod samples
     (args.out / f"{args.name}.md").write_text(markdown(result))
     for p in plots(result, args.out) if args.name == "workloads" else []:
         print(f"plot: {p}")
