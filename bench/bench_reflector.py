@@ -143,7 +143,9 @@ def claim(c: int) -> dict[str, Any]:
 def probe_filter_args(slices: int, uid: str, nodes: int = 100) -> bytes:
     """/filter for a pod with an unallocated one-GPU claim over `nodes` nodes, as kube-scheduler sends it.
 
-    A new pod UID each time, as for a new pod: nothing is answered from the outcome cache.
+    The same pod each time (one UID): a pod back in /filter is not waited for by the placement gate,
+    whereas a new pod that passed /filter and never got its /bind made every later /filter wait up to
+    --placement-wait (1 s). Verdicts are shared by claim signature, so a new UID would not bypass them.
     """
     return orjson.dumps(
         {
@@ -586,7 +588,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
                 while not done.is_set():
                     t = time.perf_counter()
-                    body = probe_filter_args(slices, f"probe-watch-{len(filter_ms)}")
+                    body = probe_filter_args(slices, "probe")
                     r = await http.post("/filter", content=body, headers={"Content-Type": "application/json"})
                     r.raise_for_status()
                     filter_ms.append((time.perf_counter() - t) * 1000)
@@ -606,7 +608,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         # The same /filter on a quiet extender, for comparison.
         quiet: list[float] = []
         for k in range(20):
-            body = probe_filter_args(slices, f"probe-quiet-{k}")
+            body = probe_filter_args(slices, "probe")
             t = time.perf_counter()
             client.post("/filter", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
             quiet.append((time.perf_counter() - t) * 1000)
@@ -731,7 +733,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=32)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    load_before = _loadavg()
     result = run(args.slices, args.devices, args.pods, args.slice_updates, args.claim_updates, args.parallel)
+    result["machine"]["loadavg"] = {"before": load_before, "after": _loadavg()}
     result["notes"] = notes(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reflector.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -760,9 +764,19 @@ FINDINGS = [
 ]
 
 
+def _loadavg() -> list[float]:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
 def notes(r: dict[str, Any]) -> list[str]:
     """Who was the bottleneck, from the CPU figures, then the findings."""
     out = []
+    load = r["machine"].get("loadavg")
+    if load:
+        out.append(f"- load average {load['before']} before the run, {load['after']} after (a shared machine: rates are lower bounds).")
     lc, wc = r["list"]["cpu"], r["watch"]["cpu"]
     for phase, c in (("start-up", lc), ("watch", wc)):
         wall = c["wall_s"] or 1
