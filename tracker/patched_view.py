@@ -140,6 +140,20 @@ def _neg_text(s: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in s) + (0,)
 
 
+def _patched(device: Device, applicable: list[ResourceSlicePatch]) -> tuple[dict[str, AttributeValue], dict[str, Quantity]]:
+    """The device's attributes and capacity with `applicable` patches applied, lowest precedence first."""
+    attributes: dict[str, AttributeValue] = dict(device.attributes)
+    capacity: dict[str, Quantity] = dict(device.capacity)
+    for patch in applicable:
+        for name, value in patch.attributes.items():
+            if value is REMOVE:
+                attributes.pop(name, None)
+            else:
+                attributes[name] = value  # type: ignore[assignment]
+        capacity.update(patch.capacity)
+    return attributes, capacity
+
+
 def effective_view(
     ctx: SelectorContext,
     slice_: ResourceSlice,
@@ -153,15 +167,11 @@ def effective_view(
     """The patched, tainted view; reuses `previous.cel_key` when the content is unchanged."""
     original = original_view(slice_, device, version)
     applicable = sorted((p for p in patches if patch_matches(ctx, p, original)), key=patch_order)
-    attributes: dict[str, AttributeValue] = dict(device.attributes)
-    capacity: dict[str, Quantity] = dict(device.capacity)
-    for patch in applicable:
-        for name, value in patch.attributes.items():
-            if value is REMOVE:
-                attributes.pop(name, None)
-            else:
-                attributes[name] = value  # type: ignore[assignment]
-        capacity.update(patch.capacity)
+    # Unpatched devices share the parsed slice's mappings (never mutated): no copy per device.
+    attributes: Mapping[str, AttributeValue] = device.attributes
+    capacity: Mapping[str, Quantity] = device.capacity
+    if applicable:
+        attributes, capacity = _patched(device, applicable)
     patched_key = (
         ("patched", original.cel_key, tuple((p.meta.name, patch_versions.get(p.meta.name, 0)) for p in applicable))
         if applicable
