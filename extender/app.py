@@ -239,6 +239,13 @@ def create_app(
 
         return _json(await bridge.call(lambda: orjson.dumps(snapshot())))
 
+    @app.get("/debug/volumes")
+    async def debug_volumes() -> Response:
+        """Each tainted PVC/PV: its taints, and the pods using it and whether they tolerate them."""
+        from tracker.volumes import debug_volumes as volume_view
+
+        return _json(await bridge.call(lambda: orjson.dumps({"items": volume_view(state.volumes, state.raw_pods)})))
+
     return app
 
 
