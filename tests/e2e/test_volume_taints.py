@@ -130,7 +130,8 @@ def world(request, tmp_path: Path):
         if current is None:
             api.create(obj)
         else:
-            api.replace({**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
+            meta = {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"], "uid": current["metadata"]["uid"]}
+            api.replace({**obj, "metadata": meta})
 
     try:
         ext.wait_ready()
