@@ -215,3 +215,12 @@ def test_a_no_attach_taint_on_a_volume_in_use_is_announced_once(world) -> None:
     w.put(volume_pod("running-reader", node="node-c", tolerations=[]))  # an unrelated change: no second Event
     time.sleep(1)
     assert ext.logs().count("volume taint not effective for running pods") == 1
+
+
+def test_a_malformed_toleration_annotation_counts_as_none_and_is_reported(world) -> None:
+    ext, _ = world
+    typo = volume_pod("populator", raw_tolerations='[{"key": "example.com/data-not-ready", "operator": "exists"}]')
+    passed, failed = filtered(ext, typo)
+    assert passed == [] and failed == {n: REASON for n in NODES}
+    wait_for(lambda: "malformed volume tolerations, counted as none" in ext.logs(), timeout=10, what="the report")
+    assert 'dra_extender_object_problems_total{kind="Pod"} 1.0' in ext.http.get("/metrics").text
