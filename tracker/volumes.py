@@ -202,16 +202,8 @@ def parse_volume(kind: str, key: str, raw: Mapping[str, Any]) -> VolumeTaints:
 
 
 @dataclass(frozen=True, slots=True)
-class UsedVolume:
-    """One volume (a PVC, or the PV bound to it) as one pod uses it."""
-
-    claim: str  # namespace/name of the pod's PVC
-    volume: VolumeTaints
-
-
-@dataclass(frozen=True, slots=True)
 class Verdict:
-    """Why a pod may not start on a volume; None-like when `message` is empty."""
+    """Why a pod may not start: the reason for every node, and the volume and taint at fault."""
 
     message: str
     claim: str
@@ -293,7 +285,7 @@ class VolumeIndex:
         return [(self.pvcs if kind == PVC else self.pvs)[key] for kind, key in sorted(self._tainted)]
 
 
-def describe_volume(claim: str, volume: VolumeTaints, index: VolumeIndex) -> str:
+def describe_volume(claim: str, index: VolumeIndex) -> str:
     """"volume claim ns/name (pv pv-123)", the same words whichever of the two carries the taint."""
     pvc = index.pvcs.get(claim)
     bound = pvc.volume_name if pvc is not None else ""
@@ -308,7 +300,7 @@ def admission_verdict(index: VolumeIndex, claims: tuple[str, ...], tolerations: 
     """
     for claim in claims:
         for volume in index.volumes_of_claim(claim):
-            where = describe_volume(claim, volume, index)
+            where = describe_volume(claim, index)
             if volume.malformed is not None:
                 owner = "claim" if volume.kind == PVC else "pv"
                 return Verdict(

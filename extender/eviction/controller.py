@@ -385,10 +385,16 @@ class EvictionController:
             log.info("stamped timeAdded on volume taints", extra={"volume": volume.label, "taints": ",".join(when)})
         for ident in [i for i in self._volume_stamps if i not in live]:
             del self._volume_stamps[ident]
+        self._volume_seen = {k: t for k, t in self._volume_seen.items() if k[:2] in live}
 
     def _announce_ineffective(self) -> None:
-        """One Event per NoAttachOrMount taint that pods already using the volume ignore."""
-        for volume, taint, pods in ineffective_no_attach(self.state):
+        """One Event per NoAttachOrMount taint that pods already using the volume ignore.
+
+        A taint removed and added again is announced again.
+        """
+        found = ineffective_no_attach(self.state)
+        self._announced &= {(v.uid or v.key, v.kind, str(t)) for v, t, _ in found}
+        for volume, taint, pods in found:
             ident = (volume.uid or volume.key, volume.kind, str(taint))
             if ident in self._announced:
                 continue
