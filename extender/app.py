@@ -242,9 +242,7 @@ def create_app(
     @app.get("/debug/volumes")
     async def debug_volumes() -> Response:
         """Each tainted PVC/PV: its taints, and the pods using it and whether they tolerate them."""
-        from tracker.volumes import debug_volumes as volume_view
-
-        return _json(await bridge.call(lambda: orjson.dumps({"items": volume_view(state.volumes, state.raw_pods)})))
+        return _json(await bridge.call(lambda: orjson.dumps({"items": service.debug_volumes()})))
 
     return app
 

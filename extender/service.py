@@ -37,7 +37,7 @@ from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import Source
 from tracker.state import ClusterState, Problem
-from tracker.volumes import admission_verdict, has_pvc_volumes, pod_claim_names, pod_tolerations
+from tracker.volumes import admission_verdict, debug_volumes, has_pvc_volumes, pod_claim_names, pod_tolerations
 
 log = logging.getLogger("dra_extender.extender")
 
@@ -276,6 +276,10 @@ class Service:
             return None
         self.metrics.volume_rejections.labels(verdict.taint.effect if verdict.taint is not None else "Malformed").inc()
         return verdict.message
+
+    def debug_volumes(self) -> list[dict[str, Any]]:
+        """/debug/volumes: each tainted PVC/PV, its taints and its pods (the HTTP edge reads state only through here)."""
+        return debug_volumes(self.state.volumes, self.state.raw_pods)
 
     # ------------------------------------------------------------------ prioritize
 
