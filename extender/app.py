@@ -239,6 +239,11 @@ def create_app(
 
         return _json(await bridge.call(lambda: orjson.dumps(snapshot())))
 
+    @app.get("/debug/volumes")
+    async def debug_volumes() -> Response:
+        """Each tainted PVC/PV: its taints, and the pods using it and whether they tolerate them."""
+        return _json(await bridge.call(lambda: orjson.dumps({"items": service.debug_volumes()})))
+
     return app
 
 

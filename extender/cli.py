@@ -24,6 +24,9 @@ API_VERSIONS = {
     ("DeviceTaintRule", "resource.k8s.io"): "resource.k8s.io/v1beta2",
     ("DeviceTaintRule", "resource.dra-extender.io"): "resource.dra-extender.io/v1alpha1",
     ("ResourceSlicePatch", "resource.dra-extender.io"): "resource.dra-extender.io/v1alpha1",
+    ("Pod", ""): "v1",
+    ("PersistentVolumeClaim", ""): "v1",
+    ("PersistentVolume", ""): "v1",
 }
 
 

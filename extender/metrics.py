@@ -80,6 +80,18 @@ class Metrics:
             ["rule", "result"],
             registry=r,
         )
+        self.volume_rejections = Counter(
+            "dra_extender_volume_rejections",
+            "/filter calls that fit no node because of a volume taint, by effect (Malformed: an unreadable annotation).",
+            ["effect"],
+            registry=r,
+        )
+        self.volume_evictions = Counter(
+            "dra_extender_volume_evictions",
+            "Pods deleted or evicted for NoUse volume taints, by result.",
+            ["result"],
+            registry=r,
+        )
         self.eviction_latency = Histogram(
             "dra_extender_eviction_pod_deletion_duration_seconds",
             "From the taint's timeAdded to the pod's deletion (tolerationSeconds included).",

@@ -37,6 +37,7 @@ from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import Source
 from tracker.state import ClusterState, Problem
+from tracker.volumes import admission_verdict, debug_volumes, has_pvc_volumes, pod_claim_names, pod_tolerations
 
 log = logging.getLogger("dra_extender.extender")
 
@@ -213,7 +214,11 @@ class Service:
         """
         names = args.names
         if not pod_has_claims(args.pod):
-            return list(names), {}
+            if not has_pvc_volumes(args.pod):
+                return list(names), {}
+            self._check_ready()
+            problem = self._volume_problem(args.pod)
+            return ([], {n: problem for n in names}) if problem else (list(names), {})
         deadline = time.monotonic() + budget if budget else None
         self._check_ready()
         pod = self._parse_pod(args.pod)
@@ -224,6 +229,8 @@ class Service:
             self.metrics.placement_waits_expired.inc(expired)
             log.info("a placed pod's /bind did not arrive in time", extra={"pod": pod.key, "waits_expired": expired})
         claims, problem = await self._claims_when_created(pod)
+        if problem is None and has_pvc_volumes(args.pod):
+            problem = self._volume_problem(args.pod)
         if problem is not None:
             return [], {n: problem for n in names}
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
@@ -255,6 +262,28 @@ class Service:
             elif names:
                 self.requeuer.rejected(pod.meta.uid, pod.key)
         return passed, failed
+
+    def _volume_problem(self, raw_pod: dict[str, Any]) -> str | None:
+        """Why the pod may start on no node because of a volume taint (tracker/volumes.py), or None."""
+        volumes = self.state.volumes
+        if not volumes.has_taints():
+            return None
+        meta = raw_pod.get("metadata") if isinstance(raw_pod.get("metadata"), dict) else {}
+        namespace = str(meta.get("namespace") or "default")
+        claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw_pod))
+        tolerations, malformed = pod_tolerations(raw_pod)
+        if malformed is not None:
+            name = f"{namespace}/{meta.get('name', '')}"
+            self.state.report(Problem(ev.POD, ev.GROUP_CORE, name, f"malformed volume tolerations, counted as none: {malformed}", str(meta.get("uid") or "")))
+        verdict = admission_verdict(volumes, claims, tolerations)
+        if verdict is None:
+            return None
+        self.metrics.volume_rejections.labels(verdict.taint.effect if verdict.taint is not None else "Malformed").inc()
+        return verdict.message
+
+    def debug_volumes(self) -> list[dict[str, Any]]:
+        """/debug/volumes: each tainted PVC/PV, its taints and its pods (the HTTP edge reads state only through here)."""
+        return debug_volumes(self.state.volumes, self.state.raw_pods)
 
     # ------------------------------------------------------------------ prioritize
 

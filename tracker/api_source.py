@@ -79,6 +79,8 @@ CORE_RESOURCES = [
     Resource(ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, "v1", "resourceclaims", True),
     Resource(ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE, "v1", "resourceclaimtemplates", True),
     Resource(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "v1", "deviceclasses", False),
+    Resource(ev.PERSISTENT_VOLUME_CLAIM, ev.GROUP_CORE, "v1", "persistentvolumeclaims", True),  # volume taints
+    Resource(ev.PERSISTENT_VOLUME, ev.GROUP_CORE, "v1", "persistentvolumes", False),
 ]
 UPSTREAM_RULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")
 OWN_RULES = Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, "v1alpha1", "devicetaintrules", False, required=False)
@@ -685,6 +687,16 @@ class ApiSource:
         res = self._resource(ev.DEVICE_TAINT_RULE, group)
         await self._write(
             "PATCH", res.item("", name), {"spec": {"taint": {"timeAdded": time_added}}}, f"patch DeviceTaintRule {name} timeAdded", content_type="application/merge-patch+json"
+        )
+
+    async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
+        """Rewrite a PVC's or PV's volume-taints annotation (the eviction controller's timeAdded)."""
+        from tracker.volumes import TAINTS_ANNOTATION
+
+        res = KIND_RESOURCES[kind]
+        await self._write(
+            "PATCH", res.item(namespace, name), {"metadata": {"annotations": {TAINTS_ANNOTATION: text}}},
+            f"patch {kind} {namespace + '/' if namespace else ''}{name} volume taints", content_type="application/merge-patch+json",
         )
 
     async def create_event(self, event: dict[str, Any]) -> None:

@@ -58,6 +58,8 @@ TRACKED: Final[tuple[tuple[str, str], ...]] = (
     (ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE),
     (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER),
     (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER),
+    (ev.PERSISTENT_VOLUME_CLAIM, ev.GROUP_CORE),
+    (ev.PERSISTENT_VOLUME, ev.GROUP_CORE),
 )
 
 _DRA_VERSIONS = frozenset({"v1", "v1beta2", "v1beta1"})
@@ -66,6 +68,8 @@ ACCEPTED: Final[dict[tuple[str, str], tuple[frozenset[str], str]]] = {
     (ev.NODE, ""): (frozenset({"v1"}), ev.GROUP_CORE),
     (ev.POD, ""): (frozenset({"v1"}), ev.GROUP_CORE),
     (ev.NAMESPACE, ""): (frozenset({"v1"}), ev.GROUP_CORE),
+    (ev.PERSISTENT_VOLUME_CLAIM, ""): (frozenset({"v1"}), ev.GROUP_CORE),
+    (ev.PERSISTENT_VOLUME, ""): (frozenset({"v1"}), ev.GROUP_CORE),
     (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE): (_DRA_VERSIONS, ev.GROUP_RESOURCE),
     (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE): (_DRA_VERSIONS, ev.GROUP_RESOURCE),
     (ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE): (_DRA_VERSIONS, ev.GROUP_RESOURCE),

@@ -695,6 +695,17 @@ class ManifestSource:
         self._overlay_of(ident).time_added = time_added
         self._write(ident, "rule timeAdded", timeAdded=time_added)
 
+    async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
+        """Set a PVC's or PV's volume-taints annotation in the overlay (until its file changes)."""
+        from tracker.volumes import TAINTS_ANNOTATION
+
+        ident = self._find(kind, namespace, name)
+        if ident is None:
+            raise NotFound(f'{kind} "{name}" not found')
+        current = (self._objects[ident].get("metadata") or {}).get("annotations") or {}
+        self._overlay_of(ident).annotations = {**current, TAINTS_ANNOTATION: text}
+        self._write(ident, "volume taints", annotation=TAINTS_ANNOTATION)
+
     async def create_event(self, event: dict[str, Any]) -> None:
         self.events.append(copy.deepcopy(event))
         involved = event.get("involvedObject") or {}

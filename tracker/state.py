@@ -43,6 +43,7 @@ from tracker import events as ev
 from tracker.ledger import AllocationLedger
 from allocator.tolerations import blocks_allocation
 from tracker.patched_view import SelectorContext, effective_view
+from tracker.volumes import VolumeIndex
 
 log = logging.getLogger("dra_extender.tracker")
 
@@ -61,6 +62,8 @@ REQUIRED_KINDS: frozenset[tuple[str, str]] = frozenset(
         (ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE),
         (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER),
         (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER),
+        (ev.PERSISTENT_VOLUME_CLAIM, ev.GROUP_CORE),
+        (ev.PERSISTENT_VOLUME, ev.GROUP_CORE),
     }
 )
 
@@ -149,7 +152,8 @@ class ClusterState:
         self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
 
         self.nodes: dict[str, Node] = {}
-        self.pods: dict[str, Pod] = {}  # only pods with resource claims
+        self.pods: dict[str, Pod] = {}  # only pods with resource claims or PVC volumes
+        self.volumes = VolumeIndex()  # volume taints (tracker/volumes.py)
         self.claims: dict[str, ResourceClaim] = {}
         self.templates: dict[str, ResourceClaimTemplate] = {}
         self.classes: dict[str, DeviceClass] = {}
@@ -287,6 +291,8 @@ class ClusterState:
             ev.DEVICE_CLASS: self.classes,
             ev.RESOURCE_SLICE: self.slices,
             ev.RESOURCE_SLICE_PATCH: self.patches,
+            ev.PERSISTENT_VOLUME_CLAIM: self.volumes.pvcs,
+            ev.PERSISTENT_VOLUME: self.volumes.pvs,
         }.get(kind, {})
 
     def _keys_of(self, kind: str, group: str) -> set[str]:
@@ -398,18 +404,26 @@ class ClusterState:
             self.nodes[event.key] = parse_node(event.object)
 
     def _on_pod(self, event: ev.ObjectEvent) -> None:
+        uses_volumes = self.volumes.set_pod(event.key, None if event.type == "DELETED" else event.object)
         if event.type == "DELETED":
             self.pods.pop(event.key, None)
             self.raw_pods.pop(event.key, None)
             return
         pod = parse_pod(event.object)
-        if pod.resource_claims:
+        if pod.resource_claims or uses_volumes:
             self.pods[event.key] = pod
             self.raw_pods[event.key] = event.object
         else:
-            # Only pods with claims matter; one that lost them is forgotten.
+            # Only pods with claims or PVCs matter; one that lost them is forgotten.
             self.pods.pop(event.key, None)
             self.raw_pods.pop(event.key, None)
+
+    def _on_volume(self, event: ev.ObjectEvent) -> None:
+        """A PVC or PV: keep its taints (and a PVC's bound volume); report a malformed annotation."""
+        self.volumes.set_volume(event.kind, event.key, None if event.type == "DELETED" else event.object)
+        held = self.volumes.pvcs.get(event.key) if event.kind == ev.PERSISTENT_VOLUME_CLAIM else self.volumes.pvs.get(event.key)
+        if held is not None and held.malformed is not None:
+            self._report(Problem(event.kind, event.group, event.key, f"malformed volume taints, volume closed to every pod: {held.malformed}", held.uid))
 
     def _on_claim(self, event: ev.ObjectEvent) -> None:
         old = self.claims.get(event.key)
@@ -665,6 +679,8 @@ class ClusterState:
         ev.RESOURCE_SLICE: _on_slice,
         ev.DEVICE_TAINT_RULE: _on_rule,
         ev.RESOURCE_SLICE_PATCH: _on_patch,
+        ev.PERSISTENT_VOLUME_CLAIM: _on_volume,
+        ev.PERSISTENT_VOLUME: _on_volume,
     }
 
     # ------------------------------------------------------------------ patched views

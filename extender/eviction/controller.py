@@ -25,10 +25,12 @@ from extender.eviction import rule_status, rule_time
 from extender.eviction.clock import Clock, SystemClock, format_time, parse_time
 from extender.eviction.plan import OWN_RULE_PREFIX, Ownership, PodEviction, dry_run, plan_evictions
 from extender.eviction.rate_limit import TaintLimiters
+from extender.eviction.volume_plan import ineffective_no_attach, merge, plan_volume_evictions
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.source import NotFound, SourceError
 from tracker.state import ClusterState
+from tracker.volumes import VolumeTaints, stamp_time_added
 
 log = logging.getLogger("dra_extender.eviction")
 
@@ -39,10 +41,19 @@ DISRUPTION_TARGET = {
     "reason": "DeletionByDeviceTaintManager",
     "message": "Device Taint manager: deleting due to NoExecute taint",
 }
+VOLUME_EVENT_REASON = "VolumeTaintManagerEviction"
+VOLUME_DISRUPTION_TARGET = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByVolumeTaintManager",
+    "message": "Volume Taint manager: deleting due to NoUse taint",
+}
+_OUR_REASONS = frozenset({DISRUPTION_TARGET["reason"], VOLUME_DISRUPTION_TARGET["reason"]})
 # kube-controller-manager's controller name: its field manager on the conditions it writes.
 IN_TREE_MANAGER = "device-taint-eviction-controller"
 _TRIGGERS = frozenset(
     {ev.POD, ev.RESOURCE_CLAIM, ev.RESOURCE_SLICE, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH, ev.DEVICE_CLASS}
+    | {ev.PERSISTENT_VOLUME_CLAIM, ev.PERSISTENT_VOLUME}
 )
 
 
@@ -94,6 +105,11 @@ class EvictionController:
         self._marked: set[str] = set()  # pod UIDs that got our Event
         self._retry: dict[str, tuple[float, float]] = {}  # pod UID -> (not before, last backoff)
         self._deadlines: list[float] = []
+        # Volume taints: first sight of a NoUse taint without timeAdded, our pending timeAdded
+        # writes ((kind, key) -> the annotation we replaced), NoAttachOrMount taints announced.
+        self._volume_seen: dict[tuple[str, str, str], float] = {}
+        self._volume_stamps: dict[tuple[str, str], str] = {}
+        self._announced: set[tuple[str, str, str]] = set()
         state.listeners.append(self._on_event)
 
     # ------------------------------------------------------------------ intake
@@ -134,6 +150,13 @@ class EvictionController:
             return t
         return self._first_seen.setdefault((did, str(taint)), self.clock.now())
 
+    def _volume_taint_time(self, volume: VolumeTaints, taint: DeviceTaint) -> float:
+        """timeAdded of a volume taint; before our write of it comes back, the time we wrote."""
+        t = parse_time(taint.time_added)
+        if t is not None:
+            return t
+        return self._volume_seen.setdefault((volume.kind, volume.key, str(taint)), self.clock.now())
+
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
@@ -172,6 +195,7 @@ class EvictionController:
     async def step(self) -> None:
         """One pass: stamp rules, recompute if anything changed, evict what is due, write rule status."""
         await self._stamp_rules()
+        await self._stamp_volumes()
         if self.dirty:
             await asyncio.sleep(self.settings.debounce)
             self.dirty = False
@@ -182,7 +206,11 @@ class EvictionController:
         self.limiters.drop_idle(needed, self.clock.now())
 
     def _recompute(self) -> None:
-        new = plan_evictions(self.state, self.settings.ownership, self._taint_time)
+        new = merge(
+            plan_evictions(self.state, self.settings.ownership, self._taint_time),
+            plan_volume_evictions(self.state, self._volume_taint_time),
+        )
+        self._announce_ineffective()
         for key, old in self.plan.items():
             if key in new or old.uid in self.done:
                 continue
@@ -232,7 +260,7 @@ class EvictionController:
     def _pod_event(p: PodEviction, message: str) -> dict[str, Any]:
         return {
             "type": "Normal",
-            "reason": EVENT_REASON,
+            "reason": VOLUME_EVENT_REASON if p.volume else EVENT_REASON,
             "message": message,
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": p.namespace, "name": p.name, "uid": p.uid},
         }
@@ -253,7 +281,7 @@ class EvictionController:
         """A previous controller (before a restart) already set the condition: don't announce twice."""
         raw = self.state.raw_pods.get(p.key) or {}
         for c in (raw.get("status") or {}).get("conditions") or ():
-            if isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("reason") == DISRUPTION_TARGET["reason"]:
+            if isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("reason") in _OUR_REASONS:
                 return c.get("status") == "True"
         return False
 
@@ -263,7 +291,8 @@ class EvictionController:
             if self.settings.mode == "delete":
                 if not self._already_marked(p):
                     await self._event_now(p, "Marking for deletion")  # before the delete, as its reason
-                    condition = {**DISRUPTION_TARGET, "lastTransitionTime": format_time(self.clock.now())}
+                    target = VOLUME_DISRUPTION_TARGET if p.volume else DISRUPTION_TARGET
+                    condition = {**target, "lastTransitionTime": format_time(self.clock.now())}
                     await self.source.update_pod_status_condition(p.namespace, p.name, condition)
                 await self.source.delete_pod(p.namespace, p.name, p.uid)
             else:
@@ -308,14 +337,83 @@ class EvictionController:
         log.info("evicted pod" if self.settings.mode == "evict" else "deleted pod", extra={**fields, "latency_s": round(latency, 3)})
 
     def _count(self, p: PodEviction, result: str) -> None:
+        volume = False
         for source in sorted(p.sources):
-            self.metrics.eviction_deletions.labels(source if source.startswith("DeviceTaintRule/") else "slice", result).inc()
+            if source.startswith(("PersistentVolume/", "PersistentVolumeClaim/")):
+                volume = True
+                label = "volume"
+            else:
+                label = source if source.startswith("DeviceTaintRule/") else "slice"
+            self.metrics.eviction_deletions.labels(label, result).inc()
+        if volume:
+            self.metrics.volume_evictions.labels(result).inc()
 
     def _stats_for_source(self, source: str) -> _RuleStats:
         group, _, name = source.removeprefix("DeviceTaintRule/").partition("/")
         raw = self._raw_rules.get((group, name)) or {}
         uid = str((raw.get("metadata") or {}).get("uid") or source)
         return self._rules.setdefault(uid, _RuleStats())
+
+    # ------------------------------------------------------------------ volume taints
+
+    async def _stamp_volumes(self) -> None:
+        """Write timeAdded into NoUse volume taints that lack it, so a restart keeps the clock."""
+        index = self.state.volumes
+        if not index.has_taints() and not self._volume_stamps:
+            return
+        live = set()
+        for volume in index.tainted():
+            ident = (volume.kind, volume.key)
+            live.add(ident)
+            missing = [t for t in volume.taints if t.effect == "NoUse" and not t.time_added]
+            if not missing or self._volume_stamps.get(ident) == volume.raw_annotation:
+                continue  # nothing to stamp, or written and the watch has not brought it back yet
+            when = {str(t): self._volume_taint_time(volume, t) for t in missing}
+            text = stamp_time_added(volume.raw_annotation, {k: format_time(v) for k, v in when.items()})
+            if text is None:
+                continue
+            namespace, _, name = volume.key.rpartition("/")
+            try:
+                await self.source.update_volume_taints(volume.kind, namespace, name, text)
+            except NotFound:
+                continue
+            except SourceError as e:
+                self._deadlines.append(self.clock.now() + self.settings.retry_initial)
+                log.warning("could not stamp timeAdded on a volume taint; retrying", extra={"volume": volume.label, "err": e.message})
+                continue
+            self._volume_stamps[ident] = volume.raw_annotation
+            log.info("stamped timeAdded on volume taints", extra={"volume": volume.label, "taints": ",".join(when)})
+        for ident in [i for i in self._volume_stamps if i not in live]:
+            del self._volume_stamps[ident]
+        self._volume_seen = {k: t for k, t in self._volume_seen.items() if k[:2] in live}
+
+    def _announce_ineffective(self) -> None:
+        """One Event per NoAttachOrMount taint that pods already using the volume ignore.
+
+        A taint removed and added again is announced again.
+        """
+        found = ineffective_no_attach(self.state)
+        self._announced &= {(v.uid or v.key, v.kind, str(t)) for v, t, _ in found}
+        for volume, taint, pods in found:
+            ident = (volume.uid or volume.key, volume.kind, str(taint))
+            if ident in self._announced:
+                continue
+            self._announced.add(ident)
+            message = (
+                f"taint {taint} is not effective for pods already using the volume: {', '.join(pods)} "
+                "(NoAttachOrMount only keeps new pods off; use NoUse to evict)"
+            )
+            log.info("volume taint not effective for running pods", extra={"volume": volume.label, "taints": str(taint), "pods": ",".join(pods)})
+            namespace, _, name = volume.key.rpartition("/")
+            create = getattr(self.source, "create_event", None)
+            if create is None:
+                continue
+            involved = {"apiVersion": "v1", "kind": volume.kind, "name": name, **({"namespace": namespace} if namespace else {})}
+            if volume.uid:
+                involved["uid"] = volume.uid
+            event = {"type": "Normal", "reason": "VolumeTaintNotEffective", "message": message, "involvedObject": involved}
+            task = asyncio.ensure_future(create(event))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     # ------------------------------------------------------------------ our CRD rules' timeAdded
 

@@ -48,7 +48,7 @@ class TaintRef:
     id: str  # rate-limit and status key: the rule's source, or one driver taint
     source: str  # "slice" or "DeviceTaintRule/<group>/<name>"
     taint: DeviceTaint
-    device: DeviceID
+    device: DeviceID | None  # None: a volume taint (`source` names the PVC or PV)
     time_added: float
     rate: float
 
@@ -61,6 +61,7 @@ class PodEviction:
     taint_time: float  # earliest timeAdded of the reasons (the deletion latency starts here)
     reasons: tuple[TaintRef, ...]
     claims: tuple[str, ...]
+    volume: bool = False  # only volume taints evict it (its Event and DisruptionTarget reason say so)
 
     @property
     def namespace(self) -> str:
@@ -80,7 +81,7 @@ class PodEviction:
             "pod": self.key,
             "podUID": self.uid,
             "claims": ",".join(self.claims),
-            "devices": ",".join(sorted({str(r.device) for r in self.reasons})),
+            "devices": ",".join(sorted({str(r.device) for r in self.reasons if r.device is not None})),
             "taints": ",".join(sorted({f"{r.taint} ({r.source})" for r in self.reasons})),
         }
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import httpx
 
 from tests.e2e.harness import ROOT, Extender, stop_process
+from tracker.volumes import has_pvc_volumes
 
 # kind -> (group, version, plural, namespaced); the versions the extender reads.
 KINDS: dict[str, tuple[str, str, str, bool]] = {
@@ -31,6 +32,8 @@ KINDS: dict[str, tuple[str, str, str, bool]] = {
     "DeviceClass": ("resource.k8s.io", "v1", "deviceclasses", False),
     "DeviceTaintRule": ("resource.k8s.io", "v1beta2", "devicetaintrules", False),
     "ResourceSlicePatch": ("resource.dra-extender.io", "v1alpha1", "resourceslicepatches", False),
+    "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims", True),
+    "PersistentVolume": ("", "v1", "persistentvolumes", False),
 }
 CRD_GROUP = "resource.dra-extender.io"
 
@@ -148,7 +151,7 @@ class FakeApi:
     # ------------------------------------------------------------------ the view vs the server
 
     def expected_view(self) -> dict[str, dict[str, str]]:
-        """What the extender should hold: every tracked object's resourceVersion (pods only with claims)."""
+        """What the extender should hold: every tracked object's resourceVersion (pods only with claims or PVCs)."""
         out: dict[str, dict[str, str]] = {}
         tracked = [(k, KINDS[k][0]) for k in KINDS if k not in ("Lease", "Event")]
         tracked.append(("DeviceTaintRule", CRD_GROUP))  # the project's rules, beside resource.k8s.io's
@@ -163,7 +166,7 @@ class FakeApi:
                 objects = []
             for obj in objects:
                 meta = obj["metadata"]
-                if kind == "Pod" and not (obj.get("spec") or {}).get("resourceClaims"):
+                if kind == "Pod" and not (obj.get("spec") or {}).get("resourceClaims") and not has_pvc_volumes(obj):
                     continue
                 key = f"{meta['namespace']}/{meta['name']}" if KINDS[kind][3] else meta["name"]
                 versions[key] = meta["resourceVersion"]

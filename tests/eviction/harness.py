@@ -23,6 +23,7 @@ from extender.metrics import Metrics
 from tests.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
+from tracker.volumes import has_pvc_volumes
 
 DRIVER = "gpu.example.com"
 CRD = "resource.dra-extender.io"
@@ -148,7 +149,7 @@ class Cluster:
             want = {}
             for obj in self.api.list(plural, group=group or None):
                 meta = obj["metadata"]
-                if kind == "Pod" and not (obj.get("spec") or {}).get("resourceClaims"):
+                if kind == "Pod" and not (obj.get("spec") or {}).get("resourceClaims") and not has_pvc_volumes(obj):
                     continue
                 key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
                 want[key] = meta["resourceVersion"]

@@ -1,0 +1,382 @@
+"""Volume taints (seed 004): taints on PVCs and PVs, tolerations on pods, in annotations.
+
+The API has no `spec.volumeTaints`, so taints live in the annotation
+`resource.dra-extender.io/volume-taints` of a PersistentVolume or
+PersistentVolumeClaim and tolerations in the pod annotation
+`resource.dra-extender.io/volume-tolerations`. They are parsed into the
+device taint and toleration types so that matching is the one function
+devices use (`allocator.tolerations.tolerates_taint`).
+
+The index keeps only what decisions need: a PVC's bound volume name and
+parsed taints, a PV's parsed taints, and which pods use which PVC.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from allocator.tolerations import tolerates_taint
+from allocator.types import DeviceTaint, DeviceToleration
+
+log = logging.getLogger("dra_extender.volumes")
+
+TAINTS_ANNOTATION = "resource.dra-extender.io/volume-taints"
+TOLERATIONS_ANNOTATION = "resource.dra-extender.io/volume-tolerations"
+EFFECT_NO_ATTACH_OR_MOUNT = "NoAttachOrMount"
+EFFECT_NO_USE = "NoUse"
+VOLUME_EFFECTS = frozenset({EFFECT_NO_ATTACH_OR_MOUNT, EFFECT_NO_USE})
+PVC = "PersistentVolumeClaim"
+PV = "PersistentVolume"
+
+_warned_effects: set[str] = set()
+
+
+class MalformedAnnotation(ValueError):
+    """An annotation that is not the documented JSON list: str() says where and why."""
+
+
+def _entries(text: str, what: str) -> list[Mapping[str, Any]]:
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise MalformedAnnotation(f"{what}: not JSON: {e}") from None
+    if not isinstance(data, list):
+        raise MalformedAnnotation(f"{what}: must be a JSON list, not {type(data).__name__}")
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise MalformedAnnotation(f"{what}[{i}]: must be an object")
+    return data
+
+
+def _string(item: Mapping[str, Any], field: str, where: str, *, required: bool = False) -> str:
+    value = item.get(field)
+    if value is None or value == "":
+        if required:
+            raise MalformedAnnotation(f"{where}.{field}: required")
+        return ""
+    if not isinstance(value, str):
+        raise MalformedAnnotation(f"{where}.{field}: must be a string")
+    return value
+
+
+def parse_taints(text: str) -> tuple[DeviceTaint, ...]:
+    """The taints of a volume annotation; unknown effects are dropped (logged once), as device taints treat them."""
+    out = []
+    for i, item in enumerate(_entries(text, TAINTS_ANNOTATION)):
+        where = f"{TAINTS_ANNOTATION}[{i}]"
+        taint = DeviceTaint(
+            key=_string(item, "key", where, required=True),
+            effect=_string(item, "effect", where, required=True),
+            value=_string(item, "value", where),
+            time_added=_string(item, "timeAdded", where),
+        )
+        if taint.effect not in VOLUME_EFFECTS:
+            if taint.effect not in _warned_effects:
+                _warned_effects.add(taint.effect)
+                log.info("ignoring volume taint with an unknown effect", extra={"effect": taint.effect, "taint": str(taint)})
+            continue
+        out.append(taint)
+    return tuple(out)
+
+
+def parse_tolerations(text: str) -> tuple[DeviceToleration, ...]:
+    """A pod's volume tolerations, with the device tolerations' rules (tolerationSeconds only for NoUse)."""
+    out = []
+    for i, item in enumerate(_entries(text, TOLERATIONS_ANNOTATION)):
+        where = f"{TOLERATIONS_ANNOTATION}[{i}]"
+        operator = _string(item, "operator", where) or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise MalformedAnnotation(f"{where}.operator: must be Equal or Exists")
+        key = _string(item, "key", where)
+        value = _string(item, "value", where)
+        if operator == "Exists" and value:
+            raise MalformedAnnotation(f"{where}.value: must be empty when operator is Exists")
+        if not key and operator != "Exists":
+            raise MalformedAnnotation(f"{where}.operator: must be Exists when key is empty")
+        effect = _string(item, "effect", where)
+        seconds = item.get("tolerationSeconds")
+        if seconds is not None:
+            if isinstance(seconds, bool) or not isinstance(seconds, int):
+                raise MalformedAnnotation(f"{where}.tolerationSeconds: must be an integer")
+            if effect != EFFECT_NO_USE:
+                raise MalformedAnnotation(f"{where}.tolerationSeconds: only allowed with effect NoUse")
+        out.append(DeviceToleration(key=key, operator=operator, value=value, effect=effect, toleration_seconds=seconds))
+    return tuple(out)
+
+
+def _annotations(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = raw.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def pod_tolerations(raw_pod: Mapping[str, Any]) -> tuple[tuple[DeviceToleration, ...], str | None]:
+    """(tolerations, problem): a malformed annotation counts as no tolerations and is reported."""
+    text = _annotations(raw_pod).get(TOLERATIONS_ANNOTATION)
+    if text is None:
+        return (), None
+    if not isinstance(text, str):
+        return (), f"{TOLERATIONS_ANNOTATION}: must be a string"
+    try:
+        return parse_tolerations(text), None
+    except MalformedAnnotation as e:
+        return (), str(e)
+
+
+def has_pvc_volumes(raw_pod: Mapping[str, Any]) -> bool:
+    """Cheap: does the pod mount a PVC (named or generic ephemeral)? Most pods don't."""
+    spec = raw_pod.get("spec")
+    volumes = spec.get("volumes") if isinstance(spec, dict) else None
+    if not volumes:
+        return False
+    for v in volumes:
+        if isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v):
+            return True
+    return False
+
+
+def pod_claim_names(raw_pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The PVCs a pod uses, in volume order: `claimName`, and `<pod>-<volume>` for generic ephemeral volumes."""
+    spec = raw_pod.get("spec")
+    volumes = spec.get("volumes") if isinstance(spec, dict) else None
+    if not isinstance(volumes, list):
+        return ()
+    meta = raw_pod.get("metadata")
+    pod_name = meta.get("name", "") if isinstance(meta, Mapping) else ""
+    out: list[str] = []
+    for v in volumes:
+        if not isinstance(v, dict):
+            continue
+        pvc = v.get("persistentVolumeClaim")
+        if isinstance(pvc, dict) and isinstance(pvc.get("claimName"), str) and pvc["claimName"]:
+            out.append(pvc["claimName"])
+        elif isinstance(v.get("ephemeral"), dict) and isinstance(v.get("name"), str):
+            out.append(f"{pod_name}-{v['name']}")
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeTaints:
+    """What is kept of one PVC or PV: its parsed taints, or why they could not be read."""
+
+    kind: str  # PersistentVolumeClaim or PersistentVolume
+    key: str  # namespace/name or name
+    uid: str
+    taints: tuple[DeviceTaint, ...] = ()
+    malformed: str | None = None  # the parse error: the volume is closed to every pod
+    volume_name: str = ""  # a PVC's bound PV
+    raw_annotation: str = ""  # the taint annotation as written (to add timeAdded to it)
+
+    @property
+    def tainted(self) -> bool:
+        return bool(self.taints) or self.malformed is not None
+
+    @property
+    def label(self) -> str:
+        return f"volume claim {self.key}" if self.kind == PVC else f"pv {self.key}"
+
+
+def parse_volume(kind: str, key: str, raw: Mapping[str, Any]) -> VolumeTaints:
+    meta = raw.get("metadata")
+    uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+    spec = raw.get("spec")
+    volume_name = ""
+    if kind == PVC and isinstance(spec, Mapping) and isinstance(spec.get("volumeName"), str):
+        volume_name = spec["volumeName"]
+    text = _annotations(raw).get(TAINTS_ANNOTATION)
+    if text is None:
+        return VolumeTaints(kind, key, uid, volume_name=volume_name)
+    if not isinstance(text, str):
+        return VolumeTaints(kind, key, uid, malformed=f"{TAINTS_ANNOTATION}: must be a string", volume_name=volume_name)
+    try:
+        taints = parse_taints(text)
+    except MalformedAnnotation as e:
+        return VolumeTaints(kind, key, uid, malformed=str(e), volume_name=volume_name, raw_annotation=text)
+    return VolumeTaints(kind, key, uid, taints, volume_name=volume_name, raw_annotation=text)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a pod may not start: the reason for every node, and the volume and taint at fault."""
+
+    message: str
+    claim: str
+    volume: VolumeTaints
+    taint: DeviceTaint | None  # None: the annotation is malformed
+
+
+class VolumeIndex:
+    """PVCs and PVs with their taints, and which pods use which PVC."""
+
+    def __init__(self) -> None:
+        self.pvcs: dict[str, VolumeTaints] = {}
+        self.pvs: dict[str, VolumeTaints] = {}
+        self.users: dict[str, set[str]] = defaultdict(set)  # PVC key -> pod keys
+        self._pod_claims: dict[str, tuple[str, ...]] = {}  # pod key -> PVC keys
+        self._tainted: set[tuple[str, str]] = set()  # (kind, key): keeps the untainted common case O(1)
+
+    # ------------------------------------------------------------------ intake
+
+    def set_volume(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> VolumeTaints | None:
+        """Store (or with None drop) one PVC/PV; returns what was held before."""
+        store = self.pvcs if kind == PVC else self.pvs
+        old = store.get(key)
+        if raw is None:
+            store.pop(key, None)
+            self._tainted.discard((kind, key))
+        else:
+            new = store[key] = parse_volume(kind, key, raw)
+            if new.tainted:
+                self._tainted.add((kind, key))
+            else:
+                self._tainted.discard((kind, key))
+        return old
+
+    def set_pod(self, key: str, raw: Mapping[str, Any] | None) -> bool:
+        """Index a pod's PVCs; False when it uses none (the state then need not keep it)."""
+        for claim in self._pod_claims.pop(key, ()):
+            pods = self.users.get(claim)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self.users[claim]
+        if raw is None:
+            return False
+        namespace = key.partition("/")[0]
+        claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw))
+        if not claims:
+            return False
+        self._pod_claims[key] = claims
+        for claim in claims:
+            self.users[claim].add(key)
+        return True
+
+    # ------------------------------------------------------------------ queries
+
+    def claims_of(self, pod_key: str) -> tuple[str, ...]:
+        return self._pod_claims.get(pod_key, ())
+
+    def volumes_of_claim(self, claim: str) -> Iterator[VolumeTaints]:
+        """The PVC, then its bound PV (an unbound PVC carries only its own taints)."""
+        pvc = self.pvcs.get(claim)
+        if pvc is None:
+            return
+        yield pvc
+        if pvc.volume_name:
+            pv = self.pvs.get(pvc.volume_name)
+            if pv is not None:
+                yield pv
+
+    def pods_using(self, volume: VolumeTaints) -> set[str]:
+        if volume.kind == PVC:
+            return set(self.users.get(volume.key, ()))
+        return {pod for claim, pvc in self.pvcs.items() if pvc.volume_name == volume.key for pod in self.users.get(claim, ())}
+
+    def has_taints(self) -> bool:
+        return bool(self._tainted)
+
+    def tainted(self) -> list[VolumeTaints]:
+        return [(self.pvcs if kind == PVC else self.pvs)[key] for kind, key in sorted(self._tainted)]
+
+
+def describe_volume(claim: str, index: VolumeIndex) -> str:
+    """"volume claim ns/name (pv pv-123)", the same words whichever of the two carries the taint."""
+    pvc = index.pvcs.get(claim)
+    bound = pvc.volume_name if pvc is not None else ""
+    return f"volume claim {claim} (pv {bound})" if bound else f"volume claim {claim}"
+
+
+def admission_verdict(index: VolumeIndex, claims: tuple[str, ...], tolerations: tuple[DeviceToleration, ...]) -> Verdict | None:
+    """Why a pod using these PVCs (namespace/name) may not start now, or None.
+
+    A malformed taint annotation closes the volume whatever the tolerations:
+    a typo must never open a volume meant to be closed.
+    """
+    for claim in claims:
+        for volume in index.volumes_of_claim(claim):
+            where = describe_volume(claim, index)
+            if volume.malformed is not None:
+                owner = "claim" if volume.kind == PVC else "pv"
+                return Verdict(
+                    f"{where}: the volume-taints annotation of the {owner} is malformed ({volume.malformed}); "
+                    "the volume is closed to every pod until it is fixed",
+                    claim,
+                    volume,
+                    None,
+                )
+            for taint in volume.taints:
+                if not any(tolerates_taint(t, taint) for t in tolerations):
+                    return Verdict(f"{where}: taint {taint} not tolerated", claim, volume, taint)
+    return None
+
+
+def tolerated_for_good(taint: DeviceTaint, tolerations: tuple[DeviceToleration, ...]) -> tuple[bool, int | None]:
+    """(tolerated at all, seconds it is tolerated for; None = for good) of a NoUse taint."""
+    matching = [t for t in tolerations if tolerates_taint(t, taint)]
+    if not matching:
+        return False, None
+    if any(t.toleration_seconds is None for t in matching):
+        return True, None
+    return True, max(0, min(t.toleration_seconds or 0 for t in matching))
+
+
+def stamp_time_added(text: str, times: Mapping[str, str]) -> str | None:
+    """The annotation with `timeAdded` set on the NoUse taints named in `times` (by str(taint)); None if none.
+
+    Only NoUse taints get one (the proposal: "only written for NoUse taints");
+    every other entry, and every other field, is kept as written.
+    """
+    try:
+        entries = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(entries, list):
+        return None
+    changed = False
+    for item in entries:
+        if not isinstance(item, dict) or item.get("effect") != EFFECT_NO_USE or item.get("timeAdded"):
+            continue
+        name = str(DeviceTaint(key=str(item.get("key") or ""), effect=EFFECT_NO_USE, value=str(item.get("value") or "")))
+        if name in times:
+            item["timeAdded"] = times[name]
+            changed = True
+    return orjson.dumps(entries).decode() if changed else None
+
+
+def debug_volumes(index: VolumeIndex, raw_pods: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The /debug/volumes view: every tainted PVC/PV, its taints, its pods and what they tolerate."""
+    items = []
+    for volume in index.tainted():
+        pods = []
+        for key in sorted(index.pods_using(volume)):
+            raw = raw_pods.get(key) or {}
+            tolerations, problem = pod_tolerations(raw)
+            spec = raw.get("spec")
+            node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+            pods.append(
+                {
+                    "pod": key,
+                    "node": node or "",
+                    # A malformed annotation tolerates nothing.
+                    "tolerates": {str(t): tolerated_for_good(t, tolerations)[0] for t in volume.taints} if volume.malformed is None else {},
+                    **({"tolerationsProblem": problem} if problem else {}),
+                }
+            )
+        item: dict[str, Any] = {
+            "kind": volume.kind,
+            "name": volume.key,
+            "taints": [t.to_api() for t in volume.taints],
+            "pods": pods,
+        }
+        if volume.volume_name:
+            item["volumeName"] = volume.volume_name
+        if volume.malformed is not None:
+            item["malformed"] = volume.malformed
+        items.append(item)
+    return items
