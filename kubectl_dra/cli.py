@@ -13,14 +13,20 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster
-from kubectl_dra.taint_spec import EFFECTS, TaintSpec, TaintSyntaxError, parse_key_effect, parse_taint
+from kubectl_dra.taint_spec import (
+    EFFECTS,
+    TaintSpec,
+    TaintSyntaxError,
+    parse_key_effect,
+    parse_taint,
+)
 from tracker import events as ev
 
 EXAMPLES = {
@@ -279,7 +285,7 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
         out(f"  {dev}{'  -> ' + explained.allocated[dev] if dev in explained.allocated else ''}")
     out(f"As NoExecute it would evict {d.pods} pod(s) in {d.namespaces} namespace(s):")
     for p in explained.evicted:
-        due = "now" if p["due"] <= 0 else datetime.fromtimestamp(p["due"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        due = "now" if p["due"] <= 0 else datetime.fromtimestamp(p["due"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         out(f"  {p['pod']}  claims {', '.join(p['claims'])}  due {due}  ({', '.join(p['taints'])})")
     out(f"Dry run:    {explained.message}")
     return 0

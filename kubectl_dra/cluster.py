@@ -13,7 +13,14 @@ import orjson
 
 from allocator.cel import CelEnvironment
 from tracker import events as ev
-from tracker.api_source import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, UPSTREAM_RULE_VERSIONS, ApiSource, Resource
+from tracker.api_source import (
+    CORE_RESOURCES,
+    OWN_PATCHES,
+    OWN_RULES,
+    UPSTREAM_RULE_VERSIONS,
+    ApiSource,
+    Resource,
+)
 from tracker.state import ClusterState
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -41,7 +48,8 @@ class Cluster:
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
         self.source = ApiSource(kubeconfig=kubeconfig, context=context)
-        self._upstream: Resource | None | bool = False  # False: not looked up yet
+        self._upstream: Resource | None = None
+        self._upstream_known = False
 
     async def close(self) -> None:
         await self.source.close()
@@ -79,8 +87,8 @@ class Cluster:
 
     async def upstream_rules(self) -> Resource | None:
         """resource.k8s.io DeviceTaintRule at the newest version the server serves, None if none."""
-        if self._upstream is False:
-            self._upstream = None
+        if not self._upstream_known:
+            self._upstream_known = True
             for version in UPSTREAM_RULE_VERSIONS:
                 try:
                     listing = await self.call("GET", f"/apis/{ev.GROUP_RESOURCE}/{version}")
@@ -89,7 +97,7 @@ class Cluster:
                 if any(r.get("name") == "devicetaintrules" for r in listing.get("resources") or []):
                     self._upstream = Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, version, "devicetaintrules", False, required=False)
                     break
-        return self._upstream or None
+        return self._upstream
 
     async def rule_resource(self, upstream: bool) -> Resource:
         if not upstream:

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_NONE
-from tracker.manifest_schema import LABEL_VALUE, TAINT_KEY_MAX, TAINT_VALUE_MAX, is_qualified_name
+from tracker.manifest_schema import (
+    LABEL_VALUE,
+    TAINT_KEY_MAX,
+    TAINT_VALUE_MAX,
+    is_qualified_name,
+)
 
 EFFECTS = (EFFECT_NONE, EFFECT_NO_SCHEDULE, EFFECT_NO_EXECUTE)
 

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint, Node, ValidationError, parse_pod
+from allocator.types import (
+    EFFECT_NONE,
+    DeviceID,
+    DeviceTaint,
+    Node,
+    ValidationError,
+    parse_pod,
+)
 from extender.eviction.clock import parse_time
 from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from extender.eviction.rule_status import RuleCounts, condition
@@ -103,7 +110,8 @@ def explain_rule(state: ClusterState, group: str, name: str) -> RuleExplanation 
     devices = sorted(str(did) for did, view in state.devices.items() if source in view.taint_sources)
     allocated = {}
     for did, claim in state.allocated.items():
-        if source in (state.device(did).taint_sources if state.device(did) is not None else ()):  # type: ignore[union-attr]
+        view = state.device(did)
+        if view is not None and source in view.taint_sources:
             allocated[str(did)] = claim
     plan = plan_evictions(state, Ownership(evict_upstream=True), _taint_time, simulate=source)
     evicted = [

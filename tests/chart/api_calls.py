@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_converged, wait_for
+from extender.requeue import REQUEUE_ANNOTATION
+from tests.e2e.cluster import (
+    CRD_GROUP,
+    FakeApi,
+    cluster_extender,
+    wait_converged,
+    wait_for,
+)
 from tests.e2e.harness import DEMO
-from tests.e2e.test_cluster_mode import add_node, add_pod, bind_args, pod_args, reasons, taint_rule
+from tests.e2e.test_cluster_mode import (
+    add_node,
+    add_pod,
+    bind_args,
+    pod_args,
+    reasons,
+    taint_rule,
+)
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
 
 NAMESPACE = "dra-system"
@@ -57,7 +71,7 @@ def api_call(method: str, path: str, query: dict[str, str]) -> ApiCall | None:
 
 
 def _micro_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _lease(holder: str) -> dict[str, Any]:
@@ -67,6 +81,11 @@ def _lease(holder: str) -> dict[str, Any]:
         "metadata": {"name": LEASE, "namespace": NAMESPACE},
         "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600, "renewTime": _micro_now(), "acquireTime": _micro_now()},
     }
+
+
+def _must(obj: dict[str, Any] | None) -> dict[str, Any]:
+    assert obj is not None
+    return obj
 
 
 def seed(api: FakeApi, *objs: dict[str, Any]) -> None:
@@ -86,7 +105,7 @@ def record_extender_calls() -> set[ApiCall]:
             wait_converged(api, ext)
             wait_for(lambda: ext.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="leadership")
             # /bind: claim finalizer, allocation and reservation, the Binding.
-            uid = api.get("Pod", "default", "trainer")["metadata"]["uid"]
+            uid = _must(api.get("Pod", "default", "trainer"))["metadata"]["uid"]
             assert ext.post("bind", bind_args("trainer", uid, "node-a")).json() == {"Error": ""}
             # A rejected pod is nudged when its taint goes away; a faulty rule gets a Warning event.
             add_node(api, "node-rbac", 1)
@@ -96,7 +115,7 @@ def record_extender_calls() -> set[ApiCall]:
             assert reasons(ext, pod_args("rbac-nudged", "rbac-nudged", ["node-rbac"], uid=pod_uid))["node-rbac"]
             api.delete("DeviceTaintRule", None, "rbac-maintenance", group=CRD_GROUP)
             wait_for(
-                lambda: (api.get("Pod", "default", "rbac-nudged")["metadata"].get("annotations") or {}),
+                lambda: REQUEUE_ANNOTATION in (_must(api.get("Pod", "default", "rbac-nudged"))["metadata"].get("annotations") or {}),
                 what="the nudge",
             )
             # NoExecute, delete mode: timeAdded, the DisruptionTarget condition, the deletion, events, rule status.
@@ -131,8 +150,9 @@ def record_extender_calls() -> set[ApiCall]:
             time.sleep(0.5)
         finally:
             ext.stop()
-        calls = set()
-        for r in api.requests():
+        calls: set[ApiCall] = set()
+        records: list[dict[str, Any]] = api.requests()
+        for r in records:
             if r["user_agent"].startswith("python-httpx/"):
                 continue  # the test's own client (tests/e2e/cluster.py), not the extender
             call = api_call(r["method"], r["path"], r.get("query") or {})

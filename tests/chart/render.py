@@ -18,6 +18,7 @@ CHART = ROOT / "charts" / "dra-extender"
 NAMESPACE = "dra-system"
 RELEASE = "dra"
 
+helm_python: Any
 try:  # pragma: no cover - depends on the test extra
     import helm_python
 except ImportError:  # pragma: no cover

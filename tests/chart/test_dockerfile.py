@@ -6,10 +6,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from tests.e2e.harness import ROOT
 
@@ -38,7 +38,7 @@ def _instructions() -> list[tuple[str, str]]:
 
 
 def test_hadolint_passes() -> None:
-    result = subprocess.run([_hadolint(), "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True, text=True)
+    result = subprocess.run([_hadolint(), "--failure-threshold", "info", str(DOCKERFILE)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -122,9 +122,11 @@ def render() -> str:
     lines = [
         "# Reference",
         "",
-        "Generated from the code by `python -m tests.docs.reference > docs/reference.md`; "
-        "`tests/docs/test_reference.py` fails when this file and the code disagree. "
-        "The operator guide (docs/operator-guide.md) says how to use these.",
+        (
+            "Generated from the code by `python -m tests.docs.reference > docs/reference.md`; "
+            "`tests/docs/test_reference.py` fails when this file and the code disagree. "
+            "The operator guide (docs/operator-guide.md) says how to use these."
+        ),
         "",
         "## `dra-extender serve` flags",
         "",

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_converged, wait_for
+from tests.e2e.cluster import (
+    CRD_GROUP,
+    FakeApi,
+    cluster_extender,
+    wait_converged,
+    wait_for,
+)
 from tests.e2e.harness import DEMO, ROOT, Extender
 from tests.e2e.test_cluster_mode import add_node, add_pod, pod_args, reasons
 from tests.eviction.harness import claim_and_pod
@@ -41,7 +47,7 @@ def live() -> Iterator[tuple[FakeApi, Extender]]:
 def dra(api: FakeApi, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "kubectl_dra.cli", "--kubeconfig", str(api.kubeconfig), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )
     if ok:
         assert result.returncode == 0, result.stdout + result.stderr
@@ -115,7 +121,7 @@ def _status_message(api: FakeApi, name: str) -> str | None:
 
 
 def test_explain_rule_counts_equal_the_eviction_controllers_dry_run(live) -> None:
-    api, ext = live
+    api, _ext = live
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-e"}})
     api.create({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-e-gpus"},
@@ -141,7 +147,7 @@ def test_explain_rule_counts_equal_the_eviction_controllers_dry_run(live) -> Non
 
 
 def test_taint_dry_run_creates_nothing_and_lists_matches(live) -> None:
-    api, _ = live
+    api, _ext = live
     out = dra(api, "taint", "example.com/probe:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--dry-run").stdout
     assert "(server dry run)" in out and "matches" in out and "gpu.example.com/node-a/" in out
     assert not [r for r in api.list("DeviceTaintRule", CRD_GROUP) if r["metadata"].get("labels") == MANAGED and r["spec"]["taint"]["key"] == "example.com/probe"]
@@ -175,7 +181,7 @@ def test_upstream_rule(live) -> None:
 
 def test_help_has_examples_and_completion_scripts() -> None:
     for command in ("taint", "untaint", "devices", "explain-rule", "why"):
-        out = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", command, "--help"], cwd=ROOT, capture_output=True, text=True).stdout
+        out = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", command, "--help"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
         assert "examples:" in out and "kubectl dra " + command in out, command
     from kubectl_dra.cli import completions
 
@@ -183,5 +189,5 @@ def test_help_has_examples_and_completion_scripts() -> None:
     assert completions(["taint", "k=v:No"]) == ["k=v:None", "k=v:NoSchedule", "k=v:NoExecute"]
     assert "--all-devices" in completions(["taint", "k:None", "--"])
     assert completions(["devices", "-o", ""]) == ["table", "wide", "json", "yaml"]
-    bash = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", "completion", "bash"], cwd=ROOT, capture_output=True, text=True).stdout
+    bash = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", "completion", "bash"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
     assert "complete -F _kubectl_dra kubectl-dra" in bash

@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 import shlex
 
-from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_converged, wait_for
+from tests.e2e.cluster import (
+    CRD_GROUP,
+    FakeApi,
+    cluster_extender,
+    wait_converged,
+    wait_for,
+)
 from tests.e2e.harness import DEMO, ROOT, demo_pod_args
 from tests.e2e.test_cluster_mode import reasons
 from tests.e2e.test_kubectl_dra import dra
@@ -15,7 +21,7 @@ ALL = ["node-a", "node-b", "node-c"]
 
 
 def walkthrough() -> list[list[str]]:
-    block = re.search(r"<!-- walkthrough -->\n```sh\n(.*?)```\n<!-- /walkthrough -->", GUIDE.read_text(), re.S)
+    block = re.search(r"<!-- walkthrough -->\n```sh\n(.*?)```\n<!-- /walkthrough -->", GUIDE.read_text(), re.DOTALL)
     assert block, "the walkthrough block is missing from docs/operator-guide.md"
     commands = [shlex.split(line) for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
     assert all(c[:2] == ["kubectl", "dra"] for c in commands), commands
