@@ -8,6 +8,8 @@ NoSchedule (/filter rejects), `why` (the same reasons as /filter), untaint
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kubectl_dra.cli import main
 from tests.e2e.cluster import (
     CRD_GROUP,
     FakeApi,
@@ -45,10 +48,15 @@ def live() -> Iterator[tuple[FakeApi, Extender]]:
 
 
 def dra(api: FakeApi, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "kubectl_dra.cli", "--kubeconfig", str(api.kubeconfig), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )
+    """`kubectl dra --kubeconfig <the fake's> ARGS`, in this process (its entry point; the help test runs the script)."""
+    argv = ["--kubeconfig", str(api.kubeconfig), *args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse errors
+            code = int(e.code or 0)
+    result = subprocess.CompletedProcess(["kubectl-dra", *argv], code, out.getvalue(), err.getvalue())
     if ok:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
