@@ -197,3 +197,29 @@ def test_every_dashboard_query_names_an_exported_metric() -> None:
 def test_extra_args_reach_the_sidecar() -> None:
     dep = one(objects({"extender": {"extraArgs": ["--claim-wait=0.2"]}}), "Deployment")
     assert "--claim-wait=0.2" in _container(dep, "dra-extender")["args"]
+
+
+def test_the_fake_api_server_accepts_the_charts_crds_and_kubectl_dras_rules() -> None:
+    """The CRDs as Helm loads them pass the API server's CRD checks; a rule `kubectl dra taint` writes passes their schema."""
+    import argparse
+
+    from kubectl_dra.cli import rule_object
+    from kubectl_dra.taint_spec import parse_taint
+    from tests.e2e.cluster import CRD_GROUP, FakeApi
+
+    api = FakeApi(extra_args=("--no-crds",))
+    try:
+        loaded = [yaml.safe_load(c["data"]) for c in helm().Chart.load(str(CHART)).crds]
+        assert sorted(c["metadata"]["name"] for c in loaded) == sorted(c["metadata"]["name"] for c in crds())
+        for crd in loaded:
+            r = api.http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+            assert r.status_code == 201, r.text
+        args = argparse.Namespace(
+            driver="gpu.example.com", pool="node-a", device=None, device_class="gpu.example.com",
+            selector=['device.attributes["gpu.example.com"].model == "a100"'], upstream=False, all_devices=False, name="m",
+        )
+        obj = rule_object(args, parse_taint("example.com/maintenance=planned:NoExecute"), f"{CRD_GROUP}/v1alpha1")
+        created = api.create(obj)
+        assert created["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubectl-dra"}
+    finally:
+        api.stop()
