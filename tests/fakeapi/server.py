@@ -103,6 +103,7 @@ class RequestRecord:
     started: float = field(default_factory=time.time)
     duration_ms: float | None = None
     fault: str | None = None  # "error" or "reactor" when injected
+    user_agent: str = ""  # tells the extender's requests from the test's own client
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -514,7 +515,7 @@ class FakeApiServer:
                 return _error(e)
             except (ValueError, KeyError, TypeError) as e:
                 return _error(ApiError(400, f"{type(e).__name__}: {e}", "BadRequest"))
-        rec = RequestRecord(request.method, request.path, dict(request.query))
+        rec = RequestRecord(request.method, request.path, dict(request.query), user_agent=request.headers.get("User-Agent", ""))
         self.requests.append(rec)
         t0 = time.monotonic()
         try:

@@ -1,0 +1,122 @@
+"""One list of each kind from the API server, fed through the tracker into a ClusterState.
+
+The views are then computed locally with the extender's own code (tracker,
+allocator, the outcome cache /filter uses, the eviction plan), never by
+calling the extender, whose verbs listen on the scheduler pod's loopback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from allocator.cel import CelEnvironment
+from tracker import events as ev
+from tracker.api_source import (
+    CORE_RESOURCES,
+    OWN_PATCHES,
+    OWN_RULES,
+    UPSTREAM_RULE_VERSIONS,
+    ApiSource,
+    Resource,
+)
+from tracker.state import ClusterState
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+PLUGIN = "kubectl-dra"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _message(status: int, body: bytes) -> str:
+    try:
+        data = orjson.loads(body)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])
+    except orjson.JSONDecodeError:
+        pass
+    return f"HTTP {status}: {body[:200].decode(errors='replace')}"
+
+
+class Cluster:
+    """The admin's cluster through their kubeconfig (tracker.api_source.ApiSource does auth and HTTP)."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        self.source = ApiSource(kubeconfig=kubeconfig, context=context)
+        self._upstream: Resource | None = None
+        self._upstream_known = False
+
+    async def close(self) -> None:
+        await self.source.close()
+
+    async def call(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None, content_type: str | None = None) -> Any:
+        status, data = await self.source.request(
+            method, path, query=query, body=body, content_type=content_type or ("application/json" if body is not None else None)
+        )
+        if status >= 300:
+            raise ApiError(status, _message(status, data))
+        return orjson.loads(data) if data else None
+
+    async def list(self, res: Resource, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """Every object of a kind (all namespaces), page by page; [] when the API is not served."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"limit": 500}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        while True:
+            try:
+                page = await self.call("GET", res.collection(), query=query)
+            except ApiError as e:
+                if e.status == 404 and not res.required:
+                    return []
+                raise
+            api_version = f"{res.group}/{res.version}" if res.group else res.version
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = token
+
+    async def upstream_rules(self) -> Resource | None:
+        """resource.k8s.io DeviceTaintRule at the newest version the server serves, None if none."""
+        if not self._upstream_known:
+            self._upstream_known = True
+            for version in UPSTREAM_RULE_VERSIONS:
+                try:
+                    listing = await self.call("GET", f"/apis/{ev.GROUP_RESOURCE}/{version}")
+                except ApiError:
+                    continue
+                if any(r.get("name") == "devicetaintrules" for r in listing.get("resources") or []):
+                    self._upstream = Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, version, "devicetaintrules", False, required=False)
+                    break
+        return self._upstream
+
+    async def rule_resource(self, upstream: bool) -> Resource:
+        if not upstream:
+            return OWN_RULES
+        res = await self.upstream_rules()
+        if res is None:
+            raise ApiError(404, "the API server serves no resource.k8s.io DeviceTaintRule (DRADeviceTaintRules is off); drop --upstream to use the project's CRD")
+        return res
+
+    async def snapshot(self) -> ClusterState:
+        """The tracker's state from one list of each kind."""
+        state = ClusterState(CelEnvironment())
+        resources = [*CORE_RESOURCES, OWN_RULES, OWN_PATCHES]
+        upstream = await self.upstream_rules()
+        if upstream is not None:
+            resources.append(upstream)
+        for res in resources:
+            state.replace(res.kind, res.group, await self.list(res))
+            state.mark_synced(res.kind, res.group)
+        for kind, group in state.required - state.synced:
+            state.mark_synced(kind, group)  # an API the server does not serve holds nothing
+        return state

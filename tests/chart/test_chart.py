@@ -1,0 +1,225 @@
+"""charts/dra-extender rendered by Helm's engine: every object valid, the scheduler wired to the sidecar."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from allocator.types import parse_pod
+from extender.cli import build_parser
+from extender.metrics import Metrics
+from tests.chart.render import CHART, NAMESPACE, crds, helm, objects, one, render
+from tracker.manifest_schema import check_metadata_limits, check_object_name
+
+# (apiVersion, kind) -> namespaced: what a 1.34+ cluster (plus prometheus-operator) serves.
+KNOWN: dict[tuple[str, str], bool] = {
+    ("v1", "ServiceAccount"): True,
+    ("v1", "ConfigMap"): True,
+    ("v1", "Service"): True,
+    ("apps/v1", "Deployment"): True,
+    ("policy/v1", "PodDisruptionBudget"): True,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): False,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): False,
+    ("rbac.authorization.k8s.io/v1", "Role"): True,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): True,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): True,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): False,
+}
+RBAC_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
+ALL_ON = {"dashboard": {"enabled": True}, "serviceMonitor": {"enabled": True}}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "everything-on": {**ALL_ON, "extender": {"debug": True, "eviction": {"mode": "evict", "upstream": True}, "extraArgs": ["--placement-wait=0.5"]}},
+    "eviction-off": {"extender": {"eviction": {"enabled": False}}, "podDisruptionBudget": {"enabled": False}},
+    "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
+}
+
+
+def _container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+    [c] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return c
+
+
+def _expand(arg: str, env: dict[str, str]) -> str:
+    for k, v in env.items():
+        arg = arg.replace(f"$({k})", v)
+    return arg
+
+
+def _validate(obj: dict[str, Any]) -> None:
+    key = (obj.get("apiVersion"), obj.get("kind"))
+    assert key in KNOWN, f"unknown apiVersion/kind {key}"
+    meta = obj["metadata"]
+    what = f"{obj['kind']} {meta.get('name')}"
+    check_object_name(what, KNOWN[key], meta)  # type: ignore[index]
+    check_metadata_limits(what, meta)
+    assert ("namespace" in meta) == KNOWN[key], f"{what}: namespace set on a cluster-scoped object or missing"  # type: ignore[index]
+    if key[1] in ("ClusterRole", "Role"):
+        for rule in obj["rules"]:
+            assert rule["apiGroups"] and rule["resources"] and set(rule["verbs"]) <= RBAC_VERBS, rule
+    if key[1] in ("ClusterRoleBinding", "RoleBinding"):
+        assert obj["roleRef"]["apiGroup"] == "rbac.authorization.k8s.io" and obj["subjects"], obj
+    if key[1] == "Deployment":
+        template = obj["spec"]["template"]
+        assert obj["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+        # The project's own Pod parser: what the API server would take as a pod.
+        parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NAMESPACE, **template["metadata"]}, "spec": template["spec"]})
+        for c in template["spec"]["containers"]:
+            assert c["image"] and ":" in c["image"] and not c["image"].endswith(":"), c["image"]
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    if key[1] == "ConfigMap":
+        for name, text in obj["data"].items():
+            if name.endswith(".yaml"):
+                yaml.safe_load(text)
+            elif name.endswith(".json"):
+                json.loads(text)
+
+
+@pytest.mark.parametrize("values", list(VARIANTS.values()), ids=list(VARIANTS))
+def test_every_rendered_object_is_valid(values: dict[str, Any]) -> None:
+    objs = objects(values)
+    assert objs
+    for obj in objs + crds():
+        _validate(obj)
+    names = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert len(names) == len(set(names)), names
+
+
+def test_values_schema_is_enforced_by_helm() -> None:
+    chart = helm().Chart.load(str(CHART))
+    chart.validate_schema({})
+    with pytest.raises(helm().HelmValuesError, match="mode"):
+        render({"extender": {"eviction": {"mode": "bogus"}}})
+    with pytest.raises(helm().HelmValuesError, match="tag"):
+        render({"scheduler": {"image": {"tag": "latest"}}})
+    with pytest.raises(helm().HelmValuesError):
+        render({"no-such-key": 1})
+
+
+def test_helm_lint_is_clean() -> None:
+    report = helm().lint(str(CHART), strict=True, kube_version="v1.36.2")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert not problems, problems
+
+
+def test_scheduler_configuration_hands_devices_to_the_sidecar() -> None:
+    objs = objects()
+    config = yaml.safe_load(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"
+    [profile] = config["profiles"]
+    assert profile["schedulerName"] == "dra-scheduler"
+    assert profile["percentageOfNodesToScore"] == 100
+    assert [p["name"] for p in profile["plugins"]["multiPoint"]["disabled"]] == ["DynamicResources"]
+    [ext] = config["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:8888"
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert ext["nodeCacheCapable"] is True and ext["weight"] >= 1 and ext["httpTimeout"] == "5s"
+    lease = config["leaderElection"]
+    assert lease["leaderElect"] is True and (lease["resourceNamespace"], lease["resourceName"]) == (NAMESPACE, "dra-scheduler")
+
+    deployment = one(objs, "Deployment")
+    args = build_parser().parse_args(
+        [_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(deployment, "dra-extender")["args"]]
+    )
+    assert args.listen == "127.0.0.1:8888" and args.probe_listen == "10.0.0.7:8889"
+    assert args.follow_scheduler_lease == f"{NAMESPACE}/dra-scheduler"
+    assert args.no_debug and args.in_cluster and not args.no_eviction
+    assert args.bind_timeout < 5, "the bind budget must end before kube-scheduler's httpTimeout"
+    scheduler = _container(deployment, "kube-scheduler")
+    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.36.2", "default: the Kubernetes version the docs name"
+    assert "--config=/etc/dra-scheduler/config.yaml" in scheduler["command"]
+    side = _container(deployment, "dra-extender")
+    assert side["livenessProbe"]["httpGet"]["path"] == "/livez" and side["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert side["resources"]["requests"] and scheduler["resources"]["requests"]
+    assert deployment["spec"]["replicas"] == 2
+    assert one(objs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_the_docs_version_is_the_default_scheduler_tag() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["scheduler"]["image"]["tag"].startswith("v1.36.")
+    notes = render()[f"{CHART.name}/templates/NOTES.txt"]
+    assert "schedulerName: dra-scheduler" in notes and "ONE ALLOCATOR PER DEVICE POOL" in notes
+    assert "must match your cluster's minor version" in notes
+
+
+def test_flags_toggled_by_values() -> None:
+    dep = one(objects(VARIANTS["everything-on"]), "Deployment")
+    args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(dep, "dra-extender")["args"]])
+    assert (args.no_debug, args.eviction_mode, args.evict_upstream, args.placement_wait) == (False, "evict", True, 0.5)
+    dep = one(objects(VARIANTS["eviction-off"]), "Deployment")
+    assert "--no-eviction" in _container(dep, "dra-extender")["args"]
+    assert not [o for o in objects(VARIANTS["eviction-off"]) if o["kind"] == "PodDisruptionBudget"]
+    assert not [o for o in objects(VARIANTS["no-rbac"]) if o["kind"].startswith(("Role", "ClusterRole", "ServiceAccount"))]
+
+
+def test_dashboard_ships_as_a_labelled_configmap_only_when_enabled() -> None:
+    assert not [o for o in objects() if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
+    cm = one(objects(ALL_ON), "ConfigMap", "-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["dra-extender.json"]) == json.loads((CHART / "dashboards" / "dra-extender.json").read_text())
+    monitor = one(objects(ALL_ON), "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def exported_metrics() -> set[str]:
+    """Every series name the extender exports (counters with _total, histograms with _bucket/_sum/_count)."""
+    names = set()
+    for family in Metrics().registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names |= {f"{family.name}_total", f"{family.name}_created"}
+        if family.type == "histogram":
+            names |= {f"{family.name}_{s}" for s in ("bucket", "sum", "count", "created")}
+    return names
+
+
+def test_every_dashboard_query_names_an_exported_metric() -> None:
+    import re
+
+    dashboard = json.loads((CHART / "dashboards" / "dra-extender.json").read_text())
+    exported = exported_metrics()
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    queries += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert queries
+    for q in queries:
+        used = set(re.findall(r"\bdra_extender_[a-z_]+", q))
+        assert used, f"query names no extender metric: {q}"
+        assert used <= exported, f"{q}: {sorted(used - exported)} not exported by extender/metrics.py"
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+    for question in ("latency", "outcomes", "devices by state", "lag", "evictions"):
+        assert question in titles, question
+
+
+def test_extra_args_reach_the_sidecar() -> None:
+    dep = one(objects({"extender": {"extraArgs": ["--claim-wait=0.2"]}}), "Deployment")
+    assert "--claim-wait=0.2" in _container(dep, "dra-extender")["args"]
+
+
+def test_the_fake_api_server_accepts_the_charts_crds_and_kubectl_dras_rules() -> None:
+    """The CRDs as Helm loads them pass the API server's CRD checks; a rule `kubectl dra taint` writes passes their schema."""
+    import argparse
+
+    from kubectl_dra.cli import rule_object
+    from kubectl_dra.taint_spec import parse_taint
+    from tests.e2e.cluster import CRD_GROUP, FakeApi
+
+    api = FakeApi(extra_args=("--no-crds",))
+    try:
+        loaded = [yaml.safe_load(c["data"]) for c in helm().Chart.load(str(CHART)).crds]
+        assert sorted(c["metadata"]["name"] for c in loaded) == sorted(c["metadata"]["name"] for c in crds())
+        for crd in loaded:
+            r = api.http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
+            assert r.status_code == 201, r.text
+        args = argparse.Namespace(
+            driver="gpu.example.com", pool="node-a", device=None, device_class="gpu.example.com",
+            selector=['device.attributes["gpu.example.com"].model == "a100"'], upstream=False, all_devices=False, name="m",
+        )
+        obj = rule_object(args, parse_taint("example.com/maintenance=planned:NoExecute"), f"{CRD_GROUP}/v1alpha1")
+        created = api.create(obj)
+        assert created["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubectl-dra"}
+    finally:
+        api.stop()

@@ -1,0 +1,23 @@
+"""docs/reference.md is what the code says: every flag, endpoint, metric and CRD field."""
+
+from __future__ import annotations
+
+from extender.cli import build_parser
+from extender.metrics import Metrics
+from tests.docs.reference import ROOT, _subparsers, render
+
+REFERENCE = ROOT / "docs" / "reference.md"
+
+
+def test_reference_is_generated_from_the_current_code() -> None:
+    assert REFERENCE.read_text() == render(), "regenerate: python -m tests.docs.reference > docs/reference.md"
+
+
+def test_every_flag_and_metric_is_in_the_reference() -> None:
+    text = REFERENCE.read_text()
+    for action in _subparsers(build_parser())["serve"]._actions:
+        for option in action.option_strings:
+            if option not in ("-h", "--help"):
+                assert f"`{option}" in text, f"flag {option} missing from docs/reference.md"
+    for family in Metrics().registry.collect():
+        assert f"`{family.name}" in text, f"metric {family.name} missing from docs/reference.md"

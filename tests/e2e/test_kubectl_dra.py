@@ -1,0 +1,201 @@
+"""`kubectl dra` against the fake API server, beside a cluster-mode extender.
+
+The docs' walkthrough (docs/operator-guide.md) is this flow: taint with
+effect None, explain the rule (the eviction controller's own dry run),
+NoSchedule (/filter rejects), `why` (the same reasons as /filter), untaint
+(/filter accepts again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kubectl_dra.cli import main
+from tests.e2e.cluster import (
+    CRD_GROUP,
+    FakeApi,
+    cluster_extender,
+    wait_converged,
+    wait_for,
+)
+from tests.e2e.harness import DEMO, ROOT, Extender
+from tests.e2e.test_cluster_mode import add_node, add_pod, pod_args, reasons
+from tests.eviction.harness import claim_and_pod
+
+MANAGED = {"app.kubernetes.io/managed-by": "kubectl-dra"}
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[tuple[FakeApi, Extender]]:
+    api = FakeApi(DEMO)
+    # No waits: every /filter here is a question, never followed by a /bind.
+    ext = cluster_extender(api, "--placement-wait", "0", "--claim-wait", "0")
+    try:
+        ext.wait_ready()
+        wait_converged(api, ext)
+        yield api, ext
+    finally:
+        ext.stop()
+        api.stop()
+
+
+def dra(api: FakeApi, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """`kubectl dra --kubeconfig <the fake's> ARGS`, in this process (its entry point; the help test runs the script)."""
+    argv = ["--kubeconfig", str(api.kubeconfig), *args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse errors
+            code = int(e.code or 0)
+    result = subprocess.CompletedProcess(["kubectl-dra", *argv], code, out.getvalue(), err.getvalue())
+    if ok:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def dra_json(api: FakeApi, *args: str) -> Any:
+    return json.loads(dra(api, *args, "-o", "json").stdout)
+
+
+def all_nodes(api: FakeApi) -> list[str]:
+    return sorted(n["metadata"]["name"] for n in api.list("Node"))
+
+
+def test_taint_rejects_at_filter_and_untaint_accepts_again(live) -> None:
+    api, ext = live
+    add_node(api, "node-k", 1)
+    uid = add_pod(api, "k-pod", "k-claim")
+    wait_converged(api, ext)
+    assert reasons(ext, pod_args("k-pod", "k-claim", ["node-k"], uid=uid))["node-k"] is None
+
+    out = dra(api, "taint", "example.com/maintenance=planned:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-k", "--name", "k-maint").stdout
+    assert out.strip() == f"devicetaintrule.{CRD_GROUP}/k-maint created"
+    rule = api.get("DeviceTaintRule", None, "k-maint", group=CRD_GROUP)
+    assert rule is not None and rule["metadata"]["labels"] == MANAGED
+    assert rule["spec"]["deviceSelector"] == {"driver": "gpu.example.com", "pool": "node-k"}
+    wait_converged(api, ext)
+    why = reasons(ext, pod_args("k-pod", "k-claim", ["node-k"], uid=uid))["node-k"]
+    assert why is not None and "example.com/maintenance=planned:NoSchedule not tolerated" in why, why
+
+    devices = dra_json(api, "devices", "--node", "node-k", "--tainted")
+    assert [(d["device"], d["taints"], d["sources"]) for d in devices] == [("gpu-0", ["example.com/maintenance=planned:NoSchedule"], ["rule/k-maint"])]
+    table = dra(api, "devices", "--node", "node-k").stdout.splitlines()
+    assert table[0].split() == ["NODE", "DRIVER", "POOL", "DEVICE", "TAINTS", "SOURCES", "ALLOCATED-TO"]
+
+    assert dra(api, "untaint", "k-maint").stdout.strip() == f"devicetaintrule.{CRD_GROUP}/k-maint deleted"
+    assert api.get("DeviceTaintRule", None, "k-maint", group=CRD_GROUP) is None
+    wait_converged(api, ext)
+    assert reasons(ext, pod_args("k-pod", "k-claim", ["node-k"], uid=uid))["node-k"] is None
+
+
+def test_why_gives_the_same_reasons_as_filter(live) -> None:
+    api, ext = live
+    dra(api, "taint", "example.com/why=x:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--name", "why-rule")
+    add_pod(api, "why-missing", "no-such-claim", new_claim=False)
+    wait_converged(api, ext)
+    nodes = all_nodes(api)
+    checked = 0
+    for pod in api.list("Pod"):
+        spec, meta = pod["spec"], pod["metadata"]
+        if spec.get("nodeName"):
+            continue
+        body = {"Pod": pod, "NodeNames": nodes}
+        filtered = reasons(ext, body)
+        asked = dra_json(api, "why", "-n", meta["namespace"], meta["name"])
+        assert asked == {"pod": f"{meta['namespace']}/{meta['name']}", "nodes": filtered}, meta["name"]
+        checked += 1
+    assert checked >= 5
+    text = dra(api, "why", "why-missing").stdout
+    assert "0 of" in text and "claim default/no-such-claim (pod claim 'gpu') not found" in text
+    dra(api, "untaint", "example.com/why")
+    assert api.get("DeviceTaintRule", None, "why-rule", group=CRD_GROUP) is None
+
+
+def _status_message(api: FakeApi, name: str) -> str | None:
+    rule = api.get("DeviceTaintRule", None, name, group=CRD_GROUP) or {}
+    for c in (rule.get("status") or {}).get("conditions") or ():
+        if c["type"] == "EvictionInProgress" and c.get("reason") == "NoEffect":
+            return c["message"]
+    return None
+
+
+def test_explain_rule_counts_equal_the_eviction_controllers_dry_run(live) -> None:
+    api, _ext = live
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-e"}})
+    api.create({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-e-gpus"},
+        "spec": {"driver": "gpu.example.com", "nodeName": "node-e", "pool": {"name": "node-e", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"gpu-{i}"} for i in range(4)]},
+    })
+    tolerates = [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"}]
+    objects = [*claim_and_pod("e-victim", 0, node_name="node-e"), *claim_and_pod("e-other-ns", 1, node_name="node-e", namespace="team-b"),
+               *claim_and_pod("e-tolerant", 2, node_name="node-e", tolerations=tolerates)]
+    api.control("POST", "objects", {"kind": "List", "items": objects})
+    out = dra(api, "taint", "example.com/maintenance=planned:None", "--driver", "gpu.example.com", "--pool", "node-e", "--name", "e-maint").stdout
+    assert "created" in out
+    controller_says = wait_for(lambda: _status_message(api, "e-maint"), timeout=20, what="the controller's dry run")
+    explained = dra_json(api, "explain-rule", "e-maint")
+    assert explained["dryRunMessage"] == controller_says
+    assert explained["counts"] == {"publishedDevices": 4, "allocatedDevices": 3, "pods": 2, "namespaces": 2}
+    assert sorted(p["pod"] for p in explained["podsToEvict"]) == ["default/e-victim", "team-b/e-other-ns"]
+    text = dra(api, "explain-rule", "e-maint").stdout
+    assert "would evict 2 pod(s) in 2 namespace(s)" in text and controller_says in text
+    # Nothing was evicted by effect None.
+    assert api.get("Pod", "default", "e-victim") is not None
+    dra(api, "untaint", "e-maint")
+
+
+def test_taint_dry_run_creates_nothing_and_lists_matches(live) -> None:
+    api, _ext = live
+    out = dra(api, "taint", "example.com/probe:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--dry-run").stdout
+    assert "(server dry run)" in out and "matches" in out and "gpu.example.com/node-a/" in out
+    assert not [r for r in api.list("DeviceTaintRule", CRD_GROUP) if r["metadata"].get("labels") == MANAGED and r["spec"]["taint"]["key"] == "example.com/probe"]
+
+
+def test_refusals_and_syntax_errors(live) -> None:
+    api, _ = live
+    r = dra(api, "taint", "example.com/all:NoExecute", ok=False)
+    assert r.returncode == 2 and "--all-devices" in r.stderr and "every pod" in r.stderr
+    r = dra(api, "taint", "example.com/x:NoSchedule", "--upstream", "--device-class", "gpu.example.com", ok=False)
+    assert r.returncode == 2 and "--upstream rules select by --driver, --pool and --device only" in r.stderr
+    for bad, part in [("example.com/x", "effect is missing"), ("example.com/x:Evict", "effect 'Evict'"), ("-bad-:None", "key '-bad-'"), ("k=a b:None", "value 'a b'")]:
+        r = dra(api, "taint", "--", bad, ok=False) if bad.startswith("-") else dra(api, "taint", bad, ok=False)
+        assert r.returncode == 2 and part in r.stderr, (bad, r.stderr)
+    # A rule kubectl-dra did not create is never deleted by it.
+    api.create({"apiVersion": f"{CRD_GROUP}/v1alpha1", "kind": "DeviceTaintRule", "metadata": {"name": "hand-made"},
+                "spec": {"deviceSelector": {"driver": "gpu.example.com"}, "taint": {"key": "example.com/hand", "effect": "None"}}})
+    r = dra(api, "untaint", "hand-made", ok=False)
+    assert r.returncode == 2 and "not managed by kubectl-dra" in r.stderr
+    assert api.get("DeviceTaintRule", None, "hand-made", group=CRD_GROUP) is not None
+
+
+def test_upstream_rule(live) -> None:
+    api, _ = live
+    out = dra(api, "taint", "example.com/up:None", "--upstream", "--driver", "gpu.example.com", "--device", "gpu-1", "--name", "up-rule").stdout
+    assert out.strip() == "devicetaintrule.resource.k8s.io/up-rule created"
+    assert api.get("DeviceTaintRule", None, "up-rule") is not None
+    assert "Rule:       up-rule (resource.k8s.io), effect None" in dra(api, "explain-rule", "up-rule", "--upstream").stdout
+    assert "deleted" in dra(api, "untaint", "up-rule", "--upstream").stdout
+
+
+def test_help_has_examples_and_completion_scripts() -> None:
+    for command in ("taint", "untaint", "devices", "explain-rule", "why"):
+        out = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", command, "--help"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+        assert "examples:" in out and "kubectl dra " + command in out, command
+    from kubectl_dra.cli import completions
+
+    assert completions(["ex"]) == ["explain-rule"]
+    assert completions(["taint", "k=v:No"]) == ["k=v:None", "k=v:NoSchedule", "k=v:NoExecute"]
+    assert "--all-devices" in completions(["taint", "k:None", "--"])
+    assert completions(["devices", "-o", ""]) == ["table", "wide", "json", "yaml"]
+    bash = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", "completion", "bash"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+    assert "complete -F _kubectl_dra kubectl-dra" in bash
