@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 LISTEN ?= 127.0.0.1:8888
 SOURCE ?= examples/demo-cluster
 
-.PHONY: run test bench clean
+.PHONY: run test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,14 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(BIN)/dra-extender serve --source $(SOURCE) --listen $(LISTEN)
 
-test: $(VENV)/.installed
+test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Style and layering, also run by `make test` (and by pre-commit: .pre-commit-config.yaml).
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,bench]'

@@ -13,7 +13,6 @@ an admin can act on.
 from __future__ import annotations
 
 import weakref
-
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -377,14 +376,15 @@ class Allocator:
         where = f"claim {claim.key}, request {result_name}"
         device_class = classes.get(req.device_class_name)
         if device_class is None:
-            return Failure(
-                REASON_CLASS_MISSING, f"{where}: device class {req.device_class_name} not found", claim.key, result_name
-            )
+            return Failure(REASON_CLASS_MISSING, f"{where}: device class {req.device_class_name} not found", claim.key, result_name)
         try:
             class_selectors = [self._cel.compile(e) for e in device_class.selectors]
         except ValueError as e:  # CelCompileError names the expression and the reason
             return Failure(
-                REASON_SELECTOR_ERROR, f"{where}: device class {device_class.meta.name}: {e}", claim.key, result_name,
+                REASON_SELECTOR_ERROR,
+                f"{where}: device class {device_class.meta.name}: {e}",
+                claim.key,
+                result_name,
                 device_class.meta.name,
             )
         try:
@@ -427,9 +427,7 @@ class Allocator:
                         try:
                             matches = in_class and all(self._cel.evaluate(sel, device) for sel in request_selectors)
                         except ValueError as e:
-                            return Failure(
-                                REASON_SELECTOR_ERROR, f"{where}: device {device.id}: {e}", claim.key, result_name
-                            )
+                            return Failure(REASON_SELECTOR_ERROR, f"{where}: device {device.id}: {e}", claim.key, result_name)
                     if not in_class:
                         continue  # another kind of device: not worth mentioning
                     tally.in_class += 1
@@ -611,8 +609,7 @@ class _Search:
             c = constrained[0]
             what = "; ".join(
                 f"{'matchAttribute' if k.match_attribute else 'distinctAttribute'} "
-                f"{k.match_attribute or k.distinct_attribute}"
-                + (f" on requests {', '.join(k.requests)}" if k.requests else "")
+                f"{k.match_attribute or k.distinct_attribute}" + (f" on requests {', '.join(k.requests)}" if k.requests else "")
                 for k in c.constraints
             )
             return Failure(

@@ -285,7 +285,7 @@ def _result(activation: Any, fn: Callable[[Any], Any]) -> Any:
     """celpy's `result()` boundary (&&, ||, ?:, has, macros): a failure becomes an error value."""
     try:
         return fn(activation)
-    except Exception as e:  # noqa: BLE001 - every failure inside CEL is a CEL error
+    except Exception as e:
         return lib.error_value(e)
 
 
@@ -470,7 +470,7 @@ def _transpile(tree: Any) -> Callable[[Any], Any]:
         [*phase2._statements, f"def _cel(activation):\n    return {tree.transpiled}"]  # failures: caught by the caller
     )
     namespace = {**_BASE_GLOBALS, **constants, "_result": _result}
-    exec(compile(source, "<cel>", "exec"), namespace)  # noqa: S102 - our own generated code
+    exec(compile(source, "<cel>", "exec"), namespace)
     return namespace["_cel"]
 
 
@@ -488,7 +488,7 @@ def _interp_function(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                     return a
         try:
             return fn(*args)
-        except Exception as e:  # noqa: BLE001 - every failure inside CEL is a CEL error
+        except Exception as e:
             return lib.error_value(e)
 
     call.__name__ = call.__qualname__ = getattr(fn, "__name__", label)
@@ -543,7 +543,7 @@ class _Evaluator(Evaluator):
                 return v
         try:
             return celtypes.MapType(list(zip(values[0::2], values[1::2], strict=True)))
-        except Exception as e:  # noqa: BLE001 - duplicate or invalid keys
+        except Exception as e:
             return lib.error_value(e)
 
     def member_dot(self, tree: Any) -> Any:
@@ -552,7 +552,7 @@ class _Evaluator(Evaluator):
             return member
         try:
             return lib.select(member, str(tree.children[1]))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return lib.error_value(e)
 
     def macro_has_eval(self, exprlist: Any) -> Any:
@@ -562,7 +562,7 @@ class _Evaluator(Evaluator):
             return receiver
         try:
             return lib.has_field(receiver, str(target.children[1]))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return lib.error_value(e)
 
     def member_dot_arg(self, tree: Any) -> Any:
@@ -592,7 +592,7 @@ class _Evaluator(Evaluator):
             receiver = self.visit(tree.children[0])
             args = [self.visit(e) for e in exprs]
             return self.activation.resolve_function(str(tree.children[1]))(receiver, *args)
-        except Exception as e:  # noqa: BLE001 - every failure inside CEL is a CEL error
+        except Exception as e:
             return lib.error_value(e)
 
 
@@ -600,7 +600,7 @@ def _interpreter(tree: Any) -> Callable[[Activation], Any]:
     def run(activation: Activation) -> Any:
         try:
             return _Evaluator(tree, activation=activation).visit(tree)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return lib.error_value(e)
 
     return run
@@ -687,7 +687,7 @@ class CelEnvironment:
                 return CelCompileError(expression, f"expression is longer than {MAX_EXPRESSION_LENGTH} characters")
             try:
                 tree = _parse(expression)
-            except Exception as e:  # noqa: BLE001 - any parser failure is a syntax error
+            except Exception as e:
                 return CelCompileError(expression, _syntax_reason(expression, e))
             if depth(tree) > MAX_TREE_DEPTH:
                 return CelCompileError(expression, "expression is nested too deeply")
@@ -698,12 +698,12 @@ class CelEnvironment:
             if self._backend == "compiled":
                 try:
                     return CompiledSelector(expression, "compiled", _transpile(tree))
-                except Exception:  # noqa: BLE001 - whatever the transpiler cannot do, the interpreter does
+                except Exception:
                     logging.getLogger(__name__).debug("CEL expression %r falls back to the interpreter", expression, exc_info=True)
             return CompiledSelector(expression, "interpreted", _interpreter(tree))
         except RecursionError:
             return CelCompileError(expression, "expression is nested too deeply")
-        except Exception as e:  # noqa: BLE001 - never let an internal failure escape as anything but a compile error
+        except Exception as e:
             return CelCompileError(expression, f"internal error: {lib.reason(e)}")
 
     # ------------------------------------------------------------ evaluate
@@ -724,7 +724,7 @@ class CelEnvironment:
                     self._stats["misses"] += 1
                 else:
                     self._stats["hits"] += 1
-        except Exception as e:  # noqa: BLE001 - e.g. an unhashable cel_key or not a selector
+        except Exception as e:
             raise CelRuntimeError(str(getattr(selector, "expression", selector)), f"cannot evaluate: {lib.reason(e)}") from None
         if cached is _MISS:
             if entry is None:
@@ -746,7 +746,7 @@ class CelEnvironment:
         """Build (outside the lock) and cache the activation of a device version."""
         try:
             entry = _DeviceEntry(_Act(device_value(device), {}), None)
-        except Exception as e:  # noqa: BLE001 - a device we cannot represent fails every selector
+        except Exception as e:
             entry = _DeviceEntry(None, f"device cannot be evaluated: {lib.reason(e)}")
         with self._lock:
             existing = self._devices.get(cel_key)
@@ -785,7 +785,7 @@ class CelEnvironment:
         except lib.DeadlineExceeded as e:
             e.expression = selector.expression  # the caller names it; never cached
             raise
-        except Exception as e:  # noqa: BLE001 - e.g. RecursionError outside a CEL boundary
+        except Exception as e:
             value = lib.error_value(e)
         if value is True or value is False or isinstance(value, celtypes.BoolType):
             return bool(value)

@@ -220,7 +220,11 @@ class Checker:
         shown = ", ".join(_shown(a) for a in args)
         applied = f"{_shown(recv)}.({shown})" if recv is not None else f"({shown})"
         candidates = [s for s in sigs if (s[0] is None) == (recv is None) and len(s[1]) == len(args)]
-        matching = [s for s in candidates if (recv is None or _compatible(recv, s[0])) and all(_compatible(a, p) for a, p in zip(args, s[1], strict=True))]
+        matching = [
+            s
+            for s in candidates
+            if (recv is None or _compatible(recv, s[0])) and all(_compatible(a, p) for a, p in zip(args, s[1], strict=True))
+        ]
         if not matching:
             raise CheckError(f"found no matching overload for '{name}' applied to '{applied}'")
         results = {s[2] for s in matching}
@@ -271,7 +275,15 @@ class Checker:
         op = op_node.data
         ba, bb = _base(a), _base(b)
         concrete = a != DYN and b != DYN
-        name = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_gt": "_>_", "relation_ge": "_>=_", "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "@in"}[op]
+        name = {
+            "relation_lt": "_<_",
+            "relation_le": "_<=_",
+            "relation_gt": "_>_",
+            "relation_ge": "_>=_",
+            "relation_eq": "_==_",
+            "relation_ne": "_!=_",
+            "relation_in": "@in",
+        }[op]
         fail = CheckError(f"found no matching overload for '{name}' applied to '({_shown(a)}, {_shown(b)})'")
         if op in ("relation_eq", "relation_ne"):
             if concrete and ba != bb and not (ba in NUMERIC and bb in NUMERIC) and "null_type" not in (ba, bb):
@@ -289,7 +301,9 @@ class Checker:
         op_node, right = node.children
         a, b = self.visit(op_node.children[0]), self.visit(right)
         add = op_node.data == "addition_add"
-        allowed = ("int", "uint", "double", "string", "bytes", "list", "duration") if add else ("int", "uint", "double", "duration", "timestamp")
+        allowed = (
+            ("int", "uint", "double", "string", "bytes", "list", "duration") if add else ("int", "uint", "double", "duration", "timestamp")
+        )
         return self._arith("_+_" if add else "_-_", a, b, allowed)
 
     def t_multiplication(self, node: Any) -> str:
@@ -514,7 +528,7 @@ class Checker:
                 return "bytes"
         except CheckError:
             raise
-        except Exception as e:  # noqa: BLE001 - any literal decoding failure is a syntax error
+        except Exception as e:
             raise CheckError(f"invalid literal {text[:40]!r}: {e}") from None
         if kind == "BOOL_LIT":
             return "bool"

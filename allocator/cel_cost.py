@@ -58,7 +58,29 @@ MIN_DURATION_SIZE_JSON: Final = 4  # "0s"
 MAX_DURATION_SIZE_JSON: Final = 32
 
 CEL_RESERVED: Final = frozenset(
-    "true false null in as break const continue else for function if import let loop package namespace return var void while".split()
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
 )
 _CEL_IDENT: Final = re.compile(r"^[_a-zA-Z][_a-zA-Z0-9]*$")
 
@@ -113,7 +135,9 @@ def _string_max(schema: dict[str, Any]) -> int:
     fmt = schema.get("format")
     if schema.get("x-kubernetes-int-or-string"):
         return MAX_REQUEST_SIZE_BYTES - 2
-    return {"duration": MAX_DURATION_SIZE_JSON, "date": JSON_DATE_SIZE, "date-time": MAX_DATETIME_SIZE_JSON}.get(fmt, MAX_REQUEST_SIZE_BYTES - 2)
+    return {"duration": MAX_DURATION_SIZE_JSON, "date": JSON_DATE_SIZE, "date-time": MAX_DATETIME_SIZE_JSON}.get(
+        fmt, MAX_REQUEST_SIZE_BYTES - 2
+    )
 
 
 def _with_type_and_object_meta(schema: dict[str, Any]) -> dict[str, Any]:
@@ -207,8 +231,27 @@ def extract_max_elements(schema: dict[str, Any]) -> int | None:
 
 _SCALARS: Final = frozenset(("bool", "double", "duration", "int", "timestamp", "uint"))
 _MACROS: Final = frozenset(("all", "exists", "exists_one", "map", "filter"))
-_STRING_RESULT: Final = frozenset(("lowerAscii", "upperAscii", "trim", "replace", "substring", "charAt", "join", "string", "format", "quote", "find"))
-_BOOL_RESULT: Final = frozenset(("contains", "startsWith", "endsWith", "matches", "isSorted", "isQuantity", "isSemver", "isInteger", "isGreaterThan", "isLessThan", "bool", "isURL", "isIP", "isCIDR"))
+_STRING_RESULT: Final = frozenset(
+    ("lowerAscii", "upperAscii", "trim", "replace", "substring", "charAt", "join", "string", "format", "quote", "find")
+)
+_BOOL_RESULT: Final = frozenset(
+    (
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "isSorted",
+        "isQuantity",
+        "isSemver",
+        "isInteger",
+        "isGreaterThan",
+        "isLessThan",
+        "bool",
+        "isURL",
+        "isIP",
+        "isCIDR",
+    )
+)
 _INT_RESULT: Final = frozenset(("size", "int", "indexOf", "lastIndexOf", "compareTo", "asInteger", "sign", "major", "minor", "patch"))
 
 
@@ -352,7 +395,11 @@ class RuleCostEstimator:
             return Est(1, var.type, var.path, var.size, var.decl)
         if name in ("self", "oldSelf"):
             return Est(1, self.root.kind, (name,), None, self.root)
-        return Est(1, "type" if name in ("int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type") else "dyn", (name,))
+        return Est(
+            1,
+            "type" if name in ("int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type") else "dyn",
+            (name,),
+        )
 
     def c_paren_expr(self, node: Any) -> Est:
         return self.visit(node.children[0])
@@ -430,7 +477,13 @@ class RuleCostEstimator:
         recv_node, name = node.children[0], str(node.children[1])
         exprs = list(node.children[2].children) if len(node.children) == 3 else []
         recv_inner = unwrap(recv_node)
-        if name == "bind" and isinstance(recv_inner, lark.Tree) and recv_inner.data == "ident" and str(recv_inner.children[0]) == "cel" and len(exprs) == 3:
+        if (
+            name == "bind"
+            and isinstance(recv_inner, lark.Tree)
+            and recv_inner.data == "ident"
+            and str(recv_inner.children[0]) == "cel"
+            and len(exprs) == 3
+        ):
             var = str(unwrap(exprs[0]).children[0])
             init = self.visit(exprs[1])
             self.scopes.append({var: _Var(init.path, init.type, init.decl, init.size)})

@@ -19,6 +19,7 @@ receiver types (`compareTo`, `indexOf`) dispatches on its first argument.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -95,11 +96,11 @@ REGEX_WEIGHT = 30  # RE2's NFA fallback (large patterns) runs ~400 ns per cel-go
 INTERPRETED_BUDGET_DIVISOR = 25
 
 
-class CostLimitExceeded(BaseException):  # noqa: N818 - not an Exception, so no CEL boundary absorbs it
+class CostLimitExceeded(BaseException):
     """The evaluation exceeded its cost budget; aborts the whole evaluation, as upstream."""
 
 
-class DeadlineExceeded(BaseException):  # noqa: N818 - must cross every CEL and allocator boundary
+class DeadlineExceeded(BaseException):
     """The caller's time budget (e.g. one /filter call's) ran out during an evaluation.
 
     Not a property of the device: never cached, unlike a cost-limit error.
@@ -159,9 +160,7 @@ def traversal_cost(n: int) -> int:
 
 def regex_cost(text: str, pattern: str) -> int:
     """cel-go's matches/find/findAll: (1 + input length) x pattern length, scaled."""
-    return math.ceil((1 + len(text)) * STRING_TRAVERSAL_COST_FACTOR) * math.ceil(
-        len(pattern) * REGEX_STRING_LENGTH_COST_FACTOR
-    )
+    return math.ceil((1 + len(text)) * STRING_TRAVERSAL_COST_FACTOR) * math.ceil(len(pattern) * REGEX_STRING_LENGTH_COST_FACTOR)
 
 
 def _regex_charge(text: str, pattern: str) -> None:
@@ -364,7 +363,7 @@ def cel_equal(a: Any, b: Any) -> bool:
         return bool(_plain(a, ka) == _plain(b, kb))
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - an incomparable pair of one type is simply unequal
+    except Exception:
         return False
 
 
@@ -862,7 +861,7 @@ def _memo(tag: str, text: str, parse: Callable[[str], Any]) -> Any:
     if hit is None:
         try:
             hit = parse(text)
-        except Exception as e:  # noqa: BLE001 - a parse failure of any kind is the user's error
+        except Exception as e:
             hit = ValueError(str(e) or type(e).__name__)
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()
@@ -1078,7 +1077,7 @@ def compile_regex(pattern: str) -> Any:
     if rx is None:
         try:
             rx = re2.compile(pattern, _RE2_OPTIONS)
-        except Exception as e:  # noqa: BLE001 - re2 raises its own error type
+        except Exception as e:
             detail = e.args[0] if e.args else e
             if isinstance(detail, bytes):
                 detail = detail.decode("utf-8", "replace")
@@ -1291,7 +1290,7 @@ def last_index_of(x: Any, item: Any, offset: Any = None) -> celtypes.IntType:
 def l_is_sorted(x: Any) -> celtypes.BoolType:
     lst = _need_list("isSorted", x)
     charge(len(lst) * ARITHMETIC_ELEMENT_WEIGHT)
-    for a, b in zip(lst, lst[1:], strict=False):
+    for a, b in itertools.pairwise(lst):
         if _compare("isSorted", a, b) > 0:
             return FALSE
     return TRUE

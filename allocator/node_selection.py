@@ -54,6 +54,4 @@ def node_selector_matches(selector: NodeSelector, node: Node) -> bool:
 
 def node_name_selector(node_name: str) -> NodeSelector:
     """The selector upstream writes for an allocation that uses a node-local device."""
-    return NodeSelector(
-        (NodeSelectorTerm(match_fields=(NodeSelectorRequirement("metadata.name", "In", (node_name,)),)),)
-    )
+    return NodeSelector((NodeSelectorTerm(match_fields=(NodeSelectorRequirement("metadata.name", "In", (node_name,)),)),))

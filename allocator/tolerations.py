@@ -40,15 +40,11 @@ def blocks_allocation(taint: DeviceTaint) -> bool:
     return taint.effect in BLOCKING_EFFECTS
 
 
-def untolerated_blocking_taints(
-    taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]
-) -> list[DeviceTaint]:
+def untolerated_blocking_taints(taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]) -> list[DeviceTaint]:
     """The taints that forbid allocating this device for a request with these tolerations."""
     return [t for t in taints if blocks_allocation(t) and not taint_tolerated(t, tolerations)]
 
 
-def untolerated_no_execute_taints(
-    taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]
-) -> list[DeviceTaint]:
+def untolerated_no_execute_taints(taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]) -> list[DeviceTaint]:
     """NoExecute taints that would evict a pod using the device (no new pod may reserve it)."""
     return [t for t in taints if t.effect == EFFECT_NO_EXECUTE and not taint_tolerated(t, tolerations)]

@@ -167,16 +167,11 @@ def parse_meta(r: _Reader, raw: Mapping[str, Any], *, namespaced: bool) -> Objec
     for k, v in annotations.items():
         if not isinstance(v, str):
             raise r.fail(f"metadata.annotations.{k}", "must be a string")
-    finalizers = tuple(
-        r.string(f, f"metadata.finalizers[{i}]")
-        for i, f in enumerate(r.seq(meta.get("finalizers"), "metadata.finalizers"))
-    )
+    finalizers = tuple(r.string(f, f"metadata.finalizers[{i}]") for i, f in enumerate(r.seq(meta.get("finalizers"), "metadata.finalizers")))
     rv = meta.get("resourceVersion")
     return ObjectMeta(
         name=r.string(meta.get("name"), "metadata.name", required=True),
-        namespace=r.string(meta.get("namespace"), "metadata.namespace", default="default" if namespaced else "")
-        if namespaced
-        else "",
+        namespace=r.string(meta.get("namespace"), "metadata.namespace", default="default" if namespaced else "") if namespaced else "",
         uid=r.string(meta.get("uid"), "metadata.uid"),
         resource_version=str(rv) if rv is not None else "",
         generation=r.integer(meta.get("generation"), "metadata.generation", default=0) or 0,
@@ -249,9 +244,7 @@ def parse_node_selector(r: _Reader, raw: Any, path: str) -> NodeSelector:
                 op = r.string(q.get("operator"), f"{qp}.operator", required=True)
                 if op not in _NODE_SELECTOR_OPERATORS:
                     raise r.fail(f"{qp}.operator", f"unsupported operator {op!r}")
-                values = tuple(
-                    r.string(v, f"{qp}.values[{k}]") for k, v in enumerate(r.seq(q.get("values"), f"{qp}.values"))
-                )
+                values = tuple(r.string(v, f"{qp}.values[{k}]") for k, v in enumerate(r.seq(q.get("values"), f"{qp}.values")))
                 out.append(NodeSelectorRequirement(r.string(q.get("key"), f"{qp}.key", required=True), op, values))
             return tuple(out)
 
@@ -414,9 +407,7 @@ def _device_body(d: Mapping[str, Any]) -> Any:
     return d.get("basic") if "basic" in d and d.get("basic") is not None else d  # v1beta1 wraps it in `basic`
 
 
-def _parse_device(
-    r: _Reader, raw: Any, path: str, driver: str, default_time: str, previous: tuple[Any, Device] | None = None
-) -> Device:
+def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: str, previous: tuple[Any, Device] | None = None) -> Device:
     d = r.mapping(raw, path, required=True)
     if previous is not None and previous[0] == d:
         return previous[1]  # the same device as last time: parsed once
@@ -426,9 +417,11 @@ def _parse_device(
     else:
         body, bpath = d, path
     old_body = _device_body(previous[0]) if previous is not None and isinstance(previous[0], Mapping) else None
-    if isinstance(old_body, Mapping) and old_body.get("attributes") == body.get("attributes") and old_body.get(
-        "capacity"
-    ) == body.get("capacity"):
+    if (
+        isinstance(old_body, Mapping)
+        and old_body.get("attributes") == body.get("attributes")
+        and old_body.get("capacity") == body.get("capacity")
+    ):
         # Only taints or node fields changed (the common driver update): keep the parsed
         # attributes and capacity, and with them the device's CEL identity.
         attributes: dict[str, AttributeValue] = previous[1].attributes  # type: ignore[index,assignment]
@@ -447,9 +440,7 @@ def _parse_device(
     taints_raw = r.seq(body.get("taints"), f"{bpath}.taints")
     if len(taints_raw) > DEVICE_TAINTS_MAX:
         raise r.fail(f"{bpath}.taints", f"must have at most {DEVICE_TAINTS_MAX} items")
-    taints = tuple(
-        parse_taint(r, t, f"{bpath}.taints[{i}]", default_time=default_time) for i, t in enumerate(taints_raw)
-    )
+    taints = tuple(parse_taint(r, t, f"{bpath}.taints[{i}]", default_time=default_time) for i, t in enumerate(taints_raw))
     node_selector = body.get("nodeSelector")
     return Device(
         name=r.string(d.get("name"), f"{path}.name", required=True),
@@ -478,9 +469,7 @@ def parse_resource_slice(
     pool = r.mapping(spec.get("pool"), "spec.pool", required=True)
     prev = previous or {}
     devices = tuple(
-        _parse_device(
-            r, d, f"spec.devices[{i}]", driver, default_time, prev.get(d.get("name")) if isinstance(d, Mapping) else None
-        )
+        _parse_device(r, d, f"spec.devices[{i}]", driver, default_time, prev.get(d.get("name")) if isinstance(d, Mapping) else None)
         for i, d in enumerate(r.seq(spec.get("devices"), "spec.devices"))
     )
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None
@@ -510,8 +499,7 @@ def parse_resource_slice(
         driver=driver,
         pool=r.string(pool.get("name"), "spec.pool.name", required=True),
         generation=r.integer(pool.get("generation"), "spec.pool.generation", default=0) or 0,
-        resource_slice_count=r.integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", default=1)
-        or 1,
+        resource_slice_count=r.integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", default=1) or 1,
         devices=devices,
         node_name=node_name,
         node_selector=parse_node_selector(r, node_selector, "spec.nodeSelector") if node_selector else None,
@@ -564,9 +552,7 @@ def _parse_config(r: _Reader, raw: Any, path: str, *, with_requests: bool) -> tu
             opaque = OpaqueConfig(r.string(o.get("driver"), f"{cp}.opaque.driver", required=True), o.get("parameters"))
         requests: tuple[str, ...] = ()
         if with_requests:
-            requests = tuple(
-                r.string(x, f"{cp}.requests[{j}]") for j, x in enumerate(r.seq(c.get("requests"), f"{cp}.requests"))
-            )
+            requests = tuple(r.string(x, f"{cp}.requests[{j}]") for j, x in enumerate(r.seq(c.get("requests"), f"{cp}.requests")))
         out.append(DeviceConfig(opaque, requests))
     return tuple(out)
 

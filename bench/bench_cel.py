@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,11 +62,11 @@ def make_devices(n: int) -> list[BenchDevice]:
         d = "gpu.example.com"
         out.append(
             BenchDevice(
-                cel_key=("slice-%d" % (i // 8), 1, "gpu-%d" % i),
+                cel_key=(f"slice-{i // 8}", 1, f"gpu-{i}"),
                 driver=d,
                 attributes={
                     f"{d}/productName": products[p],
-                    f"{d}/uuid": "GPU-%08x-4c3f-9a1e-%012x" % (i * 2654435761 % 2**32, i),
+                    f"{d}/uuid": f"GPU-{i * 2654435761 % 2**32:08x}-4c3f-9a1e-{i:012x}",
                     f"{d}/index": i % 8,
                     f"{d}/minor": i % 8,
                     f"{d}/driverVersion": drivers[i % 4],
@@ -110,7 +110,7 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "cel_python": metadata.version("cel-python"),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -122,9 +122,7 @@ def run(n: int) -> dict[str, Any]:
     # Activation build: the `device` value every selector reads, built once per device version.
     build_s, values = _best(3, lambda: [device_value(d) for d in devices])
     print(f"activation build: {_per(build_s, n)} us/device", flush=True)
-    celpy_build_s, _ = _best(
-        1, lambda: [Activation(functions=celmod._INTERP_FUNCTIONS, vars={"device": v}) for v in values]
-    )
+    celpy_build_s, _ = _best(1, lambda: [Activation(functions=celmod._INTERP_FUNCTIONS, vars={"device": v}) for v in values])
     print(f"  + celpy Activation for the interpreter: {_per(celpy_build_s, n)} us/device", flush=True)
 
     # Cold start through the public API: the first selector on unseen devices pays the activations.
@@ -144,7 +142,7 @@ def run(n: int) -> dict[str, Any]:
             env.evaluate(env.compile("true"), devices[0])  # warm the parser/runtime
             for d in devices:  # activations cached, as in steady state
                 env.evaluate(env.compile("true"), d)
-            acts = [env._devices[d.cel_key] for d in devices]  # noqa: SLF001 - the bench times the runner alone
+            acts = [env._devices[d.cel_key] for d in devices]
             if backend == "compiled":
                 run_s, _ = _best(repeats, lambda: [sel.run(a.act) for a in acts])  # noqa: B023
             else:

@@ -15,9 +15,9 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -58,7 +58,11 @@ CASES: list[Case] = [
     Case("findAll-limited", f'{A9000}.findAll(".", 100).size() == 100', "ok"),
     # Comprehensions over lists built at runtime escape the static estimate (32 assumed).
     Case("nested-over-split", f'{A1000}.split("").all(x, {A1000}.split("").all(y, true))', "cost"),
-    Case("triple-nested-over-split", f'{A1000}.split("").all(x, "aaaaaaaaaaaaaaaaaaaa".split("").all(y, {A1000}.split("").all(z, x == y)))', "cost"),
+    Case(
+        "triple-nested-over-split",
+        f'{A1000}.split("").all(x, "aaaaaaaaaaaaaaaaaaaa".split("").all(y, {A1000}.split("").all(z, x == y)))',
+        "cost",
+    ),
     Case("in-built-list", f'cel.bind(l, {A3000}.split(""), l.all(x, x in l))', "cost"),
     Case("indexOf-built-list", f'cel.bind(l, {A3000}.split(""), l.all(x, l.indexOf(x) >= 0))', "cost"),
     Case("list-equality", f'cel.bind(l, {A3000}.split(""), l.all(x, l == l))', "cost"),
@@ -67,10 +71,10 @@ CASES: list[Case] = [
     # String growth.
     Case("concat-growth", _growing(10), "cost"),
     Case("concat-growth-small", _growing(3), "ok"),
-    Case("replace-growth", '"a"' + '.replace("a", "aaaaaaaaaa")' * 8 + '.size() > 0', "cost"),
+    Case("replace-growth", '"a"' + '.replace("a", "aaaaaaaaaa")' * 8 + ".size() > 0", "cost"),
     Case("replace-in-comprehension", f'{_ints(100)}.all(x, {A9000}.replace("a", "bb").size() > 0)', "ok"),
     Case("join-of-split", f'{_ints(100)}.all(x, {A9000}.split("").join("-").size() > 0)', "cost"),
-    Case("lowerAscii-of-doubled", f'cel.bind(s, {A3000} + {A3000} + {A3000}, {_ints(200)}.all(x, s.lowerAscii().size() > 0))', "ok"),
+    Case("lowerAscii-of-doubled", f"cel.bind(s, {A3000} + {A3000} + {A3000}, {_ints(200)}.all(x, s.lowerAscii().size() > 0))", "ok"),
     # Regular expressions on long inputs (RE2: linear, but charged by input x pattern).
     Case("matches-long-input", f'{_ints(100)}.all(x, {A9000}.matches("(a|aa)+(b|bb)*$"))', "cost"),
     Case("matches-big-pattern", f'{A3000}.matches("' + "(a?)" * 300 + "a" * 300 + '")', "cost"),
@@ -87,7 +91,7 @@ class _Device:
     """A fresh device version per evaluation, so no cached result answers."""
 
     driver = "gpu.example.com"
-    capacity: dict[str, Any] = {}
+    capacity: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, n: int) -> None:
         self.cel_key = ("hostile", n, time.monotonic_ns())
@@ -120,7 +124,7 @@ def run(repeats: int) -> dict[str, Any]:
                 worst = max(worst, time.perf_counter() - start)
             rows.append({"backend": backend, "case": case.name, "worst_ms": round(worst * 1000, 2), "outcome": outcome})
     return {
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "repeats": repeats,
         "loadavg": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "cpus": os.cpu_count(),

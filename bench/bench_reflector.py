@@ -155,7 +155,6 @@ def probe_filter_args(slices: int, uid: str, nodes: int = 100) -> bytes:
     )
 
 
-
 def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
     """An allocation of a distinct device per claim (what a scheduler writes at bind)."""
     pool = node_name(c % slices)
@@ -174,7 +173,6 @@ def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- processes
-
 
 
 # ---------------------------------------------------------------------- list phase
@@ -239,13 +237,17 @@ async def push_updates(api: str, slices: int, devices: int, n_slices: int, n_cla
         if k < n_claims:
             c = claim_status(k, slices, devices)
             name = c["metadata"]["name"]
-            jobs.append((f"{NAMESPACE}/{name}", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}/status", orjson.dumps(c)))
+            jobs.append(
+                (f"{NAMESPACE}/{name}", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}/status", orjson.dumps(c))
+            )
     final: dict[str, str] = {}
     queue: asyncio.Queue[tuple[str, str, bytes]] = asyncio.Queue()
     for j in jobs:
         queue.put_nowait(j)
     started = time.perf_counter()
-    async with aiohttp.ClientSession(api, headers={"Content-Type": "application/json"}, connector=aiohttp.TCPConnector(limit=parallel)) as session:
+    async with aiohttp.ClientSession(
+        api, headers={"Content-Type": "application/json"}, connector=aiohttp.TCPConnector(limit=parallel)
+    ) as session:
 
         async def worker() -> None:
             while not queue.empty():
@@ -392,8 +394,13 @@ def slice_update_rates(slices: int = 5000, devices: int = 8, events: int = 3000,
     gc.disable()
     for (kind, group), items in by_kind.items():
         state.replace(kind, group, items)
-    for kind, group in list(by_kind) + [("ResourceClaim", "resource.k8s.io"), ("Pod", ""), ("ResourceClaimTemplate", "resource.k8s.io"),
-                                        ("ResourceSlicePatch", "resource.dra-extender.io")]:
+    for kind, group in [
+        *list(by_kind),
+        ("ResourceClaim", "resource.k8s.io"),
+        ("Pod", ""),
+        ("ResourceClaimTemplate", "resource.k8s.io"),
+        ("ResourceSlicePatch", "resource.dra-extender.io"),
+    ]:
         state.mark_synced(kind, group)
     gc.enable()
     gc.collect()
@@ -463,8 +470,11 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         t = time.perf_counter()
         with httpx.Client(base_url=api, timeout=300) as http:
             for i in range(0, len(objs), 2000):
-                http.post("/_fake/objects", content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
-                          headers={"Content-Type": "application/json"}).raise_for_status()
+                http.post(
+                    "/_fake/objects",
+                    content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
+                    headers={"Content-Type": "application/json"},
+                ).raise_for_status()
             counts = http.get("/_fake/state").json()["objects"]
         result["seed_seconds"] = round(time.perf_counter() - t, 2)
         print(f"  seeded {len(objs)} objects in {result['seed_seconds']} s: {counts}", flush=True)
@@ -520,7 +530,9 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
                     counts = tracker_counts((await http.get("/metrics")).text)
                     s, c = counts.get("ResourceSlice/MODIFIED", 0), counts.get("ResourceClaim/MODIFIED", 0)
                     now = time.perf_counter() - t0
-                    samples.append((round(now, 3), s - before.get("ResourceSlice/MODIFIED", 0), c - before.get("ResourceClaim/MODIFIED", 0)))
+                    samples.append(
+                        (round(now, 3), s - before.get("ResourceSlice/MODIFIED", 0), c - before.get("ResourceClaim/MODIFIED", 0))
+                    )
                     if s >= want_s and c >= want_c:
                         return now
                     if now > 600:
@@ -553,19 +565,20 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
 
         # The same /filter on a quiet extender, for comparison.
         quiet: list[float] = []
-        for k in range(20):
+        for _k in range(20):
             body = probe_filter_args(slices, "probe")
             t = time.perf_counter()
             client.post("/filter", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
             quiet.append((time.perf_counter() - t) * 1000)
 
         cpu = Cpu({"fakeapi": api_proc.pid, "extender": ext.pid})
-        pushed, applied_s, t0 = asyncio.run(watch_phase())
+        pushed, applied_s, _t0 = asyncio.run(watch_phase())
         watch_cpu = cpu.done()
         # Every updated object at the resourceVersion its last PUT returned.
         view = client.get("/debug/objects").json()["objects"]
         stale = [
-            k for k, rv in pushed["final"].items()
+            k
+            for k, rv in pushed["final"].items()
             if (view["ResourceClaim.resource.k8s.io"] if "/" in k else view["ResourceSlice.resource.k8s.io"]).get(k) != rv
         ]
         n = pushed["count"]
@@ -588,7 +601,10 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
             },
             "samples": samples,
         }
-        print(f"  watch: {result['watch']['applied_events_per_s']} events/s applied, API took {result['watch']['api_accepted_per_s']}/s; CPU {watch_cpu}", flush=True)
+        print(
+            f"  watch: {result['watch']['applied_events_per_s']} events/s applied, API took {result['watch']['api_accepted_per_s']}/s; CPU {watch_cpu}",
+            flush=True,
+        )
 
         # -------------------------------------------------------------- 3. the same bytes in-process
         print("  in-process: list pages and watch lines through ClusterState", flush=True)
@@ -599,9 +615,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
             ("claims", "/apis/resource.k8s.io/v1/resourceclaims", n_claim_updates),
         ):
             watch_lines[name], replay[name] = asyncio.run(raw_watch(api, path, rv_before, want))
-        result["fake_server_watch_replay_events_per_s"] = {
-            k: round(len(watch_lines[k]) / v) if v else None for k, v in replay.items()
-        }
+        result["fake_server_watch_replay_events_per_s"] = {k: round(len(watch_lines[k]) / v) if v else None for k, v in replay.items()}
         result["in_process"] = in_process(pages, watch_lines)
         print("  in-process: slice updates by what changed (taint / generation / full)", flush=True)
         result["in_process"]["slice_update_kinds"] = slice_update_rates(slices, devices)
@@ -659,8 +673,14 @@ def markdown(r: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     logged = lst["extender_logged"]
-    plural = {"Node": "nodes", "Pod": "pods", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
-              "ResourceClaimTemplate": "resourceclaimtemplates", "DeviceClass": "deviceclasses"}
+    plural = {
+        "Node": "nodes",
+        "Pod": "pods",
+        "ResourceSlice": "resourceslices",
+        "ResourceClaim": "resourceclaims",
+        "ResourceClaimTemplate": "resourceclaimtemplates",
+        "DeviceClass": "deviceclasses",
+    }
     for kind, v in ip["list"].items():
         base = kind.split(".")[0]
         p = plural.get(base, "devicetaintrules" if base == "DeviceTaintRule" else "resourceslicepatches")

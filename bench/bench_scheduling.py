@@ -61,7 +61,12 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
                 "metadata": {"name": f"{node}-{DRIVER}"},
-                "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devs},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devs,
+                },
             }
         )
     for i in range(tainted_pools):
@@ -70,7 +75,10 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
                 "apiVersion": "resource.k8s.io/v1beta2",
                 "kind": "DeviceTaintRule",
                 "metadata": {"name": f"maintenance-{i}"},
-                "spec": {"deviceSelector": {"driver": DRIVER, "pool": f"node-{i:05d}"}, "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"}},
+                "spec": {
+                    "deviceSelector": {"driver": DRIVER, "pool": f"node-{i:05d}"},
+                    "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+                },
             }
         )
     for p in range(pods):
@@ -79,7 +87,19 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
                 "metadata": {"name": f"claim-{p}", "namespace": "default"},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].model == "a100"'}}]}}]}},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": DRIVER,
+                                    "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].model == "a100"'}}],
+                                },
+                            }
+                        ]
+                    }
+                },
             }
         )
         docs.append(
@@ -87,7 +107,11 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": f"pod-{p}", "namespace": "default", "uid": f"uid-{p}"},
-                "spec": {"schedulerName": "dra-scheduler", "containers": [{"name": "c", "image": "pause"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": f"claim-{p}"}]},
+                "spec": {
+                    "schedulerName": "dra-scheduler",
+                    "containers": [{"name": "c", "image": "pause"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": f"claim-{p}"}],
+                },
             }
         )
     with (directory / "cluster.yaml").open("w") as f:
@@ -104,8 +128,6 @@ def pod_body(p: int, node_names: list[str]) -> dict:
         "Nodes": None,
         "NodeNames": node_names,
     }
-
-
 
 
 def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
@@ -138,7 +160,9 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
                 lat["prioritize"].append(time.perf_counter() - t)
                 best = max(scores, key=lambda s: s["Score"])["Host"]
             t = time.perf_counter()
-            error = client.post("/bind", json={"PodName": f"pod-{p}", "PodNamespace": "default", "PodUID": f"uid-{p}", "Node": best}).json()["Error"]
+            error = client.post(
+                "/bind", json={"PodName": f"pod-{p}", "PodNamespace": "default", "PodUID": f"uid-{p}", "Node": best}
+            ).json()["Error"]
             lat["bind"].append(time.perf_counter() - t)
             scheduled += error == ""
             if (p + 1) % max(1, pods // 10) == 0:
@@ -173,7 +197,12 @@ def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
             "pods_scheduled": scheduled,
             "pods_per_second": round(pods / elapsed, 1),
             "latency_ms": {
-                verb: {"p50": round(pct(v, 0.5) * 1000, 2), "p99": round(pct(v, 0.99) * 1000, 2), "mean": round(statistics.fmean(v) * 1000, 2) if v else 0, "n": len(v)}
+                verb: {
+                    "p50": round(pct(v, 0.5) * 1000, 2),
+                    "p99": round(pct(v, 0.99) * 1000, 2),
+                    "mean": round(statistics.fmean(v) * 1000, 2) if v else 0,
+                    "n": len(v),
+                }
                 for verb, v in lat.items()
             },
             "rule_update_to_filter_seconds": round(update_s, 3) if update_s is not None else None,

@@ -22,7 +22,7 @@ import json
 import os
 import platform
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +53,23 @@ def build_state(nodes: int) -> ClusterState:
         state.mark_synced(kind, group)
     for i in range(nodes):
         name = f"node-{i:04d}"
-        state.apply(ev.ObjectEvent("ADDED", ev.NODE, ev.GROUP_CORE, name, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}}))
+        state.apply(
+            ev.ObjectEvent(
+                "ADDED", ev.NODE, ev.GROUP_CORE, name, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": name}}
+            )
+        )
     taint = json.dumps([{"key": "example.com/data-not-ready", "value": "true", "effect": "NoAttachOrMount"}])
     for i in range(VOLUMES):
         pv: dict[str, Any] = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{i}", "uid": f"pv-{i}"}, "spec": {}}
         if i < TAINTED:
             pv["metadata"]["annotations"] = {TAINTS_ANNOTATION: taint}
         state.apply(ev.ObjectEvent("ADDED", ev.PERSISTENT_VOLUME, ev.GROUP_CORE, f"pv-{i}", pv))
-        pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": f"data-{i}", "namespace": "default", "uid": f"pvc-{i}"}, "spec": {"volumeName": f"pv-{i}"}}
+        pvc = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"data-{i}", "namespace": "default", "uid": f"pvc-{i}"},
+            "spec": {"volumeName": f"pv-{i}"},
+        }
         state.apply(ev.ObjectEvent("ADDED", ev.PERSISTENT_VOLUME_CLAIM, ev.GROUP_CORE, f"default/data-{i}", pvc))
     return state
 
@@ -138,7 +147,7 @@ async def run(nodes: int, calls: int) -> dict[str, Any]:
             }
         )
     return {
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "calls": calls,
@@ -166,7 +175,9 @@ def write(report: dict[str, Any]) -> None:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
-        lines.append(f"| {r['case']} | {r['passed']} | {r['rejected']} | {r['cpu_p50_ms']:.3f} | {r['cpu_p99_ms']:.3f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['max_ms']:.3f} |")
+        lines.append(
+            f"| {r['case']} | {r['passed']} | {r['rejected']} | {r['cpu_p50_ms']:.3f} | {r['cpu_p99_ms']:.3f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['max_ms']:.3f} |"
+        )
     lines += [
         "",
         "A pod without resource claims and without PVC volumes is answered by the fast path (no state is read). "
@@ -185,7 +196,9 @@ def main(argv: list[str]) -> None:
     report = asyncio.run(run(args.nodes, args.calls))
     write(report)
     for r in report["results"]:
-        print(f"{r['case']:<50} cpu p50 {r['cpu_p50_ms']:.3f} p99 {r['cpu_p99_ms']:.3f} ms; wall p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} ms")
+        print(
+            f"{r['case']:<50} cpu p50 {r['cpu_p50_ms']:.3f} p99 {r['cpu_p99_ms']:.3f} ms; wall p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} ms"
+        )
     worst = max(r["cpu_p99_ms"] for r in report["results"])
     print(f"worst p99 {worst:.3f} ms (limit {LIMIT_MS:g} ms): {'ok' if worst <= LIMIT_MS else 'OVER'}")
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import random
@@ -309,16 +310,22 @@ class Env:
             directory = self.tmp / "cluster"
             directory.mkdir()
             for n, i in enumerate(range(0, len(self.objects), 2000)):
-                (directory / f"base-{n:04d}.json").write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": self.objects[i : i + 2000]}))
+                (directory / f"base-{n:04d}.json").write_bytes(
+                    orjson.dumps({"apiVersion": "v1", "kind": "List", "items": self.objects[i : i + 2000]})
+                )
             self.directory = directory
             for fname, members in self.grouped.items():
-                (directory / f"{fname}.json").write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": [o for _, objs in members for o in objs]}))
+                (directory / f"{fname}.json").write_bytes(
+                    orjson.dumps({"apiVersion": "v1", "kind": "List", "items": [o for _, objs in members for o in objs]})
+                )
             args = ["--source", str(directory)]
         else:
             self.api_proc, self.api_url, kubeconfig = start_fake_api(self.tmp)
             self.api = httpx.Client(base_url=self.api_url, timeout=120, headers={"Content-Type": "application/json"})
             for i in range(0, len(self.objects), 2000):
-                self.api.post("/_fake/objects", content=orjson.dumps({"kind": "List", "items": self.objects[i : i + 2000]})).raise_for_status()
+                self.api.post(
+                    "/_fake/objects", content=orjson.dumps({"kind": "List", "items": self.objects[i : i + 2000]})
+                ).raise_for_status()
             self.api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
             args = ["--kubeconfig", str(kubeconfig)]
         self.seed_s = time.perf_counter() - t
@@ -429,7 +436,9 @@ def start_fake_api(tmp: Path) -> tuple[subprocess.Popen, str, Path]:
 def start_noop(tmp: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     log = tmp / "noop.log"
-    proc = subprocess.Popen([sys.executable, "-m", "bench.noop_extender", "--port", str(port)], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.noop_extender", "--port", str(port)], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.perf_counter() + 60
     while time.perf_counter() < deadline:
@@ -479,7 +488,9 @@ class Driver:
     def close(self) -> None:
         self.http.close()
 
-    def schedule(self, pod: dict[str, Any], names: list[str], *, exclude: frozenset[str] = frozenset(), bind: bool = True, keep_failed: bool = False) -> Attempt:
+    def schedule(
+        self, pod: dict[str, Any], names: list[str], *, exclude: frozenset[str] = frozenset(), bind: bool = True, keep_failed: bool = False
+    ) -> Attempt:
         meta = pod["metadata"]
         a = Attempt(meta["name"], time.perf_counter())
         args = {"Pod": pod, "Nodes": None, "NodeNames": names}
@@ -505,7 +516,9 @@ class Driver:
             top = max(s["Score"] for s in scores)
             best = self.rng.choice([s["Host"] for s in scores if s["Score"] == top])
         t = time.perf_counter()
-        r = self.http.post("/bind", content=orjson.dumps({"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": best}))
+        r = self.http.post(
+            "/bind", content=orjson.dumps({"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": best})
+        )
         a.bind_ms = (time.perf_counter() - t) * 1000
         a.error = orjson.loads(r.content).get("Error") or ""
         a.node = None if a.error else best
@@ -528,7 +541,10 @@ class Progress:
             left = (self.total - self.done) / rate if rate and self.total else 0
             width = 30
             filled = int(width * self.done / self.total) if self.total else width
-            print(f"    [{'#' * filled}{'.' * (width - filled)}] {self.label}: {self.done}/{self.total}, {rate:.0f}/s, ~{left:.0f} s left {extra}", flush=True)
+            print(
+                f"    [{'#' * filled}{'.' * (width - filled)}] {self.label}: {self.done}/{self.total}, {rate:.0f}/s, ~{left:.0f} s left {extra}",
+                flush=True,
+            )
 
 
 def summary(values: list[float]) -> dict[str, Any]:
@@ -617,7 +633,9 @@ def target(name: str, value: Any, limit: Any, ok: bool | None, unit: str = "", m
     return {"target": name, "value": value, "limit": limit, "unit": unit, "pass": ok, "mode": mode}
 
 
-def template_workload(cfg: Config, tmp: Path, label: str, spec: str, *, taint_all: bool = False, pods_full: int = 2500, pods_quick: int = 500) -> dict[str, Any]:
+def template_workload(
+    cfg: Config, tmp: Path, label: str, spec: str, *, taint_all: bool = False, pods_full: int = 2500, pods_quick: int = 500
+) -> dict[str, Any]:
     nodes, devices = 500, 10
     measured = cfg.n(pods_full, pods_quick)
     init = prefill(nodes, devices, devices // 2, spec, 0)
@@ -629,7 +647,17 @@ def template_workload(cfg: Config, tmp: Path, label: str, spec: str, *, taint_al
         objs += pc.objects()
     pods = [pc.pod() for pc in pcs]
     names = [node_name(i) for i in range(nodes)]
-    out: dict[str, Any] = {"workload": {"nodes": nodes, "devices_per_node": devices, "devices": nodes * devices, "init_pods": len(init), "measured_pods": measured, "claim_spec": SPECS[spec], "taint_rule_on_every_device": taint_all}}
+    out: dict[str, Any] = {
+        "workload": {
+            "nodes": nodes,
+            "devices_per_node": devices,
+            "devices": nodes * devices,
+            "init_pods": len(init),
+            "measured_pods": measured,
+            "claim_spec": SPECS[spec],
+            "taint_rule_on_every_device": taint_all,
+        }
+    }
     print(f"  {label}: {nodes} nodes x {devices} devices, {len(init)} init pods, {measured} measured pods", flush=True)
     out["noop_before"] = noop_runs(tmp, label, pods, lambda _k: names)
     for mode in cfg.modes:
@@ -657,7 +685,16 @@ def scheduling_with_template(cfg: Config, tmp: Path) -> dict[str, Any]:
     out["targets"] = []
     for mode in cfg.modes:
         r = out[mode]
-        out["targets"].append(target("pods/s >= 0.8 x no-op (same run)", r["ratio_to_noop"], 0.8, r["ratio_to_noop"] >= 0.8 if mode == "source" else None, "x", mode))
+        out["targets"].append(
+            target(
+                "pods/s >= 0.8 x no-op (same run)",
+                r["ratio_to_noop"],
+                0.8,
+                r["ratio_to_noop"] >= 0.8 if mode == "source" else None,
+                "x",
+                mode,
+            )
+        )
         p99 = r["latency_ms"]["filter"]["p99"]
         out["targets"].append(target("filter p99 <= 10 ms at 500 nodes", p99, 10, p99 <= 10 if mode == "source" else None, "ms", mode))
     return out
@@ -680,7 +717,9 @@ def steady_state(cfg: Config, tmp: Path) -> dict[str, Any]:
     random.Random(7).shuffle(init)  # the oldest pods are spread over the nodes
     objs = base_objects(nodes, devices)
     names = [node_name(i) for i in range(nodes)]
-    out: dict[str, Any] = {"workload": {"nodes": nodes, "devices_per_node": devices, "occupancy": 0.5, "rate_per_s": rate, "duration_s": duration}}
+    out: dict[str, Any] = {
+        "workload": {"nodes": nodes, "devices_per_node": devices, "occupancy": 0.5, "rate_per_s": rate, "duration_s": duration}
+    }
     print(f"  SteadyState: {nodes} x {devices}, 50 % occupied, create + delete {rate:g} pods/s for {duration} s", flush=True)
     for mode in cfg.modes:
         env = Env(mode, tmp, list(objs), label="SteadyState")
@@ -697,7 +736,15 @@ def steady_state(cfg: Config, tmp: Path) -> dict[str, Any]:
             progress = Progress(f"SteadyState {mode}", total)
             creator_errors: list[str] = []
 
-            def creator() -> None:
+            def creator(
+                total: int = total,
+                live: list[Any] = live,
+                env: Any = env,
+                created_at: dict[str, float] = created_at,
+                pending: Any = pending,
+                progress: Any = progress,
+                creator_errors: list[str] = creator_errors,
+            ) -> None:
                 """kube-controller-manager's side: a pod (and its claim) every 1/rate s, the oldest deleted."""
                 k = len(init)
                 start = time.perf_counter()
@@ -712,7 +759,7 @@ def steady_state(cfg: Config, tmp: Path) -> dict[str, Any]:
                         live.append((pc.name, pc.objects()))
                         pending.put(next(o for o in made_objs if o["kind"] == "Pod"))
                         progress.tick()
-                except Exception as e:  # noqa: BLE001 - reported with the results
+                except Exception as e:
                     creator_errors.append(f"{type(e).__name__}: {e}")
                 finally:
                     pending.put(None)
@@ -764,8 +811,14 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
     objs = base_objects(nodes, devices)
     # Like the reflector bench: 10,000 more pods, half without claims, half bound with a claim each.
     for p in range(5000):
-        objs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"web-{p:05d}", "namespace": NS, "uid": f"web-uid-{p:05d}"},
-                     "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]}})
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"web-{p:05d}", "namespace": NS, "uid": f"web-uid-{p:05d}"},
+                "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]},
+            }
+        )
     bound = [PodClaim(100_000 + p, "template") for p in range(5000)]
     for p, pc in enumerate(bound):
         objs += pc.objects((node_name(p), f"instance-{devices - 1}"))
@@ -780,13 +833,27 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
         pc = PodClaim(300_000 + s, "template")
         claim = pc.claim_object()
         claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
-            {"cel": {"expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'}}
+            {
+                "cel": {
+                    "expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'
+                }
+            }
         ]
         objs += [claim, pc.pod()]
         probes.append(pc)
     names = [node_name(i) for i in range(nodes)]
     pods = [pc.pod() for pc in pcs]
-    out: dict[str, Any] = {"workload": {"nodes": nodes, "devices_per_node": devices, "devices": nodes * devices, "other_pods": 10_000, "pods_500_names": p500, "pods_5000_names": p5000, "never_seen_shapes": shapes}}
+    out: dict[str, Any] = {
+        "workload": {
+            "nodes": nodes,
+            "devices_per_node": devices,
+            "devices": nodes * devices,
+            "other_pods": 10_000,
+            "pods_500_names": p500,
+            "pods_5000_names": p5000,
+            "never_seen_shapes": shapes,
+        }
+    }
     print(f"  Scale5k: {nodes} x {devices}, {p500} pods with 500 names, {p5000} with 5,000, {shapes} never-seen shapes", flush=True)
     out["noop_500"] = noop_runs(tmp, "Scale5k 500 names", pods[:p500], window(names, 500))
     out["noop_5000"] = noop_runs(tmp, "Scale5k 5000 names", pods[p500:], lambda _k: names)
@@ -795,7 +862,10 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
         try:
             env.start()
             res: dict[str, Any] = {"env_after_ready": env_info(env)}
-            print(f"    {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s, RSS {res['env_after_ready']['rss_mb']} MB (peak {res['env_after_ready']['peak_rss_mb']})", flush=True)
+            print(
+                f"    {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s, RSS {res['env_after_ready']['rss_mb']} MB (peak {res['env_after_ready']['peak_rss_mb']})",
+                flush=True,
+            )
             driver = Driver(env.url)
             first = []
             for pc in probes:
@@ -826,18 +896,47 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
     for mode in cfg.modes:
         r = out[mode]
         p99 = r["names_500"]["latency_ms"]["filter"]["p99"]
-        out["targets"].append(target("filter p99 <= 15 ms with 500 names (every pod, incl. the first pass over the nodes)", p99, 15, p99 <= 15 if mode == "source" else None, "ms", mode))
+        out["targets"].append(
+            target(
+                "filter p99 <= 15 ms with 500 names (every pod, incl. the first pass over the nodes)",
+                p99,
+                15,
+                p99 <= 15 if mode == "source" else None,
+                "ms",
+                mode,
+            )
+        )
         p99 = r["names_500"]["filter_ms_warm"].get("p99")
-        out["targets"].append(target("filter p99 <= 15 ms with 500 names (after the first pass: every node has a verdict for the shape)", p99, 15, (p99 is not None and p99 <= 15) if mode == "source" else None, "ms", mode))
+        out["targets"].append(
+            target(
+                "filter p99 <= 15 ms with 500 names (after the first pass: every node has a verdict for the shape)",
+                p99,
+                15,
+                (p99 is not None and p99 <= 15) if mode == "source" else None,
+                "ms",
+                mode,
+            )
+        )
         first = r["names_500"]["filter_ms_first_pass"]
-        out["targets"].append(target("filter with 500 names, first pass over the nodes (a shape's first pods), max", first.get("max"), None, None, "ms", mode))
+        out["targets"].append(
+            target("filter with 500 names, first pass over the nodes (a shape's first pods), max", first.get("max"), None, None, "ms", mode)
+        )
         p99 = r["names_5000"]["latency_ms"]["filter"]["p99"]
         out["targets"].append(target("filter p99 <= 60 ms with 5,000 names", p99, 60, p99 <= 60 if mode == "source" else None, "ms", mode))
         worst = max(r["never_seen_shape_filter_ms"])
         out["targets"].append(target("first pod of a never-seen shape over 40k devices <= 1 s", worst, 1000, worst <= 1000, "ms", mode))
         peak = r["env"]["peak_rss_mb"]
         with_burst = mode == "cluster"
-        out["targets"].append(target("peak RSS <= 512 MiB" + (" including a watch burst" if with_burst else " (no watch burst in source mode)"), peak, 512 * 1.048576, peak <= 512 * 1.048576 if with_burst else None, "MB", mode))
+        out["targets"].append(
+            target(
+                "peak RSS <= 512 MiB" + (" including a watch burst" if with_burst else " (no watch burst in source mode)"),
+                peak,
+                512 * 1.048576,
+                peak <= 512 * 1.048576 if with_burst else None,
+                "MB",
+                mode,
+            )
+        )
     return out
 
 
@@ -885,8 +984,17 @@ def watch_burst(env: Env, devices: int, claims: list[PodClaim], *, slices: int, 
             break
         time.sleep(0.2)
     applied = time.perf_counter() - t0
-    print(f"    watch burst: {len(jobs)} writes in {pushed:.1f} s, applied after {applied:.1f} s; peak RSS {proc_status_mb(env.proc.pid, 'VmHWM'):.0f} MB", flush=True)  # type: ignore[union-attr]
-    return {"writes": len(jobs), "push_s": round(pushed, 2), "applied_s": round(applied, 2), "rss_mb_after": round(proc_status_mb(env.proc.pid, "VmRSS"), 1), "peak_rss_mb": round(proc_status_mb(env.proc.pid, "VmHWM"), 1)}  # type: ignore[union-attr]
+    print(
+        f"    watch burst: {len(jobs)} writes in {pushed:.1f} s, applied after {applied:.1f} s; peak RSS {proc_status_mb(env.proc.pid, 'VmHWM'):.0f} MB",
+        flush=True,
+    )  # type: ignore[union-attr]
+    return {
+        "writes": len(jobs),
+        "push_s": round(pushed, 2),
+        "applied_s": round(applied, 2),
+        "rss_mb_after": round(proc_status_mb(env.proc.pid, "VmRSS"), 1),
+        "peak_rss_mb": round(proc_status_mb(env.proc.pid, "VmHWM"), 1),
+    }  # type: ignore[union-attr]
 
 
 def tracker_events(env: Env) -> float:
@@ -895,7 +1003,9 @@ def tracker_events(env: Env) -> float:
     text = env.client.get("/metrics").text  # type: ignore[union-attr]
     return sum(
         float(m.group(3))
-        for m in re.finditer(r'^dra_extender_tracker_events_total\{kind="(ResourceSlice|ResourceClaim)",type="([^"]+)"\} ([0-9.e+]+)$', text, re.M)
+        for m in re.finditer(
+            r'^dra_extender_tracker_events_total\{kind="(ResourceSlice|ResourceClaim)",type="([^"]+)"\} ([0-9.e+]+)$', text, re.M
+        )
         if m.group(2) == "MODIFIED"
     )
 
@@ -910,20 +1020,50 @@ def taint_churn(cfg: Config, tmp: Path) -> dict[str, Any]:
     for label, nodes, devices in sizes:
         out["sizes"][label] = {"in_process": rule_cost_in_process(nodes, devices, cfg.n(200, 60))}
         r = out["sizes"][label]["in_process"]
-        print(f"  TaintChurn {label}: in-process rule add {r['add_us']['p50']} µs, delete {r['delete_us']['p50']} µs; filter after a rule change {r['filter_after_change_us']['p50']} µs", flush=True)
+        print(
+            f"  TaintChurn {label}: in-process rule add {r['add_us']['p50']} µs, delete {r['delete_us']['p50']} µs; filter after a rule change {r['filter_after_change_us']['p50']} µs",
+            flush=True,
+        )
     for label, nodes, devices in sizes:
         out["sizes"][label]["cluster"] = churn_http(tmp, "cluster", label, nodes, devices, duration)
     out["targets"] = []
     for label, *_ in sizes:
         c = out["sizes"][label]["cluster"]
         p99 = c["visible_ms"]["p99"] if c["visible_ms"]["n"] else None
-        out["targets"].append(target(f"rule change visible in /filter p99 <= 100 ms ({label} devices)", p99, 100, (p99 is not None and p99 <= 100) if label == "40k" else None, "ms", "cluster"))
+        out["targets"].append(
+            target(
+                f"rule change visible in /filter p99 <= 100 ms ({label} devices)",
+                p99,
+                100,
+                (p99 is not None and p99 <= 100) if label == "40k" else None,
+                "ms",
+                "cluster",
+            )
+        )
     a, b = out["sizes"]["1k"]["in_process"], out["sizes"]["40k"]["in_process"]
     growth = round(b["add_us"]["p50"] / max(a["add_us"]["p50"], 1e-9), 2)
-    out["targets"].append(target("rule cost grows with selected devices, not the cluster (in-process add, 40k / 1k; 8 devices selected)", growth, 2.0, growth <= 2.0, "x", "in-process"))
+    out["targets"].append(
+        target(
+            "rule cost grows with selected devices, not the cluster (in-process add, 40k / 1k; 8 devices selected)",
+            growth,
+            2.0,
+            growth <= 2.0,
+            "x",
+            "in-process",
+        )
+    )
     vis = [out["sizes"][lbl]["cluster"]["visible_ms"].get("p50") for lbl in ("1k", "40k")]
     if all(v is not None for v in vis):
-        out["targets"].append(target("visibility p50, 40k / 1k (HTTP; includes the filter period)", round(vis[1] / max(vis[0], 1e-9), 2), 2.0, None, "x", "cluster"))
+        out["targets"].append(
+            target(
+                "visibility p50, 40k / 1k (HTTP; includes the filter period)",
+                round(vis[1] / max(vis[0], 1e-9), 2),
+                2.0,
+                None,
+                "x",
+                "cluster",
+            )
+        )
     return out
 
 
@@ -932,7 +1072,10 @@ def churn_rule(n: int, node: str) -> dict[str, Any]:
         "apiVersion": "resource.k8s.io/v1beta2",
         "kind": "DeviceTaintRule",
         "metadata": {"name": f"churn-{n:05d}"},
-        "spec": {"deviceSelector": {"driver": DRIVER, "pool": node}, "taint": {"key": f"example.com/churn-{n:05d}", "effect": "NoSchedule"}},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": node},
+            "taint": {"key": f"example.com/churn-{n:05d}", "effect": "NoSchedule"},
+        },
     }
 
 
@@ -956,7 +1099,12 @@ def rule_cost_in_process(nodes: int, devices: int, events: int) -> dict[str, Any
     gc.disable()
     for (kind, group), items in groups.items():
         state.replace(kind, group, items)
-    for kind, group in [("DeviceTaintRule", "resource.k8s.io"), ("ResourceSlicePatch", "resource.dra-extender.io"), ("DeviceTaintRule", "resource.dra-extender.io"), *groups]:
+    for kind, group in [
+        ("DeviceTaintRule", "resource.k8s.io"),
+        ("ResourceSlicePatch", "resource.dra-extender.io"),
+        ("DeviceTaintRule", "resource.dra-extender.io"),
+        *groups,
+    ]:
         state.mark_synced(kind, group)
     gc.enable()
     gc.collect()
@@ -988,8 +1136,16 @@ def rule_cost_in_process(nodes: int, devices: int, events: int) -> dict[str, Any
         delete.append((time.perf_counter() - t) * 1e6)
         cache.verdicts(sig, claims, node_objs)
     gc.unfreeze()
-    return {"nodes": nodes, "devices": nodes * devices, "selected_devices": devices, "events": events,
-            "add_us": summary(add), "delete_us": summary(delete), "filter_after_change_us": summary(after), "filter_names": len(names)}
+    return {
+        "nodes": nodes,
+        "devices": nodes * devices,
+        "selected_devices": devices,
+        "events": events,
+        "add_us": summary(add),
+        "delete_us": summary(delete),
+        "filter_after_change_us": summary(after),
+        "filter_names": len(names),
+    }
 
 
 def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, duration: int) -> dict[str, Any]:
@@ -1008,7 +1164,10 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
     probe = PodClaim(999_999, "template")
     objs.append(probe.claim_object())
     env = Env(mode, tmp, objs, label=f"TaintChurn-{label}")
-    print(f"  TaintChurn {label} {mode}: {nodes} x {devices}, {n_pods} pods, rules on {len(churn_nodes)} nodes at 10/s for {duration} s", flush=True)
+    print(
+        f"  TaintChurn {label} {mode}: {nodes} x {devices}, {n_pods} pods, rules on {len(churn_nodes)} nodes at 10/s for {duration} s",
+        flush=True,
+    )
     try:
         env.start()
         print(f"    seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
@@ -1068,10 +1227,9 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
         last_tick = 0
         k = warm
         while time.perf_counter() - t0 < duration:
-            if k < len(pcs):
-                pod = pcs[k].pod()
-            else:  # every pod placed: keep filtering one pod, as for a pod that waits (never bound)
-                pod = probe.pod()  # the same pod back in /filter: the placement gate does not wait for it
+            # Every pod placed: keep filtering one pod, as for a pod that waits (never bound); the
+            # same pod back in /filter: the placement gate does not wait for it.
+            pod = pcs[k].pod() if k < len(pcs) else probe.pod()
             a = driver.schedule(pod, churn_nodes + names_for(k), exclude=exclude, bind=k < len(pcs), keep_failed=True)
             attempts.append(a)
             observations.append((a.t0, a.t0 + a.filter_ms / 1000, {n: m for n, m in a.failed.items() if n in exclude}))
@@ -1089,7 +1247,7 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
         missed = 0
         for t_write, what, node, key in writes:
             seen = None
-            for sent, received, failed in observations:
+            for _sent, received, failed in observations:
                 if received < t_write:
                     continue
                 shows = key in failed.get(node, "")
@@ -1103,7 +1261,7 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
                 samples.append((round(t_write - t0, 3), what, round((seen - t_write) * 1000, 2)))
         res = attempts_result(attempts, elapsed, t0)
         res.pop("samples")
-        gaps = [(b[1] - a[1]) * 1000 for a, b in zip(observations, observations[1:])]
+        gaps = [(b[1] - a[1]) * 1000 for a, b in itertools.pairwise(observations)]
         res.update(
             {
                 "nodes": nodes,
@@ -1113,7 +1271,11 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
                 "visible_ms": summary(visible),
                 "visible_samples": samples,
                 "warm_up_filter_ms": summary(warm_ms),
-                "slow_filters": [(round(a.t0 - t0, 3), round(a.filter_ms, 1), round((a.t1 - a.t0) * 1000, 1)) for a in attempts if (a.t1 - a.t0) * 1000 > 50],
+                "slow_filters": [
+                    (round(a.t0 - t0, 3), round(a.filter_ms, 1), round((a.t1 - a.t0) * 1000, 1))
+                    for a in attempts
+                    if (a.t1 - a.t0) * 1000 > 50
+                ],
                 "not_seen_before_the_end": missed,
                 "filter_period_ms": summary(gaps),
                 "extender_cpu_s": round(cpu, 1),
@@ -1121,7 +1283,10 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
                 "env": env_info(env),
             }
         )
-        print(f"    {len(writes)} rule writes; visible in /filter p50 {res['visible_ms'].get('p50')} / p99 {res['visible_ms'].get('p99')} ms; filter p99 {res['latency_ms']['filter'].get('p99')} ms", flush=True)
+        print(
+            f"    {len(writes)} rule writes; visible in /filter p50 {res['visible_ms'].get('p50')} / p99 {res['visible_ms'].get('p99')} ms; filter p99 {res['latency_ms']['filter'].get('p99')} ms",
+            flush=True,
+        )
         driver.close()
         return res
     finally:
@@ -1137,10 +1302,27 @@ def slice_events(cfg: Config, _tmp: Path) -> dict[str, Any]:
     r = slice_update_rates(5000, 8, cfg.n(3000, 1000), 3 if not cfg.quick else 2)
     worst = min(r["taint"]["events_per_s"], r["generation"]["events_per_s"])
     r["targets"] = [
-        target("slice events applied in-process >= 3 x 853/s (8 devices, attributes unchanged: taint / generation)", worst, 2559, worst >= 2559, "events/s", "in-process"),
-        target("slice events, full change (every device's attributes), for reference", r["full"]["events_per_s"], None, None, "events/s", "in-process"),
+        target(
+            "slice events applied in-process >= 3 x 853/s (8 devices, attributes unchanged: taint / generation)",
+            worst,
+            2559,
+            worst >= 2559,
+            "events/s",
+            "in-process",
+        ),
+        target(
+            "slice events, full change (every device's attributes), for reference",
+            r["full"]["events_per_s"],
+            None,
+            None,
+            "events/s",
+            "in-process",
+        ),
     ]
-    print(f"  slice events in-process: taint {r['taint']['events_per_s']}/s, generation {r['generation']['events_per_s']}/s, full change {r['full']['events_per_s']}/s", flush=True)
+    print(
+        f"  slice events in-process: taint {r['taint']['events_per_s']}/s, generation {r['generation']['events_per_s']}/s, full change {r['full']['events_per_s']}/s",
+        flush=True,
+    )
     return r
 
 
@@ -1187,11 +1369,18 @@ def markdown(result: dict[str, Any]) -> str:
         f"{'--quick' if result['quick'] else 'full'} run, {result['seconds']:.0f} s, started {result['started']}.",
         "",
         *(
-            [f"Re-run since, replacing their figures: " + "; ".join(f"{', '.join(r['workloads'])} at {r['started']} (load {r['loadavg_before']} -> {r['loadavg_after']})" for r in result["reruns"]), ""]
+            [
+                "Re-run since, replacing their figures: "
+                + "; ".join(
+                    f"{', '.join(r['workloads'])} at {r['started']} (load {r['loadavg_before']} -> {r['loadavg_after']})"
+                    for r in result["reruns"]
+                ),
+                "",
+            ]
             if result.get("reruns")
             else []
         ),
-        "Sequential driver (\"extender alone\"): /filter with the node names -> /prioritize with the feasible ones -> "
+        'Sequential driver ("extender alone"): /filter with the node names -> /prioritize with the feasible ones -> '
         "/bind to the best, one pod at a time, over HTTP (Go field names, nodeCacheCapable). `--source` mode binds in "
         "memory; cluster mode writes claim status and the Binding to the fake API server. The no-op extender "
         "(`bench/noop_extender.py`, same FastAPI + uvicorn stack) runs the same pods in the same run.",
@@ -1205,9 +1394,13 @@ def markdown(result: dict[str, Any]) -> str:
         for t in r.get("targets", []):
             verdict = "PASS" if t["pass"] is True else "FAIL" if t["pass"] is False else "(reported)"
             rows.append(f"| {name} | {t['target']} | {t['mode']} | {t['value']} {t['unit']} | **{verdict}** |")
-    rows += ["", "## Throughput and latency", "",
-             "| workload | mode | pods | pods/s | x no-op | filter p50 / p99 ms | prioritize p50 / p99 ms | bind p50 / p99 ms | bound | ready s | peak RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows += [
+        "",
+        "## Throughput and latency",
+        "",
+        "| workload | mode | pods | pods/s | x no-op | filter p50 / p99 ms | prioritize p50 / p99 ms | bind p50 / p99 ms | bound | ready s | peak RSS MB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
 
     def row(name: str, mode: str, r: dict[str, Any], ratio: Any = "", env: dict[str, Any] | None = None) -> None:
         env = env or r.get("env") or {}
@@ -1235,8 +1428,20 @@ def markdown(result: dict[str, Any]) -> str:
         row("Scale5k, 5,000 names", "no-op", r["noop_5000"])
         for mode in ("source", "cluster"):
             if mode in r:
-                row("Scale5k, 500 names", mode, r[mode]["names_500"], round(r[mode]["names_500"]["pods_per_s"] / r["noop_500"]["pods_per_s"], 3), r[mode]["env"])
-                row("Scale5k, 5,000 names", mode, r[mode]["names_5000"], round(r[mode]["names_5000"]["pods_per_s"] / r["noop_5000"]["pods_per_s"], 3), r[mode]["env"])
+                row(
+                    "Scale5k, 500 names",
+                    mode,
+                    r[mode]["names_500"],
+                    round(r[mode]["names_500"]["pods_per_s"] / r["noop_500"]["pods_per_s"], 3),
+                    r[mode]["env"],
+                )
+                row(
+                    "Scale5k, 5,000 names",
+                    mode,
+                    r[mode]["names_5000"],
+                    round(r[mode]["names_5000"]["pods_per_s"] / r["noop_5000"]["pods_per_s"], 3),
+                    r[mode]["env"],
+                )
     r = w.get("TaintChurn")
     if r:
         for label, s in r["sizes"].items():
@@ -1244,14 +1449,28 @@ def markdown(result: dict[str, Any]) -> str:
                 row(f"TaintChurn {label} devices", "cluster", s["cluster"])
     if "SteadyState" in w:
         r = w["SteadyState"]
-        rows += ["", "## SteadyState", "", "| mode | created | bound | created -> bound p50 / p99 ms | filter p99 ms |", "| --- | --- | --- | --- | --- |"]
+        rows += [
+            "",
+            "## SteadyState",
+            "",
+            "| mode | created | bound | created -> bound p50 / p99 ms | filter p99 ms |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for mode in ("source", "cluster"):
             if mode in r:
                 c = r[mode]["created_to_bound_ms"]
-                rows.append(f"| {mode} | {r[mode]['created']} | {r[mode]['bound']} | {c.get('p50')} / {c.get('p99')} | {r[mode]['latency_ms']['filter'].get('p99')} |")
+                rows.append(
+                    f"| {mode} | {r[mode]['created']} | {r[mode]['bound']} | {c.get('p50')} / {c.get('p99')} | {r[mode]['latency_ms']['filter'].get('p99')} |"
+                )
     if "Scale5k" in w:
         r = w["Scale5k"]
-        rows += ["", "## Scale5k", "", "| mode | never-seen shapes, /filter over 5,000 nodes (ms) | 500 names: first pass over the nodes p50 / max ms | 500 names after it: p50 / p99 ms | RSS after ready / peak | after the pods | after the watch burst (peak) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        rows += [
+            "",
+            "## Scale5k",
+            "",
+            "| mode | never-seen shapes, /filter over 5,000 nodes (ms) | 500 names: first pass over the nodes p50 / max ms | 500 names after it: p50 / p99 ms | RSS after ready / peak | after the pods | after the watch burst (peak) |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for mode in ("source", "cluster"):
             if mode in r:
                 x = r[mode]
@@ -1265,13 +1484,17 @@ def markdown(result: dict[str, Any]) -> str:
                 )
     if "TaintChurn" in w:
         r = w["TaintChurn"]
-        rows += ["", "## TaintChurn", "",
-                 f"Rules over one pool (8 devices) added and removed at {r['rule_rate_per_s']}/s for {r['duration_s']} s while the driver "
-                 "schedules; visibility = from the write request to the first /filter answer that shows the change (resolution: the filter period).",
-                 "",
-                 "| devices | rule writes | visible p50 / p99 / max ms | not seen | filter period p50 ms | filter p50 / p99 ms | extender CPU | in-process add / delete µs (p50) | next /filter after a change µs (p50; names sent) |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for label, s in r["sizes"].items():
+        rows += [
+            "",
+            "## TaintChurn",
+            "",
+            f"Rules over one pool (8 devices) added and removed at {r['rule_rate_per_s']}/s for {r['duration_s']} s while the driver "
+            "schedules; visibility = from the write request to the first /filter answer that shows the change (resolution: the filter period).",
+            "",
+            "| devices | rule writes | visible p50 / p99 / max ms | not seen | filter period p50 ms | filter p50 / p99 ms | extender CPU | in-process add / delete µs (p50) | next /filter after a change µs (p50; names sent) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for _label, s in r["sizes"].items():
             c, ip = s.get("cluster"), s["in_process"]
             if c:
                 v = c["visible_ms"]
@@ -1281,10 +1504,16 @@ def markdown(result: dict[str, Any]) -> str:
                 )
     if "SliceEvents" in w:
         r = w["SliceEvents"]
-        rows += ["", "## Slice events in-process", "",
-                 f"{r['slices']} slices x {r['devices_per_slice']} devices, {r['events']} MODIFIED events each, parsed from JSON and applied to `ClusterState` "
-                 "(GC on, initial state frozen); best of the rounds.", "",
-                 "| what changed | events/s | µs/event |", "| --- | --- | --- |"]
+        rows += [
+            "",
+            "## Slice events in-process",
+            "",
+            f"{r['slices']} slices x {r['devices_per_slice']} devices, {r['events']} MODIFIED events each, parsed from JSON and applied to `ClusterState` "
+            "(GC on, initial state frozen); best of the rounds.",
+            "",
+            "| what changed | events/s | µs/event |",
+            "| --- | --- | --- |",
+        ]
         for what in ("taint", "generation", "full"):
             rows.append(f"| {what} | {r[what]['events_per_s']} | {r[what]['us_per_event']} |")
     if result.get("profiles"):
@@ -1331,8 +1560,19 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
     for label, r in series:
         xs = sorted(r["samples"]["filter_ms"])
         if xs:
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", linestyle=_style(label), label=f"{label} (p99 {r['latency_ms']['filter']['p99']} ms)")
-    ax.set(xscale="log", xlabel="/filter latency (ms, log scale)", ylabel="fraction of calls", title="/filter latency distribution per workload")
+            ax.step(
+                xs,
+                [(i + 1) / len(xs) for i in range(len(xs))],
+                where="post",
+                linestyle=_style(label),
+                label=f"{label} (p99 {r['latency_ms']['filter']['p99']} ms)",
+            )
+    ax.set(
+        xscale="log",
+        xlabel="/filter latency (ms, log scale)",
+        ylabel="fraction of calls",
+        title="/filter latency distribution per workload",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)
     fig.tight_layout()
@@ -1362,14 +1602,25 @@ def plots(result: dict[str, Any], out: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="scheduler_perf-style DRA workloads over HTTP, beside a no-op extender")
-    parser.add_argument("--quick", action="store_true", default=os.environ.get("BENCH_QUICK", "") not in ("", "0"), help="a smaller version (also BENCH_QUICK=1)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        default=os.environ.get("BENCH_QUICK", "") not in ("", "0"),
+        help="a smaller version (also BENCH_QUICK=1)",
+    )
     parser.add_argument("--only", action="append", choices=sorted(WORKLOADS), help="run only these workloads (repeatable)")
     parser.add_argument("--mode", action="append", choices=("source", "cluster"), help="only this mode (repeatable; default both)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="workloads", help="results file stem (default workloads)")
     parser.add_argument("--profile", type=Path, help="run every extender under cProfile and write the dumps (and their top entries) here")
-    parser.add_argument("--render", action="store_true", help="only redraw workloads.md and the plots from workloads.json (e.g. after editing workloads_notes.md)")
-    parser.add_argument("--merge", action="store_true", help="keep the other workloads of an existing results file and replace only those run now")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="only redraw workloads.md and the plots from workloads.json (e.g. after editing workloads_notes.md)",
+    )
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other workloads of an existing results file and replace only those run now"
+    )
     args = parser.parse_args(argv)
     if args.render:
         result = json.loads((args.out / f"{args.name}.json").read_text())
@@ -1412,7 +1663,16 @@ def main(argv: list[str] | None = None) -> None:
         old = json.loads(previous.read_text())
         merged = {**old["workloads"], **result["workloads"]}
         result["workloads"] = {k: merged[k] for k in WORKLOADS if k in merged}
-        result["reruns"] = [*old.get("reruns", []), {"workloads": names, "started": result["started"], "loadavg_before": result["loadavg_before"], "loadavg_after": result["loadavg_after"], "seconds": result["seconds"]}]
+        result["reruns"] = [
+            *old.get("reruns", []),
+            {
+                "workloads": names,
+                "started": result["started"],
+                "loadavg_before": result["loadavg_before"],
+                "loadavg_after": result["loadavg_after"],
+                "seconds": result["seconds"],
+            },
+        ]
         for k in ("started", "loadavg_before", "seconds"):
             result[k] = old[k]
     notes_path = Path(__file__).with_name("workloads_notes.md")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -56,12 +57,10 @@ def cpu_seconds(pid: int) -> float:
 def machine() -> dict[str, Any]:
     """Cores, CPU model, Python and platform, plus the load average: results on a shared machine need it."""
     model = ""
-    try:
+    with contextlib.suppress(OSError):
         model = next(
             (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), ""
         )
-    except OSError:
-        pass
     return {
         "cores": os.cpu_count(),
         "cpu": model,
@@ -92,7 +91,18 @@ def start_fake_api(tmp: Path, *extra_args: str) -> tuple[subprocess.Popen, str, 
     """`python -m tests.fakeapi` in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
     kubeconfig = tmp / "kubeconfig.yaml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(kubeconfig), "--history-limit", "1000000", *extra_args],
+        [
+            sys.executable,
+            "-m",
+            "tests.fakeapi",
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(kubeconfig),
+            "--history-limit",
+            "1000000",
+            *extra_args,
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=(tmp / "fakeapi.log").open("wb"),
@@ -106,7 +116,9 @@ def start_fake_api(tmp: Path, *extra_args: str) -> tuple[subprocess.Popen, str, 
 
 def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
     """`dra-extender serve ARGS --listen 127.0.0.1:PORT`, returned once /readyz answers 200."""
-    return start_server([sys.executable, "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"], port, log_path, timeout=timeout)
+    return start_server(
+        [sys.executable, "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"], port, log_path, timeout=timeout
+    )
 
 
 def start_server(cmd: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
@@ -139,7 +151,9 @@ def stop_process(proc: subprocess.Popen) -> None:
             proc.wait(5)
 
 
-def start_extender_profiled(args: list[str], port: int, log_path: Path, profile_out: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
+def start_extender_profiled(
+    args: list[str], port: int, log_path: Path, profile_out: Path, *, timeout: float = 600
+) -> tuple[subprocess.Popen, httpx.Client]:
     """`start_extender` under cProfile: the profile is written to `profile_out` when the process stops (SIGTERM)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "cProfile", "-o", str(profile_out), "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"],

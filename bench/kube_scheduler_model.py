@@ -73,9 +73,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -185,7 +186,9 @@ class Api:
 
     async def __aenter__(self) -> Api:
         self.session = aiohttp.ClientSession(
-            headers=self.headers, read_bufsize=2**22, connector=aiohttp.TCPConnector(limit=64),
+            headers=self.headers,
+            read_bufsize=2**22,
+            connector=aiohttp.TCPConnector(limit=64),
             timeout=aiohttp.ClientTimeout(total=60),
         )
         return self
@@ -519,7 +522,7 @@ class FitOracle:
     def allocated(self) -> Counter[tuple[str, str, str]]:
         out: Counter[tuple[str, str, str]] = Counter()
         for c in self.inf["ResourceClaim"].cache.values():
-            for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []):
+            for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
                 out[(r.get("driver"), r.get("pool"), r.get("device"))] += 1
         return out
 
@@ -679,8 +682,10 @@ class ClaimController:
             return
         await self.bucket.take()
         status, body = await self.api.request(
-            "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
-            {"metadata": {"uid": uid}, "status": {"resourceClaimStatuses": statuses}}, "application/merge-patch+json",
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/{name}/status",
+            {"metadata": {"uid": uid}, "status": {"resourceClaimStatuses": statuses}},
+            "application/merge-patch+json",
         )
         if status == 404:
             return
@@ -810,7 +815,9 @@ class KubeSchedulerModel:
     async def _post(self, verb: str, body: Any) -> Any:
         assert self.session is not None
         async with self.session.post(
-            f"{self.extender_url}/{verb}", data=orjson.dumps(body), headers={"Content-Type": "application/json"},
+            f"{self.extender_url}/{verb}",
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json"},
             timeout=aiohttp.ClientTimeout(total=self.cfg.http_timeout),
         ) as resp:
             raw = await resp.read()
@@ -851,7 +858,7 @@ class KubeSchedulerModel:
         t = now()
         try:
             result = await self._post("filter", args)
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError, RuntimeError, ValueError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError, ValueError) as e:
             self.stats.filter_ms.append((now() - t) * 1000)
             self.stats.filter_errors += 1
             reason = "timeout" if isinstance(e, asyncio.TimeoutError) else str(e)
@@ -883,7 +890,7 @@ class KubeSchedulerModel:
         t = now()
         try:
             scores = await self._post("prioritize", {"Pod": pod, "Nodes": None, "NodeNames": feasible})
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError, RuntimeError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError, ValueError):
             self.stats.prioritize_ms.append((now() - t) * 1000)
             self.stats.prioritize_errors += 1
             return feasible[0]  # no extender score: equal totals, Randomizer 0, the heap yields the first
@@ -943,13 +950,24 @@ class KubeSchedulerModel:
     async def _patch_condition(self, pod: dict[str, Any], reason: str, message: str) -> None:
         meta = pod["metadata"]
         conds = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conds.append({"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
-                      "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        )
         try:
-            await self.api.request("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                                   {"status": {"conditions": conds}}, "application/merge-patch+json")
+            await self.api.request(
+                "PATCH",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                {"status": {"conditions": conds}},
+                "application/merge-patch+json",
+            )
             self.stats.status_patches += 1
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             pass
 
     async def _bind(self, p: QueuedPod, pod: dict[str, Any], host: str) -> None:
@@ -959,9 +977,11 @@ class KubeSchedulerModel:
         t = now()
         error = ""
         try:
-            result = await self._post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": host})
+            result = await self._post(
+                "bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": host}
+            )
             error = (result or {}).get("Error") or ""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.stats.bind_timeouts += 1
             error = f"bind: timeout after {self.cfg.http_timeout} s"
         except (aiohttp.ClientError, OSError, RuntimeError, ValueError) as e:
@@ -1020,37 +1040,71 @@ def node_name(i: int) -> str:
 def cluster_objects(w: Workload) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS},
-         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
-         "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": CLASS}}]}}}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
+            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": CLASS}}]}}},
+        },
     ]
     for i in range(w.nodes):
         node = node_name(i)
-        objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
-                     "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
-        objs.append({
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": f"instance-{j}"} for j in range(w.devices_per_node)]},
-        })
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+                "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+            }
+        )
+        objs.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{DRIVER}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": f"instance-{j}"} for j in range(w.devices_per_node)],
+                },
+            }
+        )
     objs += taint_rules(w)
     return objs
 
 
 def taint_rules(w: Workload) -> list[dict[str, Any]]:
     return [
-        {"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule", "metadata": {"name": f"maintenance-{node_name(i)}"},
-         "spec": {"deviceSelector": {"driver": DRIVER, "pool": node_name(i)}, "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"}}}
+        {
+            "apiVersion": "resource.k8s.io/v1beta2",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": f"maintenance-{node_name(i)}"},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER, "pool": node_name(i)},
+                "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+            },
+        }
         for i in range(w.tainted_nodes)
     ]
 
 
 def pod_object(i: int) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "namespace": NAMESPACE},
-        "spec": {"schedulerName": SCHEDULER_NAME, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-                 "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": TEMPLATE}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"pod-{i}", "namespace": NAMESPACE},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": TEMPLATE}],
+        },
     }
 
 
@@ -1066,7 +1120,12 @@ def noop_extender_cmd() -> list[str]:
 
 
 def summary_ms(values: list[float]) -> dict[str, Any]:
-    return {"p50": round(pct(values, 0.5), 1), "p99": round(pct(values, 0.99), 1), "max": round(max(values), 1) if values else 0.0, "n": len(values)}
+    return {
+        "p50": round(pct(values, 0.5), 1),
+        "p99": round(pct(values, 0.99), 1),
+        "max": round(max(values), 1) if values else 0.0,
+        "n": len(values),
+    }
 
 
 async def _create_pods(api: Api, first: int, count: int, rate: float | None, created_at: dict[str, float], errors: Counter[str]) -> None:
@@ -1090,8 +1149,9 @@ async def _create_pods(api: Api, first: int, count: int, rate: float | None, cre
     await asyncio.gather(*tasks)
 
 
-async def _drive(w: Workload, api_url: str, ext_url: str, cfg: SchedulerConfig, claims: ClaimControllerConfig,
-                 progress: float, label: str, is_noop: bool) -> dict[str, Any]:
+async def _drive(
+    w: Workload, api_url: str, ext_url: str, cfg: SchedulerConfig, claims: ClaimControllerConfig, progress: float, label: str, is_noop: bool
+) -> dict[str, Any]:
     async with Api(api_url) as api:
         model = KubeSchedulerModel(api, ext_url, cfg, claims)
         await model.start()
@@ -1107,22 +1167,38 @@ async def _drive(w: Workload, api_url: str, ext_url: str, cfg: SchedulerConfig, 
 
         def line(phase: str) -> None:
             s = model.stats
-            print(json.dumps({
-                "run": label, "phase": phase, "t": round(now() - t0, 1), "created": len(created_at), "bound": len(model.bound_at),
-                "queue": model.queue.counts(), "binds_ok": s.binds_ok, "failed_binds": s.failed_binds,
-                "rejections": s.rejections, "rejections_fit": s.rejections_of_pods_that_fit,
-                "filter_p50_ms": round(pct(s.filter_ms[-200:], 0.5), 1),
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "run": label,
+                        "phase": phase,
+                        "t": round(now() - t0, 1),
+                        "created": len(created_at),
+                        "bound": len(model.bound_at),
+                        "queue": model.queue.counts(),
+                        "binds_ok": s.binds_ok,
+                        "failed_binds": s.failed_binds,
+                        "rejections": s.rejections,
+                        "rejections_fit": s.rejections_of_pods_that_fit,
+                        "filter_p50_ms": round(pct(s.filter_ms[-200:], 0.5), 1),
+                    }
+                ),
+                flush=True,
+            )
 
         while now() - t0 < w.timeout:
             await asyncio.sleep(0.1)
             if progress and now() - last_print >= progress:
                 last_print = now()
                 line("fill" if w.taint_removal else "run")
-            if reached_at is None and len(model.bound_at) >= expected and creator.done():
-                # Over-committed: also wait until every pod left over was rejected while its claim existed.
-                if n_pods <= expected or all(k in model.bound_at or k in model.rejected_with_claims for k in created_at):
-                    reached_at = now()
+            # Over-committed: also wait until every pod left over was rejected while its claim existed.
+            if (
+                reached_at is None
+                and len(model.bound_at) >= expected
+                and creator.done()
+                and (n_pods <= expected or all(k in model.bound_at or k in model.rejected_with_claims for k in created_at))
+            ):
+                reached_at = now()
             if reached_at is not None and now() - reached_at >= w.settle:
                 break
         out["timed_out"] = reached_at is None
@@ -1141,8 +1217,15 @@ async def _drive(w: Workload, api_url: str, ext_url: str, cfg: SchedulerConfig, 
         return out
 
 
-async def _taint_removal(w: Workload, api: Api, model: KubeSchedulerModel, created_at: dict[str, float],
-                         errors: Counter[str], t0: float, line: Callable[[str], None]) -> dict[str, Any]:
+async def _taint_removal(
+    w: Workload,
+    api: Api,
+    model: KubeSchedulerModel,
+    created_at: dict[str, float],
+    errors: Counter[str],
+    t0: float,
+    line: Callable[[str], None],
+) -> dict[str, Any]:
     """One more pod than untainted devices; once it has been rejected and sits in the queue, delete the rules."""
     extra = f"{NAMESPACE}/pod-{w.capacity}"
     await _create_pods(api, w.capacity, 1, None, created_at, errors)
@@ -1161,8 +1244,11 @@ async def _taint_removal(w: Workload, api: Api, model: KubeSchedulerModel, creat
     line("taint-removed")
     bound = model.bound_at.get(extra)
     return {
-        "pending_pod": extra, "queue_when_rejected": state, "queue_when_rule_deleted": state_before,
-        "rule_deleted_to_bound_s": round(bound - t, 2) if bound else None, "waited_s": round(now() - t, 1),
+        "pending_pod": extra,
+        "queue_when_rejected": state,
+        "queue_when_rule_deleted": state_before,
+        "rule_deleted_to_bound_s": round(bound - t, 2) if bound else None,
+        "waited_s": round(now() - t, 1),
         "last_rejection": model.last_rejection.get(extra, ""),
     }
 
@@ -1195,13 +1281,19 @@ def _measure(w: Workload, model: KubeSchedulerModel, created_at: dict[str, float
         "prioritize_errors": s.prioritize_errors,
         "single_node_cycles": s.single_node_cycles,
         "status_patches": s.status_patches,
-        "latency_ms": {"filter": summary_ms(s.filter_ms), "prioritize": summary_ms(s.prioritize_ms), "bind": summary_ms(s.bind_ms),
-                       "pod_created_to_bound": summary_ms(e2e)},
+        "latency_ms": {
+            "filter": summary_ms(s.filter_ms),
+            "prioritize": summary_ms(s.prioritize_ms),
+            "bind": summary_ms(s.bind_ms),
+            "pod_created_to_bound": summary_ms(e2e),
+        },
         "queue_moves": dict(model.queue.moves.most_common()),
         "requeue_events": dict(s.requeue_events.most_common()),
         "ignored_events": dict(s.ignored_events.most_common()),
         "unbound_pods": len(unbound),
-        "unbound_last_rejections": dict(Counter(short_reason(model.last_rejection.get(k, "never rejected")) for k in unbound).most_common(5)),
+        "unbound_last_rejections": dict(
+            Counter(short_reason(model.last_rejection.get(k, "never rejected")) for k in unbound).most_common(5)
+        ),
         "unbound_never_rejected": sum(1 for k in unbound if k not in model.last_rejection),
         "unbound_not_rejected_with_claims": sum(1 for k in unbound if k not in model.rejected_with_claims),
         "samples_ms": {"pod_created_to_bound": [round(x) for x in sorted(e2e)]},  # for the plot
@@ -1214,7 +1306,7 @@ async def _read_back(api: Api, w: Workload, http_timeout: float) -> dict[str, An
     pods, _ = await api.list("/api/v1/pods") or ([], "")
     devices: Counter[tuple[str, str, str]] = Counter()
     for c in claims:
-        for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []):
+        for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
             devices[(r.get("driver"), r.get("pool"), r.get("device"))] += 1
     by_name = {key_of(c): c for c in claims}
     bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
@@ -1224,7 +1316,7 @@ async def _read_back(api: Api, w: Workload, http_timeout: float) -> dict[str, An
         node = p["spec"]["nodeName"]
         for st in (p.get("status") or {}).get("resourceClaimStatuses") or []:
             c = by_name.get(f"{p['metadata']['namespace']}/{st.get('resourceClaimName')}") or {}
-            for r in ((((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []):
+            for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
                 reserved_elsewhere += r.get("pool") != node
     tainted = {node_name(i) for i in range(w.tainted_nodes)}
     return {
@@ -1265,8 +1357,11 @@ def run_workload(
         with httpx.Client(base_url=api_url, timeout=300) as http:
             objs = cluster_objects(w)
             for i in range(0, len(objs), 2000):
-                http.post("/_fake/objects", content=orjson.dumps({"kind": "List", "items": objs[i:i + 2000]}),
-                          headers={"Content-Type": "application/json"}).raise_for_status()
+                http.post(
+                    "/_fake/objects",
+                    content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
+                    headers={"Content-Type": "application/json"},
+                ).raise_for_status()
         port = free_port()
         fmt = {"kubeconfig": str(kubeconfig), "listen": f"127.0.0.1:{port}", "port": str(port), "api": api_url}
         cmd = [part.format(**fmt) for part in cmd_template]
@@ -1274,15 +1369,22 @@ def run_workload(
         ext_proc, client = start_server(cmd, port, tmp / "extender.log", timeout=300)
         client.close()
         ready_s = time.perf_counter() - started
-        print(json.dumps({"run": label, "phase": "ready", "extender_ready_s": round(ready_s, 2), "cmd": " ".join(cmd_template)}), flush=True)
+        print(
+            json.dumps({"run": label, "phase": "ready", "extender_ready_s": round(ready_s, 2), "cmd": " ".join(cmd_template)}), flush=True
+        )
         cpu = Cpu({"extender": ext_proc.pid, "fakeapi": api_proc.pid})
         result = _run_async(_drive(w, api_url, f"http://127.0.0.1:{port}", cfg, claims, progress, label, noop))
         result["cpu"] = cpu.done()
         result["extender_ready_s"] = round(ready_s, 2)
         if ext_proc.poll() is not None:
             result["extender_exited"] = ext_proc.returncode
-        return {"label": label, "extender": "noop" if noop else " ".join(cmd_template), "workload": asdict(w),
-                "config": {"scheduler": asdict(cfg), "claim_controller": asdict(claims)}, **result}
+        return {
+            "label": label,
+            "extender": "noop" if noop else " ".join(cmd_template),
+            "workload": asdict(w),
+            "config": {"scheduler": asdict(cfg), "claim_controller": asdict(claims)},
+            **result,
+        }
     finally:
         if ext_proc is not None:
             stop_process(ext_proc)
@@ -1342,10 +1444,17 @@ def noop_extender(kubeconfig: str, listen: str) -> None:
     @app.post("/bind")
     async def bind(request: Request) -> Response:
         a = orjson.loads(await request.body())
-        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": a["PodName"], "namespace": a["PodNamespace"], "uid": a["PodUID"]},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": a["Node"]}}
-        async with session().post(f"{server}/api/v1/namespaces/{a['PodNamespace']}/pods/{a['PodName']}/binding",
-                                  data=orjson.dumps(binding), headers={"Content-Type": "application/json"}) as resp:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": a["PodName"], "namespace": a["PodNamespace"], "uid": a["PodUID"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": a["Node"]},
+        }
+        async with session().post(
+            f"{server}/api/v1/namespaces/{a['PodNamespace']}/pods/{a['PodName']}/binding",
+            data=orjson.dumps(binding),
+            headers={"Content-Type": "application/json"},
+        ) as resp:
             text = await resp.text()
             return ok({"Error": "" if resp.status in (200, 201) else f"binding: HTTP {resp.status}: {text[:200]}"})
 
@@ -1364,7 +1473,10 @@ def noop_extender(kubeconfig: str, listen: str) -> None:
 def dump_json(report: dict[str, Any]) -> str:
     """Indented JSON with lists of numbers on one line (the samples stay readable and small)."""
     text = json.dumps(report, indent=1)
-    return re.sub(r"\[\s*(-?[\d.]+(?:,\s*-?[\d.]+)*)\s*\]", lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+    return (
+        re.sub(r"\[\s*(-?[\d.]+(?:,\s*-?[\d.]+)*)\s*\]", lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+        + "\n"
+    )
 
 
 def targets(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
@@ -1373,8 +1485,11 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
     rb = r["readback"]
     expected = r["pods_created"] if "taint_removal" in r else r["expected_bound"]  # after the removal every pod fits
     out = [
-        ("every pod that fits bound", r["pods_bound"] == expected and rb["pods_bound"] == expected,
-         f"{r['pods_bound']} of {expected} (API: {rb['pods_bound']})"),
+        (
+            "every pod that fits bound",
+            r["pods_bound"] == expected and rb["pods_bound"] == expected,
+            f"{r['pods_bound']} of {expected} (API: {rb['pods_bound']})",
+        ),
         ("0 failed binds", r["failed_binds"] == 0, f"{r['failed_binds']} ({r['bind_timeouts']} timeouts)"),
         ("0 rejections of pods that fit", r["rejections_of_pods_that_fit"] == 0, str(r["rejections_of_pods_that_fit"])),
         ("no device allocated twice", rb["devices_allocated_twice"] == 0, str(rb["devices_allocated_twice"])),
@@ -1387,11 +1502,22 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
         out.append(("created -> bound p99 <= 2 s", p99 <= 2.0, f"{p99:.2f} s"))
     if w["pods"] > w["nodes"] * w["devices_per_node"] - w.get("tainted_nodes", 0) * w["devices_per_node"] and not w.get("taint_removal"):
         wrong = {k: v for k, v in r["unbound_last_rejections"].items() if "allocated" not in k}
-        out.append(("the rest rejected because every device is allocated", not wrong and not r.get("unbound_not_rejected_with_claims"),
-                    f"{r['unbound_pods']} unbound; other last reasons: {wrong or 'none'}"))
+        out.append(
+            (
+                "the rest rejected because every device is allocated",
+                not wrong and not r.get("unbound_not_rejected_with_claims"),
+                f"{r['unbound_pods']} unbound; other last reasons: {wrong or 'none'}",
+            )
+        )
     if "taint_removal" in r:
         t = r["taint_removal"]["rule_deleted_to_bound_s"]
-        out.append(("taint removed -> pending pod bound <= 5 s", t is not None and t <= 5, f"{t} s" if t is not None else f"not within {r['taint_removal']['waited_s']} s"))
+        out.append(
+            (
+                "taint removed -> pending pod bound <= 5 s",
+                t is not None and t <= 5,
+                f"{t} s" if t is not None else f"not within {r['taint_removal']['waited_s']} s",
+            )
+        )
     return out
 
 
@@ -1410,7 +1536,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "pods/s: first pod created to last pod bound. Failed binds: /bind answered an error or timed out (httpTimeout); "
         "a pod whose abandoned /bind completed later is bound all the same. Rejections: /filter rejected every sampled node; "
-        "\"of pods that fit\": the cluster had free, untainted devices for the pod beyond those of pods being bound "
+        '"of pods that fit": the cluster had free, untainted devices for the pod beyond those of pods being bound '
         "(a claim not created yet counts). Devices allocated twice: every claim read back from the API server after the run.",
         "",
         "| workload | run | bound / expected | pods/s | vs no-op | failed binds (timeouts) | rejections (of pods that fit) "
@@ -1472,10 +1598,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv and argv[0] == "run":
         argv = argv[1:]
-    p = argparse.ArgumentParser(prog="python -m bench.kube_scheduler_model", description="kube-scheduler 1.36 model against an extender and the fake API server")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.kube_scheduler_model", description="kube-scheduler 1.36 model against an extender and the fake API server"
+    )
     p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
-    p.add_argument("--extender-cmd", default=None,
-                   help="the extender to measure; placeholders {kubeconfig} {listen} {port} {api} (default: dra-extender serve --kubeconfig {kubeconfig} --listen {listen})")
+    p.add_argument(
+        "--extender-cmd",
+        default=None,
+        help="the extender to measure; placeholders {kubeconfig} {listen} {port} {api} (default: dra-extender serve --kubeconfig {kubeconfig} --listen {listen})",
+    )
     p.add_argument("--no-reference", action="store_true", help="skip the no-op extender runs")
     p.add_argument("--http-timeout", type=float, default=5.0)
     p.add_argument("--weight", type=int, default=1)
@@ -1495,12 +1626,18 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         p.error(f"unknown workload(s) {unknown}; known: {list(WORKLOADS)}")
-    cfg = SchedulerConfig(http_timeout=a.http_timeout, weight=a.weight, percentage_of_nodes_to_score=a.percentage_of_nodes_to_score, seed=a.seed)
+    cfg = SchedulerConfig(
+        http_timeout=a.http_timeout, weight=a.weight, percentage_of_nodes_to_score=a.percentage_of_nodes_to_score, seed=a.seed
+    )
     claims = ClaimControllerConfig(delay=a.claim_delay, qps=a.claim_qps, burst=a.claim_burst)
     ext_cmd = shlex.split(a.extender_cmd) if a.extender_cmd else default_extender_cmd()
     report: dict[str, Any] = {
-        "title": a.title or ", ".join(names), "note": a.note, "machine": machine(), "extender_cmd": " ".join(ext_cmd),
-        "config": {"scheduler": asdict(cfg), "claim_controller": asdict(claims)}, "runs": [],
+        "title": a.title or ", ".join(names),
+        "note": a.note,
+        "machine": machine(),
+        "extender_cmd": " ".join(ext_cmd),
+        "config": {"scheduler": asdict(cfg), "claim_controller": asdict(claims)},
+        "runs": [],
     }
     for n in names:
         w = WORKLOADS[n]
@@ -1514,8 +1651,20 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(ref)
         report["runs"] += runs
         for x in runs:
-            brief = {k: x[k] for k in ("label", "pods_bound", "expected_bound", "pods_per_second", "failed_binds", "bind_timeouts",
-                                       "extender_rejections", "rejections_of_pods_that_fit", "timed_out")}
+            brief = {
+                k: x[k]
+                for k in (
+                    "label",
+                    "pods_bound",
+                    "expected_bound",
+                    "pods_per_second",
+                    "failed_binds",
+                    "bind_timeouts",
+                    "extender_rejections",
+                    "rejections_of_pods_that_fit",
+                    "timed_out",
+                )
+            }
             print(json.dumps({"result": brief, "ratio_to_noop": x.get("ratio_to_noop"), "readback": x["readback"]}), flush=True)
     report["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     a.out.mkdir(parents=True, exist_ok=True)

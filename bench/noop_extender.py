@@ -30,7 +30,9 @@ def create_app() -> FastAPI:
     async def filter_(request: Request) -> Response:
         args = orjson.loads(await request.body())
         return Response(
-            orjson.dumps({"Nodes": None, "NodeNames": args.get("NodeNames") or [], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}),
+            orjson.dumps(
+                {"Nodes": None, "NodeNames": args.get("NodeNames") or [], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+            ),
             media_type=JSON,
         )
 
@@ -59,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
         loop = "uvloop"
     except ImportError:  # pragma: no cover
         loop = "asyncio"
-    uvicorn.run(create_app(), host="127.0.0.1", port=args.port, log_config=None, access_log=False, loop=loop, http="httptools", lifespan="off")
+    uvicorn.run(
+        create_app(), host="127.0.0.1", port=args.port, log_config=None, access_log=False, loop=loop, http="httptools", lifespan="off"
+    )
 
 
 if __name__ == "__main__":

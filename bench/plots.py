@@ -68,9 +68,9 @@ def kube_scheduler_model(plt: Any, data: dict[str, Any], name: str) -> Path | No
     cols = min(4, len(workloads))
     rows = -(-len(workloads) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
-    for ax in axes.flat[len(workloads):]:
+    for ax in axes.flat[len(workloads) :]:
         ax.set_visible(False)
-    for ax, w in zip(axes.flat, workloads):
+    for ax, w in zip(axes.flat, workloads, strict=False):
         for r in (r for r in runs if r["workload"]["name"] == w):
             xs = sorted(x / 1000 for x in r["samples_ms"]["pod_created_to_bound"])
             ys = [(i + 1) / len(xs) for i in range(len(xs))]

@@ -73,7 +73,7 @@ async def read_body(request: Request, limits: Limits) -> bytes:
 
     try:
         await asyncio.wait_for(collect(), limits.body_timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise _Refused(408, f"request body not received within {limits.body_timeout:g} s") from None
     return b"".join(chunks)
 
@@ -89,13 +89,14 @@ def create_app(
     *,
     probes_only: bool = False,
     debug: bool = True,
-    limits: Limits = Limits(),
+    limits: Limits | None = None,
     filter_budget: float | None = None,
     source_status: Callable[[], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """Routes for one listener; `probes_only` for --probe-listen, `debug=False` drops /debug/*."""
     app = FastAPI(title="dra-extender", docs_url=None, redoc_url=None, openapi_url=None)
     bridge = bridge if bridge is not None else InlineBridge()
+    limits = limits if limits is not None else Limits()
     metrics = service.metrics
     state = service.state
 
@@ -170,7 +171,7 @@ def create_app(
             except wire.BadRequest as e:
                 log.info("bad request", extra={"verb": verb, "err": str(e)})
                 return _bad_request(e)
-            except Exception as e:  # noqa: BLE001 - the scheduler must get an answer, not a 500
+            except Exception as e:
                 log.exception("internal error", extra={"verb": verb})
                 return _json(on_error(f"internal error in dra-extender {verb}: {e}"))
             finally:
@@ -247,9 +248,7 @@ def create_app(
     return app
 
 
-def debug_device_page(
-    service: Service, node: str, driver: str, pool: str, tainted: str, limit: int, cont: str
-) -> dict[str, object]:
+def debug_device_page(service: Service, node: str, driver: str, pool: str, tainted: str, limit: int, cont: str) -> dict[str, object]:
     """The patched device view, page by page (sorted by driver/pool/device)."""
     state = service.state
     limit = max(1, min(limit, MAX_DEBUG_PAGE))
@@ -271,7 +270,7 @@ def debug_device_page(
     items = []
     for did in page:
         view = state.devices[did]
-        slice_ = state.slices.get(state._device_slice.get(did, ""))  # noqa: SLF001 - read-only debug view
+        slice_ = state.slices.get(state._device_slice.get(did, ""))
         original = next((d for d in slice_.devices if d.name == did.device), None) if slice_ else None
         items.append(
             {
@@ -315,4 +314,3 @@ def _sorted_devices(state) -> list[DeviceID]:
 
 def _attrs(attrs) -> dict[str, object]:
     return {k: (v if isinstance(v, int | bool | str) else str(v)) for k, v in attrs.items()}
-

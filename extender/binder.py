@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from allocator.allocation import Allocator
@@ -47,7 +47,7 @@ DEFAULT_BIND_TIMEOUT = 4.0  # kube-scheduler's default httpTimeout is 5 s and co
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class BindFailed(Exception):
@@ -109,7 +109,7 @@ class Binder:
             deadline = time.monotonic() + self.timeout
             try:
                 pod = await asyncio.wait_for(self._pod(args), self.timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out"
             uid = args.pod_uid or pod.meta.uid
             if not pod.resource_claims:
@@ -148,7 +148,7 @@ class Binder:
             try:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise asyncio.TimeoutError
+                    raise TimeoutError
                 async with asyncio.timeout(left):
                     for claim in claims:
                         await self._write_claim(claim, allocations.get(claim.key), pod, uid, written)
@@ -162,7 +162,7 @@ class Binder:
                 log.info("claim changed while binding; retrying", extra={"pod": pod.key, "attempt": attempt + 1, "err": e.message})
                 await self._undo(pod, uid, args.node, written, hold)
                 await self._refresh_claims(pod, deadline)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.metrics.binds.labels("timeout").inc()
                 await self._undo_within(deadline, pod, uid, args.node, written, hold)
                 return f"binding pod {pod.key} to {args.node}: timed out after {self.timeout:g}s; its claim writes are being undone"
@@ -202,12 +202,7 @@ class Binder:
             self.metrics.binds.labels("unschedulable").inc()
             raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
         hold = self.state.ledger.reserve(
-            {
-                r.device_id: claim_key
-                for claim_key, alloc in outcome.allocations.items()
-                for r in alloc.results
-                if not r.admin_access
-            }
+            {r.device_id: claim_key for claim_key, alloc in outcome.allocations.items() for r in alloc.results if not r.admin_access}
         )
         self.metrics.inflight.set(len(self.state.inflight))
         return claims, dict(outcome.allocations), hold
@@ -274,7 +269,7 @@ class Binder:
         """A pod without claims: just the Binding."""
         try:
             await asyncio.wait_for(self._create_binding(args, uid), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.metrics.binds.labels("timeout").inc()
             return f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: timed out after {self.timeout:g}s"
         except SourceError as e:
@@ -332,7 +327,7 @@ class Binder:
             raise BindFailed(f"claim {namespace}/{name}: out of time reading it (bind budget {self.timeout:g}s)")
         try:
             return await asyncio.wait_for(self.source.get(ev.RESOURCE_CLAIM, namespace, name), left)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BindFailed(f"claim {namespace}/{name}: reading it timed out (bind budget {self.timeout:g}s)") from None
         except SourceError as e:
             raise BindFailed(f"claim {namespace}/{name}: reading it failed: {e.message}") from None
@@ -374,7 +369,7 @@ class Binder:
                 await self._undo_claim(record, uid)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - clean-up must not take the process down; logged with the pod
+        except Exception:
             log.exception("undoing a failed bind", extra={"pod": pod.key})
         finally:
             self._release(hold)
@@ -458,11 +453,7 @@ class Binder:
 
 def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:
     results = ((allocation.get("devices") or {}).get("results")) or []
-    return frozenset(
-        DeviceID(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
-        for r in results
-        if isinstance(r, dict)
-    )
+    return frozenset(DeviceID(str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results if isinstance(r, dict))
 
 
 def _rv(raw: dict[str, Any]) -> int:

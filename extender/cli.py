@@ -135,21 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hard.add_argument("--no-debug", action="store_true", help="do not serve /debug/* at all")
     hard.add_argument(
-        "--filter-timeout", type=_positive, default=3.0, metavar="SECONDS",
+        "--filter-timeout",
+        type=_positive,
+        default=3.0,
+        metavar="SECONDS",
         help="answer /filter with an Error after this long (kube-scheduler's httpTimeout is 5 s; default %(default)s)",
     )
     hard.add_argument(
-        "--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="BYTES",
+        "--max-body-bytes",
+        type=int,
+        default=32 * 1024 * 1024,
+        metavar="BYTES",
         help="larger request bodies get 413 without being read (default %(default)s)",
     )
     hard.add_argument("--header-timeout", type=_positive, default=5.0, metavar="SECONDS", help="time to send the request headers")
     hard.add_argument("--body-timeout", type=_positive, default=10.0, metavar="SECONDS", help="time to send the request body")
     hard.add_argument(
-        "--livez-stall-threshold", type=_positive, default=10.0, metavar="SECONDS",
+        "--livez-stall-threshold",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
         help="/livez fails when the event loop has not turned for this long (default %(default)s)",
     )
     hard.add_argument(
-        "--source-stale-threshold", type=_positive, default=30.0, metavar="SECONDS",
+        "--source-stale-threshold",
+        type=_positive,
+        default=30.0,
+        metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
     )
     return parser
@@ -215,9 +227,7 @@ async def serve(args: argparse.Namespace) -> int:
 
     def on_problem(problem) -> None:
         metrics.object_problems.labels(problem.kind).inc()
-        log.warning(
-            "faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message}
-        )
+        log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
         create_event = getattr(source, "create_event", None)
         if create_event is not None:
             api_version = API_VERSIONS.get((problem.kind, problem.group), problem.group)

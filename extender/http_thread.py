@@ -76,7 +76,7 @@ class LoopBridge:
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(fn), self.loop)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             future.cancel()
             return None
 
@@ -204,7 +204,7 @@ class HttpThread:
         try:
             loop.run_until_complete(serve_all())
             self.done.set_result(None)
-        except BaseException as e:  # noqa: BLE001 - SystemExit when a port cannot be bound
+        except BaseException as e:
             self.done.set_exception(e if isinstance(e, Exception) else RuntimeError(f"HTTP server stopped: {e!r}"))
         finally:
             loop.close()

@@ -12,9 +12,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=r
-        )
+        self.requests = Counter("dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=r)
         self.latency = Histogram(
             "dra_extender_request_duration_seconds",
             "Extender request latency by verb.",
@@ -35,9 +33,7 @@ class Metrics:
             registry=r,
         )
         self.devices = Gauge("dra_extender_devices", "Published devices by state.", ["state"], registry=r)
-        self.tracker_events = Counter(
-            "dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r
-        )
+        self.tracker_events = Counter("dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r)
         self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
         self.leader = Gauge("dra_extender_leader", "1 while this process may allocate.", registry=r)
         self.object_problems = Counter(
@@ -98,9 +94,7 @@ class Metrics:
             buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 300, 600, 1800, 3600),
             registry=r,
         )
-        self.evictions_pending = Gauge(
-            "dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r
-        )
+        self.evictions_pending = Gauge("dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r)
         self.loop_stall = Gauge(
             "dra_extender_event_loop_stall_seconds",
             "Seconds since the main event loop last turned (beyond its heartbeat period); /livez fails past the threshold.",

@@ -123,9 +123,7 @@ class OutcomeCache:
             try:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
-                outcome = self.allocator.allocate(
-                    node, claims, state.slices_for_node(name), state.classes, state.is_taken, state.device
-                )
+                outcome = self.allocator.allocate(node, claims, state.slices_for_node(name), state.classes, state.is_taken, state.device)
             except DeadlineExceeded as e:
                 e.nodes_done = len(out)  # type: ignore[attr-defined] - read by the caller's message
                 raise

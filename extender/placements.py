@@ -87,7 +87,7 @@ class PlacementGate:
                 try:
                     await asyncio.wait_for(placement.decided.wait(), left)
                     continue
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             if self._pending.get(uid) is placement:
                 del self._pending[uid]

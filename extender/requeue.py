@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from extender.metrics import Metrics
@@ -88,7 +88,7 @@ class Requeuer:
             await asyncio.sleep(self.interval)
 
     async def _nudge(self) -> None:
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         pods = list(self._rejected.items())[: self.batch]
         start = time.monotonic()
         for uid, key in pods:

@@ -9,6 +9,7 @@ one lock and writes concurrently (`binder.py`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,9 +18,9 @@ from typing import Any
 import orjson
 
 from allocator.allocation import Allocator, Outcome
-from allocator.tolerations import blocks_allocation
 from allocator.cel_library import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel_library import set_deadline as set_cel_deadline
+from allocator.tolerations import blocks_allocation
 from allocator.types import (
     Node,
     Pod,
@@ -37,7 +38,7 @@ from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import Source
 from tracker.state import ClusterState, Problem
-from tracker.volumes import admission_verdict, debug_volumes, has_pvc_volumes, pod_claim_names, pod_tolerations
+from tracker.volumes import debug_volumes, has_pvc_volumes, pod_tolerations, pod_volume_verdict
 
 log = logging.getLogger("dra_extender.extender")
 
@@ -82,9 +83,7 @@ class Service:
         self.is_leader = is_leader
         self.claim_wait = claim_wait
         self.placements = PlacementGate(placement_wait)
-        self.binder = Binder(
-            state, source, allocator, metrics, self.placements, is_leader=is_leader, timeout=bind_timeout
-        )
+        self.binder = Binder(state, source, allocator, metrics, self.placements, is_leader=is_leader, timeout=bind_timeout)
         self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self._claims_changed = asyncio.Event()
         state.listeners.append(self._notice_claims)
@@ -151,9 +150,8 @@ class Service:
         if problem is not None:
             return claims, problem
         for claim in claims:
-            if claim.reserved_for and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
-                if len(claim.reserved_for) >= MAX_RESERVED_FOR:
-                    return claims, f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
+            if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
+                return claims, f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
         return claims, None
 
     async def _claims_when_created(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
@@ -178,14 +176,12 @@ class Service:
             self._claims_changed.clear()
             try:
                 await asyncio.wait_for(self._claims_changed.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
             fresh = self.state.raw_pods.get(pod.key)
             if fresh is not None and (fresh.get("metadata") or {}).get("uid") == pod.meta.uid:
-                try:
+                with contextlib.suppress(ValidationError):
                     pod = parse_pod(fresh)  # the controller may have written resourceClaimStatuses
-                except ValidationError:
-                    pass
             claims, problem = self._claims_for(pod)
         self.metrics.claim_wait.labels("arrived" if problem is None else "missing").observe(time.monotonic() - start)
         return claims, problem
@@ -268,14 +264,16 @@ class Service:
         volumes = self.state.volumes
         if not volumes.has_taints():
             return None
-        meta = raw_pod.get("metadata") if isinstance(raw_pod.get("metadata"), dict) else {}
-        namespace = str(meta.get("namespace") or "default")
-        claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw_pod))
-        tolerations, malformed = pod_tolerations(raw_pod)
+        _tolerations, malformed = pod_tolerations(raw_pod)
         if malformed is not None:
-            name = f"{namespace}/{meta.get('name', '')}"
-            self.state.report(Problem(ev.POD, ev.GROUP_CORE, name, f"malformed volume tolerations, counted as none: {malformed}", str(meta.get("uid") or "")))
-        verdict = admission_verdict(volumes, claims, tolerations)
+            meta = raw_pod.get("metadata") if isinstance(raw_pod.get("metadata"), dict) else {}
+            name = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+            self.state.report(
+                Problem(
+                    ev.POD, ev.GROUP_CORE, name, f"malformed volume tolerations, counted as none: {malformed}", str(meta.get("uid") or "")
+                )
+            )
+        verdict = pod_volume_verdict(volumes, raw_pod)
         if verdict is None:
             return None
         self.metrics.volume_rejections.labels(verdict.taint.effect if verdict.taint is not None else "Malformed").inc()

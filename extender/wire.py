@@ -152,9 +152,7 @@ def filter_result(
 
 
 def error_filter_result(error: str) -> bytes:
-    return orjson.dumps(
-        {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": error}
-    )
+    return orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": error})
 
 
 def priority_list(scores: list[tuple[str, int]]) -> bytes:

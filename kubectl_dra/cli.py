@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_, epilog=EXAMPLES.get(name), formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name, help=help_, description=help_, epilog=EXAMPLES.get(name), formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         # kubectl's global flags also after the command (`kubectl dra why -n ml POD`).
         p.add_argument("--kubeconfig", metavar="PATH", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.add_argument("--context", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -149,7 +151,12 @@ def rule_object(args: argparse.Namespace, spec: TaintSpec, api_version: str) -> 
         metadata["name"] = args.name
     else:
         metadata["generateName"] = "kubectl-dra-"
-    return {"apiVersion": api_version, "kind": "DeviceTaintRule", "metadata": metadata, "spec": {"deviceSelector": selector, "taint": spec.to_api()}}
+    return {
+        "apiVersion": api_version,
+        "kind": "DeviceTaintRule",
+        "metadata": metadata,
+        "spec": {"deviceSelector": selector, "taint": spec.to_api()},
+    }
 
 
 async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[str], None]) -> int:
@@ -208,7 +215,9 @@ async def cmd_untaint(cluster: Cluster, args: argparse.Namespace, out: Callable[
             key, effect = parse_key_effect(args.target)
         except TaintSyntaxError as e:
             if await _get(cluster, res.item("", args.target)) is not None:
-                raise UsageError(f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl") from None
+                raise UsageError(
+                    f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl"
+                ) from None
             raise UsageError(f"no kubectl-dra rule named {args.target!r}, and not a taint: {e}") from None
         chosen = []
         for r in managed:
@@ -221,7 +230,9 @@ async def cmd_untaint(cluster: Cluster, args: argparse.Namespace, out: Callable[
             chosen.append(r)
     if not chosen:
         if await _get(cluster, res.item("", args.target)) is not None:
-            raise UsageError(f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl")
+            raise UsageError(
+                f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl"
+            )
         out(f"no DeviceTaintRule managed by kubectl-dra matches {args.target!r}")
         return 1
     for r in chosen:
@@ -259,7 +270,15 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
         head.append("ATTRIBUTES")
     table = [head]
     for r in rows:
-        line = [r["node"], r["driver"], r["pool"], r["device"], ",".join(r["taints"]) or "<none>", ",".join(r["sources"]) or "<none>", r["allocatedTo"] or "<none>"]
+        line = [
+            r["node"],
+            r["driver"],
+            r["pool"],
+            r["device"],
+            ",".join(r["taints"]) or "<none>",
+            ",".join(r["sources"]) or "<none>",
+            r["allocatedTo"] or "<none>",
+        ]
         if args.output == "wide":
             line.append(",".join(f"{k}={v}" for k, v in r["attributes"].items()))
         table.append(line)

@@ -54,7 +54,9 @@ class Cluster:
     async def close(self) -> None:
         await self.source.close()
 
-    async def call(self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None, content_type: str | None = None) -> Any:
+    async def call(
+        self, method: str, path: str, *, query: dict[str, Any] | None = None, body: Any = None, content_type: str | None = None
+    ) -> Any:
         status, data = await self.source.request(
             method, path, query=query, body=body, content_type=content_type or ("application/json" if body is not None else None)
         )
@@ -104,7 +106,10 @@ class Cluster:
             return OWN_RULES
         res = await self.upstream_rules()
         if res is None:
-            raise ApiError(404, "the API server serves no resource.k8s.io DeviceTaintRule (DRADeviceTaintRules is off); drop --upstream to use the project's CRD")
+            raise ApiError(
+                404,
+                "the API server serves no resource.k8s.io DeviceTaintRule (DRADeviceTaintRules is off); drop --upstream to use the project's CRD",
+            )
         return res
 
     async def snapshot(self) -> ClusterState:

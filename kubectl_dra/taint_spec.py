@@ -37,7 +37,9 @@ class TaintSpec:
 
 def _key(key: str, text: str) -> str:
     if not key:
-        raise TaintSyntaxError(f"taint {text!r}: the key is empty; expected KEY[=VALUE]:EFFECT, e.g. example.com/maintenance=planned:NoSchedule")
+        raise TaintSyntaxError(
+            f"taint {text!r}: the key is empty; expected KEY[=VALUE]:EFFECT, e.g. example.com/maintenance=planned:NoSchedule"
+        )
     if len(key) > TAINT_KEY_MAX:
         raise TaintSyntaxError(f"taint {text!r}: the key is longer than {TAINT_KEY_MAX} characters")
     if not is_qualified_name(key):
@@ -60,7 +62,9 @@ def parse_taint(text: str) -> TaintSpec:
     """KEY[=VALUE]:EFFECT."""
     body, colon, effect = text.rpartition(":")
     if not colon:
-        raise TaintSyntaxError(f"taint {text!r}: the effect is missing; expected KEY[=VALUE]:EFFECT with EFFECT one of {', '.join(EFFECTS)}")
+        raise TaintSyntaxError(
+            f"taint {text!r}: the effect is missing; expected KEY[=VALUE]:EFFECT with EFFECT one of {', '.join(EFFECTS)}"
+        )
     if not effect:
         raise TaintSyntaxError(f"taint {text!r}: the effect after ':' is empty; expected one of {', '.join(EFFECTS)}")
     key, eq, value = body.partition("=")

@@ -28,6 +28,7 @@ from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from extender.eviction.rule_status import RuleCounts, condition
 from extender.outcomes import OutcomeCache
 from tracker.state import ClusterState
+from tracker.volumes import has_pvc_volumes, pod_volume_verdict
 
 SLICE_SOURCE = "slice"
 
@@ -48,7 +49,9 @@ def source_label(source: str) -> str:
 def device_rows(state: ClusterState, *, node: str | None = None, tainted: bool = False) -> list[dict[str, Any]]:
     rows = []
     for did, view in sorted(state.devices.items(), key=lambda kv: (kv[1].node_name or "", str(kv[0]))):
-        if node is not None and not (view.node_name == node or (view.node_name is None and (n := state.node(node)) is not None and view.reachable_from(n))):
+        if node is not None and not (
+            view.node_name == node or (view.node_name is None and (n := state.node(node)) is not None and view.reachable_from(n))
+        ):
             continue
         if tainted and not view.taints:
             continue
@@ -127,13 +130,16 @@ def why(state: ClusterState, raw_pod: dict[str, Any]) -> dict[str, str | None]:
     """node -> None when it fits, else the reason /filter would give (all nodes the tracker knows)."""
     names = sorted(state.nodes)
     spec = raw_pod.get("spec") or {}
+    volume = pod_volume_verdict(state.volumes, raw_pod) if has_pvc_volumes(raw_pod) else None
     if not spec.get("resourceClaims"):
-        return {n: None for n in names}
+        return {n: (volume.message if volume is not None else None) for n in names}
     try:
         pod = parse_pod(raw_pod)
     except ValidationError as e:
         raise ValueError(f"the pod does not parse: {e}") from None
     claims, problem = state.pod_claims(pod)
+    if problem is None and volume is not None:
+        problem = volume.message
     if problem is not None:
         return {n: problem for n in names}
     cache = OutcomeCache(state, Allocator(state.cel))  # type: ignore[arg-type]

@@ -266,7 +266,12 @@ class ApiSource:
                 if stale and not st.stale:
                     log.warning(
                         "view is stale: no successful list or watch",
-                        extra={"kind": name, "seconds": round(age, 1), "never_synced": st.last_sync_monotonic is None, "err": st.last_error},
+                        extra={
+                            "kind": name,
+                            "seconds": round(age, 1),
+                            "never_synced": st.last_sync_monotonic is None,
+                            "err": st.last_error,
+                        },
                     )
                 elif st.stale and not stale:
                     log.info("view caught up: list/watch succeeds again", extra={"kind": name})
@@ -283,9 +288,7 @@ class ApiSource:
         if self.in_cluster:
             config.load_incluster_config(client_configuration=configuration)
         else:
-            await config.load_kube_config(
-                config_file=self.kubeconfig, context=self.context, client_configuration=configuration
-            )
+            await config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=configuration)
         api = client.ApiClient(configuration)
         _without_per_request_env_lookups(api, configuration)
         self._api = api
@@ -333,7 +336,7 @@ class ApiSource:
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
             status, body = await self.request("GET", path, timeout=10)
-        except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as e:
+        except (TimeoutError, OSError, aiohttp.ClientError) as e:
             log.warning("discovery failed", extra={"path": path, "err": str(e) or type(e).__name__})
             return None
         if status == 404:
@@ -405,7 +408,10 @@ class ApiSource:
                 for key in [k for k in running if k not in wanted]:
                     log.info("optional API no longer served", extra={"resource": key})
                     running.pop(key).cancel()
-                for group, label in ((ev.GROUP_RESOURCE, "resource.k8s.io DeviceTaintRule"), (ev.GROUP_EXTENDER, "resource.dra-extender.io CRDs")):
+                for group, label in (
+                    (ev.GROUP_RESOURCE, "resource.k8s.io DeviceTaintRule"),
+                    (ev.GROUP_EXTENDER, "resource.dra-extender.io CRDs"),
+                ):
                     if group not in served:
                         continue
                     if not served[group] and label not in reported:
@@ -415,14 +421,20 @@ class ApiSource:
                         reported.discard(label)
                 # Known not to be served: their (empty) state is complete. A served one is
                 # marked synced by its reflector's first list (readiness waits for it).
-                for kind, group in ((ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE), (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER), (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER)):
+                for kind, group in (
+                    (ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE),
+                    (ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER),
+                    (ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER),
+                ):
                     if group in served and not any(r.kind == kind for r in served[group]):
                         sink.replace(kind, group, [])
                         sink.mark_synced(kind, group)
                 if unknown:
                     delay = min(self.optional_recheck_seconds, backoff) * (0.5 + random.random())
                     backoff = min(self.optional_recheck_seconds, backoff * 2)
-                    log.warning("optional API discovery failed; keeping what runs", extra={"apis": ",".join(unknown), "retry_in_s": round(delay, 2)})
+                    log.warning(
+                        "optional API discovery failed; keeping what runs", extra={"apis": ",".join(unknown), "retry_in_s": round(delay, 2)}
+                    )
                 else:
                     delay, backoff = self.optional_recheck_seconds, BACKOFF_INITIAL
                 await asyncio.sleep(delay)
@@ -456,7 +468,7 @@ class ApiSource:
                 log.info("watch expired (410 Gone); re-listing", extra={"resource": res.plural})
                 progress = None
                 continue
-            except Exception as e:  # noqa: BLE001 - keep reflecting whatever happens
+            except Exception as e:
                 self.stats["errors"] += 1
                 sync.errors += 1
                 problem = str(e) or type(e).__name__
@@ -601,7 +613,9 @@ class ApiSource:
             raise _status_error(status, body, f"get {kind} {namespace}/{name}")
         return orjson.loads(body)
 
-    async def send(self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0) -> tuple[int, bytes]:
+    async def send(
+        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
+    ) -> tuple[int, bytes]:
         """A write with a compact JSON body (orjson), on the client's authenticated session.
 
         kubernetes-asyncio serializes bodies with `json.dumps` (spaces after `:`
@@ -640,7 +654,10 @@ class ApiSource:
 
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._write(
-            "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", patch, f"patch Pod {namespace}/{name}",
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            patch,
+            f"patch Pod {namespace}/{name}",
             content_type="application/merge-patch+json",
         )
 
@@ -679,14 +696,22 @@ class ApiSource:
     async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
         res = self._resource(ev.DEVICE_TAINT_RULE, group)
         await self._write(
-            "PATCH", res.item("", name) + "/status", {"status": status}, f"patch DeviceTaintRule {name} status", content_type="application/merge-patch+json"
+            "PATCH",
+            res.item("", name) + "/status",
+            {"status": status},
+            f"patch DeviceTaintRule {name} status",
+            content_type="application/merge-patch+json",
         )
 
     async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
         """Set a rule's `spec.taint.timeAdded` (our CRD rules: the API server does not, as it does upstream's)."""
         res = self._resource(ev.DEVICE_TAINT_RULE, group)
         await self._write(
-            "PATCH", res.item("", name), {"spec": {"taint": {"timeAdded": time_added}}}, f"patch DeviceTaintRule {name} timeAdded", content_type="application/merge-patch+json"
+            "PATCH",
+            res.item("", name),
+            {"spec": {"taint": {"timeAdded": time_added}}},
+            f"patch DeviceTaintRule {name} timeAdded",
+            content_type="application/merge-patch+json",
         )
 
     async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
@@ -695,8 +720,11 @@ class ApiSource:
 
         res = KIND_RESOURCES[kind]
         await self._write(
-            "PATCH", res.item(namespace, name), {"metadata": {"annotations": {TAINTS_ANNOTATION: text}}},
-            f"patch {kind} {namespace + '/' if namespace else ''}{name} volume taints", content_type="application/merge-patch+json",
+            "PATCH",
+            res.item(namespace, name),
+            {"metadata": {"annotations": {TAINTS_ANNOTATION: text}}},
+            f"patch {kind} {namespace + '/' if namespace else ''}{name} volume taints",
+            content_type="application/merge-patch+json",
         )
 
     async def create_event(self, event: dict[str, Any]) -> None:
@@ -718,7 +746,7 @@ class ApiSource:
         }
         try:
             await self._write("POST", f"/api/v1/namespaces/{namespace}/events", body, "create Event")
-        except (SourceError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, SourceError, OSError) as e:
             log.warning("could not record event", extra={"err": str(e), "object": involved.get("name")})
 
 

@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -38,7 +38,7 @@ TAKEOVER_MARGIN = 1.0
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _micro(dt: datetime) -> str:
@@ -50,7 +50,7 @@ def _parse_time(value: str | None) -> datetime | None:
         return None
     for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
         try:
-            return datetime.strptime(value, fmt).replace(tzinfo=timezone.utc)
+            return datetime.strptime(value, fmt).replace(tzinfo=UTC)
         except ValueError:
             continue
     return None
@@ -137,14 +137,12 @@ class Leadership:
                     await self._elect_once()
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - leadership must keep trying
+            except Exception as e:
                 log.warning("lease check failed", extra={"lease": f"{self.namespace}/{self.name}", "err": str(e)})
             await asyncio.sleep(self.retry_period)
 
     async def _get_lease(self) -> tuple[int, dict[str, Any] | None]:
-        status, body = await self.source.request(
-            "GET", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
-        )
+        status, body = await self.source.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}")
         if status == 404:
             return status, None
         if status != 200:

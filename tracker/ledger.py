@@ -23,7 +23,7 @@ class Reservation:
         self.devices = dict(devices)
 
     def release(self) -> None:
-        self._ledger._release(self.devices)  # noqa: SLF001 - the reservation is the ledger's own handle
+        self._ledger._release(self.devices)
         self.devices = {}
 
     def __enter__(self) -> Reservation:

@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -129,7 +129,7 @@ def json_copy(value: Any) -> Any:
 
 def rfc3339(t: datetime) -> str:
     if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc)
+        t = t.astimezone(UTC)
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -342,7 +342,7 @@ def _candidate(doc: Any, path: str, budget: list[int]) -> Candidate | LoadError 
         validate(kind, group, raw, obj)
     except ValidationError as e:
         return LoadError(path, e.reason, e.obj or obj, e.field)
-    except Exception as e:  # noqa: BLE001 - any input whatsoever must only skip this object
+    except Exception as e:
         return LoadError(path, f"invalid: {type(e).__name__}: {e}", obj)
     return Candidate((kind, group, key), raw, path)
 
@@ -352,7 +352,7 @@ def read_file(path: Path, data: bytes, digest: bytes) -> FileResult:
     where = str(path)
     try:
         docs = _documents(path, data)
-    except Exception as e:  # noqa: BLE001 - a file that does not parse is skipped, whatever the parser raised
+    except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         log.error("skipping manifest file that does not parse", extra={"path": where, "err": first})
         return FileResult(digest, (), (LoadError(where, f"does not parse: {first}"),), ())

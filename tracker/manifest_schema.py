@@ -169,12 +169,16 @@ def check_slice_limits(obj: str, raw: Mapping[str, Any]) -> None:
         raise ValidationError(obj, "spec.devices", f"must have at most {SLICE_DEVICES_MAX} items, got {len(devices)}")
     for i, d in enumerate(devices):
         d = _mapping(d)
-        body, path = (_mapping(d["basic"]), f"spec.devices[{i}].basic") if isinstance(d.get("basic"), Mapping) else (d, f"spec.devices[{i}]")
+        body, path = (
+            (_mapping(d["basic"]), f"spec.devices[{i}].basic") if isinstance(d.get("basic"), Mapping) else (d, f"spec.devices[{i}]")
+        )
         attributes = body.get("attributes")
         capacity = body.get("capacity")
         entries = (len(attributes) if isinstance(attributes, Mapping) else 0) + (len(capacity) if isinstance(capacity, Mapping) else 0)
         if entries > DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX:
-            raise ValidationError(obj, path, f"at most {DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX} attributes and capacities combined, got {entries}")
+            raise ValidationError(
+                obj, path, f"at most {DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX} attributes and capacities combined, got {entries}"
+            )
         if not isinstance(attributes, Mapping):
             continue
         for name, value in attributes.items():
@@ -194,7 +198,9 @@ def check_slice_taints(obj: str, raw: Mapping[str, Any]) -> None:
         return
     for i, d in enumerate(devices):
         d = _mapping(d)
-        body, path = (_mapping(d["basic"]), f"spec.devices[{i}].basic") if isinstance(d.get("basic"), Mapping) else (d, f"spec.devices[{i}]")
+        body, path = (
+            (_mapping(d["basic"]), f"spec.devices[{i}].basic") if isinstance(d.get("basic"), Mapping) else (d, f"spec.devices[{i}]")
+        )
         taints = body.get("taints")
         if isinstance(taints, list):
             for j, t in enumerate(taints):

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ _RETRY_MAX_S = 30.0
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,10 +314,7 @@ class ManifestSource:
 
     def _generation(self, ident: Identity, fo: _FileObject) -> int:
         previous = self._generations.get(ident)
-        if previous is None:
-            generation = 1
-        else:
-            generation = previous[1] + (previous[0] != fo.spec_digest)
+        generation = 1 if previous is None else previous[1] + (previous[0] != fo.spec_digest)
         self._generations[ident] = (fo.spec_digest, generation)
         return generation
 
@@ -516,7 +513,7 @@ class ManifestSource:
                     retry = 1.0
                     await self._reload()
                     pending = asyncio.ensure_future(step())
-            except Exception as e:  # noqa: BLE001 - the watcher (or a reload) failed: keep serving, retry
+            except Exception as e:
                 log.warning(
                     "watching the manifest directory failed; retrying",
                     extra={"path": str(self.directory), "err": f"{type(e).__name__}: {e}", "retry_s": retry},

@@ -121,9 +121,7 @@ def rule_matches(ctx: SelectorContext, rule: DeviceTaintRule, device: DeviceView
         return False
     if sel.device_class_name is None and not sel.selectors:
         return True
-    return _selectors_match(
-        ctx, "DeviceTaintRule", rule.group, rule.meta.name, sel.device_class_name, sel.selectors, device
-    )
+    return _selectors_match(ctx, "DeviceTaintRule", rule.group, rule.meta.name, sel.device_class_name, sel.selectors, device)
 
 
 def patch_order(patch: ResourceSlicePatch) -> tuple:
@@ -137,7 +135,7 @@ def patch_order(patch: ResourceSlicePatch) -> tuple:
 
 def _neg_text(s: str) -> tuple[int, ...]:
     # Reverse string ordering so "older"/"alphabetically first" sorts last (= wins).
-    return tuple(-ord(c) for c in s) + (0,)
+    return (*tuple(-ord(c) for c in s), 0)
 
 
 def _patched(device: Device, applicable: list[ResourceSlicePatch]) -> tuple[dict[str, AttributeValue], dict[str, Quantity]]:

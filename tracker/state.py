@@ -14,11 +14,12 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from allocator.device_view import DeviceView, SliceView
+from allocator.tolerations import blocks_allocation
 from allocator.types import (
     DeviceClass,
     DeviceID,
@@ -41,7 +42,6 @@ from allocator.types import (
 )
 from tracker import events as ev
 from tracker.ledger import AllocationLedger
-from allocator.tolerations import blocks_allocation
 from tracker.patched_view import SelectorContext, effective_view
 from tracker.volumes import VolumeIndex
 
@@ -336,7 +336,7 @@ class ClusterState:
 
     def _is_echo(self, event: ev.ObjectEvent) -> bool:
         """The watch bringing back a claim or pod at the version we already hold (our own write's echo)."""
-        held = (self.raw_claims if event.kind == ev.RESOURCE_CLAIM else self.raw_pods if event.kind == ev.POD else None)
+        held = self.raw_claims if event.kind == ev.RESOURCE_CLAIM else self.raw_pods if event.kind == ev.POD else None
         if held is None:
             return False
         current = held.get(event.key)
@@ -423,7 +423,11 @@ class ClusterState:
         self.volumes.set_volume(event.kind, event.key, None if event.type == "DELETED" else event.object)
         held = self.volumes.pvcs.get(event.key) if event.kind == ev.PERSISTENT_VOLUME_CLAIM else self.volumes.pvs.get(event.key)
         if held is not None and held.malformed is not None:
-            self._report(Problem(event.kind, event.group, event.key, f"malformed volume taints, volume closed to every pod: {held.malformed}", held.uid))
+            self.report(
+                Problem(
+                    event.kind, event.group, event.key, f"malformed volume taints, volume closed to every pod: {held.malformed}", held.uid
+                )
+            )
 
     def _on_claim(self, event: ev.ObjectEvent) -> None:
         old = self.claims.get(event.key)
@@ -451,8 +455,7 @@ class ClusterState:
                 holder = self.ledger.inflight.get(result.device_id)
                 if holder is not None and holder != claim.key:
                     log.warning(
-                        "device allocated by another allocator while we were allocating it: "
-                        "only one allocator may manage a device pool",
+                        "device allocated by another allocator while we were allocating it: only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "inflight_for": holder},
                     )
                 other = self.ledger.allocated.get(result.device_id)
@@ -670,7 +673,7 @@ class ClusterState:
             affected |= self._devices_matching(f.driver, f.pool, f.device)
         self._recompute_devices(affected)
 
-    _handlers: dict[str, Callable[[ClusterState, ev.ObjectEvent], None]] = {
+    _handlers: ClassVar[dict[str, Callable[[ClusterState, ev.ObjectEvent], None]]] = {
         ev.NODE: _on_node,
         ev.POD: _on_pod,
         ev.RESOURCE_CLAIM: _on_claim,

@@ -135,10 +135,7 @@ def has_pvc_volumes(raw_pod: Mapping[str, Any]) -> bool:
     volumes = spec.get("volumes") if isinstance(spec, dict) else None
     if not volumes:
         return False
-    for v in volumes:
-        if isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v):
-            return True
-    return False
+    return any(isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v) for v in volumes)
 
 
 def pod_claim_names(raw_pod: Mapping[str, Any]) -> tuple[str, ...]:
@@ -286,7 +283,7 @@ class VolumeIndex:
 
 
 def describe_volume(claim: str, index: VolumeIndex) -> str:
-    """"volume claim ns/name (pv pv-123)", the same words whichever of the two carries the taint."""
+    """ "volume claim ns/name (pv pv-123)", the same words whichever of the two carries the taint."""
     pvc = index.pvcs.get(claim)
     bound = pvc.volume_name if pvc is not None else ""
     return f"volume claim {claim} (pv {bound})" if bound else f"volume claim {claim}"
@@ -380,3 +377,17 @@ def debug_volumes(index: VolumeIndex, raw_pods: Mapping[str, Mapping[str, Any]])
             item["malformed"] = volume.malformed
         items.append(item)
     return items
+
+
+def pod_volume_verdict(index: VolumeIndex, raw_pod: Mapping[str, Any]) -> Verdict | None:
+    """Why `raw_pod` may start on no node because of a volume taint, or None: /filter's and `kubectl dra why`'s answer.
+
+    Pure: a malformed pod annotation counts as no tolerations here; the caller reports it.
+    """
+    if not index.has_taints():
+        return None
+    meta = raw_pod.get("metadata") if isinstance(raw_pod.get("metadata"), Mapping) else {}
+    namespace = str(meta.get("namespace") or "default")
+    claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw_pod))
+    tolerations, _malformed = pod_tolerations(raw_pod)
+    return admission_verdict(index, claims, tolerations)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -77,7 +77,7 @@ class FakeClock:
 
 def format_time(t: float) -> str:
     """RFC 3339 with second resolution, as the API server stores metav1.Time."""
-    return datetime.fromtimestamp(int(t), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: str) -> float | None:

@@ -138,7 +138,7 @@ class EvictionController:
     def _taint_time(self, did: DeviceID, taint: DeviceTaint, source: str) -> float:
         """timeAdded as epoch seconds: our pending stamp for CRD rules, first sight for a slice taint without one."""
         if source.startswith(OWN_RULE_PREFIX):
-            name = source[len(OWN_RULE_PREFIX):]
+            name = source[len(OWN_RULE_PREFIX) :]
             raw = self._raw_rules.get((ev.GROUP_EXTENDER, name))
             if raw is not None:
                 uid = str((raw.get("metadata") or {}).get("uid") or "")
@@ -403,7 +403,9 @@ class EvictionController:
                 f"taint {taint} is not effective for pods already using the volume: {', '.join(pods)} "
                 "(NoAttachOrMount only keeps new pods off; use NoUse to evict)"
             )
-            log.info("volume taint not effective for running pods", extra={"volume": volume.label, "taints": str(taint), "pods": ",".join(pods)})
+            log.info(
+                "volume taint not effective for running pods", extra={"volume": volume.label, "taints": str(taint), "pods": ",".join(pods)}
+            )
             namespace, _, name = volume.key.rpartition("/")
             create = getattr(self.source, "create_event", None)
             if create is None:
@@ -436,7 +438,10 @@ class EvictionController:
             try:
                 if decision.time_added is not None:
                     await self.source.update_rule_time_added(group, name, decision.time_added)
-                    log.info("stamped timeAdded on rule", extra={"rule": name, "group": group, "timeAdded": decision.time_added, "effect": decision.record["effect"]})
+                    log.info(
+                        "stamped timeAdded on rule",
+                        extra={"rule": name, "group": group, "timeAdded": decision.time_added, "effect": decision.record["effect"]},
+                    )
                 await self.source.update_rule_status(group, name, {rule_time.STAMP_FIELD: decision.record})
             except NotFound:
                 self._stamps.pop(key, None)
@@ -473,7 +478,9 @@ class EvictionController:
                 self._warn_foreign(rule.meta.name, rule.meta.uid, group)
             status = raw.get("status") or {}
             current = rule_status.existing(status)
-            last = stats.last_written if stats.last_written and stats.last_written[1]["observedGeneration"] == rule.meta.generation else None
+            last = (
+                stats.last_written if stats.last_written and stats.last_written[1]["observedGeneration"] == rule.meta.generation else None
+            )
             if last is not None and rule.taint.effect == EFFECT_NONE and last[1]["reason"] == "NoEffect":
                 continue  # the dry run of this generation is written; the watch has not brought it back yet
             when = rule_status.next_write(current, rule.taint.effect, rule.meta.generation, last[0] if last else None)

@@ -111,7 +111,7 @@ def device_taints(state: ClusterState, did: DeviceID) -> Iterator[tuple[DeviceTa
     """Effective taints with their sources; a device no longer published keeps its plain-selector rules' taints."""
     view = state.device(did)
     if view is not None:
-        yield from zip(view.taints, view.taint_sources)
+        yield from zip(view.taints, view.taint_sources, strict=False)
         return
     for rule in state.rules.values():
         s = rule.selector
@@ -124,7 +124,7 @@ def device_taints(state: ClusterState, did: DeviceID) -> Iterator[tuple[DeviceTa
 def rule_rate(state: ClusterState, source: str) -> float:
     """evictionsPerSecond of our CRD rules; everything else uses the default."""
     if source.startswith(OWN_RULE_PREFIX):
-        rule = state.rules.get((GROUP_EXTENDER, source[len(OWN_RULE_PREFIX):]))
+        rule = state.rules.get((GROUP_EXTENDER, source[len(OWN_RULE_PREFIX) :]))
         if rule is not None and rule.evictions_per_second:
             return rule.evictions_per_second
     return DEFAULT_RATE

@@ -56,8 +56,7 @@ def condition(effect: str, counts: RuleCounts, dry: DryRun | None, generation: i
         message += _n(d.pods, "1 pod would be evicted in ", "{} pods would be evicted in ")
         message += _n(d.namespaces, "1 namespace ", "{} different namespaces ")
         message += (
-            "if the effect was NoExecute. This information will not be updated again. "
-            "Recreate the DeviceTaintRule to trigger an update."
+            "if the effect was NoExecute. This information will not be updated again. Recreate the DeviceTaintRule to trigger an update."
         )
     else:
         reason = "OtherEffect"

@@ -63,7 +63,9 @@ def plan_volume_evictions(state: ClusterState, taint_time: VolumeTaintTime) -> d
             held = out.get(key)
             if held is not None:
                 merged = tuple(sorted({*held.reasons, *reasons}, key=lambda r: r.id))
-                out[key] = PodEviction(key, pod.meta.uid, min(held.due, due), min(held.taint_time, earliest), merged, (*held.claims, claim), True)
+                out[key] = PodEviction(
+                    key, pod.meta.uid, min(held.due, due), min(held.taint_time, earliest), merged, (*held.claims, claim), True
+                )
             else:
                 out[key] = PodEviction(key, pod.meta.uid, due, earliest, tuple(sorted(reasons, key=lambda r: r.id)), (claim,), True)
     return out

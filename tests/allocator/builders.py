@@ -29,8 +29,7 @@ def dev(name: str, attrs: dict[str, Any] | None = None, capacity: dict[str, str]
     d: dict[str, Any] = {"name": name}
     if attrs:
         d["attributes"] = {
-            k: {"bool": v} if isinstance(v, bool) else {"int": v} if isinstance(v, int) else {"string": v}
-            for k, v in attrs.items()
+            k: {"bool": v} if isinstance(v, bool) else {"int": v} if isinstance(v, int) else {"string": v} for k, v in attrs.items()
         }
     if capacity:
         d["capacity"] = {k: {"value": v} for k, v in capacity.items()}
@@ -80,10 +79,7 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
     extra_taints = extra_taints or {}
     devices = []
     for d in s.devices:
-        if s.per_device_node_selection:
-            reach = (d.node_name, d.node_selector, d.all_nodes)
-        else:
-            reach = (s.node_name, s.node_selector, s.all_nodes)
+        reach = (d.node_name, d.node_selector, d.all_nodes) if s.per_device_node_selection else (s.node_name, s.node_selector, s.all_nodes)
         taints = d.taints + tuple(extra_taints.get(d.name, ()))
         devices.append(
             DeviceView(

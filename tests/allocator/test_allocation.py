@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from allocator import allocation as A
+from allocator import allocation as A  # noqa: N812 - A.REASON_* reads as the module's table of reasons
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.types import DeviceClass, DeviceID, Node, ResourceClaim, parse_device_taint_rule
@@ -51,7 +51,15 @@ class Case:
 
 
 def three(**kw):
-    return slice_("s1", [dev("gpu-0", {"model": "big", "numa": 0}), dev("gpu-1", {"model": "small", "numa": 1}), dev("gpu-2", {"model": "small", "numa": 1})], **kw)
+    return slice_(
+        "s1",
+        [
+            dev("gpu-0", {"model": "big", "numa": 0}),
+            dev("gpu-1", {"model": "small", "numa": 1}),
+            dev("gpu-2", {"model": "small", "numa": 1}),
+        ],
+        **kw,
+    )
 
 
 CASES = [
@@ -428,9 +436,7 @@ def test_allocation(case: Case, allocator: Allocator) -> None:
     outcome = allocator.allocate(case.node, case.claims, case.slices, case.classes, case.allocated, case.lookup.get)
     if case.want is not None:
         assert outcome.ok, outcome.failure
-        got = {
-            key: [(r.request, r.device) for r in result.results] for key, result in outcome.allocations.items()
-        }
+        got = {key: [(r.request, r.device) for r in result.results] for key, result in outcome.allocations.items()}
         assert got == case.want
     else:
         assert not outcome.ok, f"expected a failure, got {outcome.allocations}"
@@ -474,9 +480,7 @@ def test_node_selector_slices_merge_into_one_term(allocator: Allocator) -> None:
     s2 = slice_("b", [dev("y")], node=None, pool="b", node_selector=sel("rack"))
     out = allocator.allocate(NODE, [claim("c", req("r", count=2))], [view(s1), view(s2)], CLASSES, set())
     assert out.allocations["default/c"].to_api()["nodeSelector"] == {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "Exists"}, {"key": "rack", "operator": "Exists"}]}
-        ]
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Exists"}, {"key": "rack", "operator": "Exists"}]}]
     }
 
 
@@ -584,5 +588,7 @@ def test_one_slice_view_answers_each_selector_set_separately(allocator: Allocato
         assert none.failure.code == A.REASON_SELECTOR
     # A selector failing on one device is still named with that device, memo or not.
     for _ in range(2):
-        bad = allocator.allocate(NODE, [claim("c", req("r", selectors=[f'device.attributes["{DRIVER}"].numa / 0 == 1']))], [s], CLASSES, set())
+        bad = allocator.allocate(
+            NODE, [claim("c", req("r", selectors=[f'device.attributes["{DRIVER}"].numa / 0 == 1']))], [s], CLASSES, set()
+        )
         assert bad.failure.code == A.REASON_SELECTOR_ERROR and "gpu-0" in bad.failure.message, bad.failure

@@ -125,7 +125,11 @@ def record_extender_calls() -> set[ApiCall]:
             api.create(rule("rbac-drain-a", selector={"driver": "gpu.example.com", "pool": "node-evict", "device": "gpu-0"}))
             wait_for(lambda: api.get("Pod", "default", "victim-a") is None, timeout=20, what="victim-a deleted")
             api.create(rule("rbac-dry", "None", selector={"driver": "gpu.example.com", "pool": "node-evict"}))
-            wait_for(lambda: (api.get("DeviceTaintRule", None, "rbac-dry", group=CRD_GROUP) or {}).get("status"), timeout=20, what="dry-run status")
+            wait_for(
+                lambda: (api.get("DeviceTaintRule", None, "rbac-dry", group=CRD_GROUP) or {}).get("status"),
+                timeout=20,
+                what="dry-run status",
+            )
         finally:
             ext.stop()
         # The next replica's scheduler takes the Lease; evict mode, and upstream rules on request.
@@ -140,7 +144,11 @@ def record_extender_calls() -> set[ApiCall]:
         try:
             ext.wait_ready()
             seed(api, *claim_and_pod("victim-b", 1, node_name="node-evict"))
-            api.create(rule("rbac-drain-b", group="resource.k8s.io", selector={"driver": "gpu.example.com", "pool": "node-evict", "device": "gpu-1"}))
+            api.create(
+                rule(
+                    "rbac-drain-b", group="resource.k8s.io", selector={"driver": "gpu.example.com", "pool": "node-evict", "device": "gpu-1"}
+                )
+            )
             wait_for(lambda: api.get("Pod", "default", "victim-b") is None, timeout=30, what="victim-b evicted")
             wait_for(
                 lambda: (api.get("DeviceTaintRule", None, "rbac-drain-b", group="resource.k8s.io") or {}).get("status"),

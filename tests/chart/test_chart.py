@@ -32,7 +32,10 @@ RBAC_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "de
 ALL_ON = {"dashboard": {"enabled": True}, "serviceMonitor": {"enabled": True}}
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "everything-on": {**ALL_ON, "extender": {"debug": True, "eviction": {"mode": "evict", "upstream": True}, "extraArgs": ["--placement-wait=0.5"]}},
+    "everything-on": {
+        **ALL_ON,
+        "extender": {"debug": True, "eviction": {"mode": "evict", "upstream": True}, "extraArgs": ["--placement-wait=0.5"]},
+    },
     "eviction-off": {"extender": {"eviction": {"enabled": False}}, "podDisruptionBudget": {"enabled": False}},
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
 }
@@ -66,7 +69,14 @@ def _validate(obj: dict[str, Any]) -> None:
         template = obj["spec"]["template"]
         assert obj["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
         # The project's own Pod parser: what the API server would take as a pod.
-        parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NAMESPACE, **template["metadata"]}, "spec": template["spec"]})
+        parse_pod(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p", "namespace": NAMESPACE, **template["metadata"]},
+                "spec": template["spec"],
+            }
+        )
         for c in template["spec"]["containers"]:
             assert c["image"] and ":" in c["image"] and not c["image"].endswith(":"), c["image"]
             assert c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -121,9 +131,7 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar() -> None:
     assert lease["leaderElect"] is True and (lease["resourceNamespace"], lease["resourceName"]) == (NAMESPACE, "dra-scheduler")
 
     deployment = one(objs, "Deployment")
-    args = build_parser().parse_args(
-        [_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(deployment, "dra-extender")["args"]]
-    )
+    args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(deployment, "dra-extender")["args"]])
     assert args.listen == "127.0.0.1:8888" and args.probe_listen == "10.0.0.7:8889"
     assert args.follow_scheduler_lease == f"{NAMESPACE}/dra-scheduler"
     assert args.no_debug and args.in_cluster and not args.no_eviction
@@ -215,8 +223,14 @@ def test_the_fake_api_server_accepts_the_charts_crds_and_kubectl_dras_rules() ->
             r = api.http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
             assert r.status_code == 201, r.text
         args = argparse.Namespace(
-            driver="gpu.example.com", pool="node-a", device=None, device_class="gpu.example.com",
-            selector=['device.attributes["gpu.example.com"].model == "a100"'], upstream=False, all_devices=False, name="m",
+            driver="gpu.example.com",
+            pool="node-a",
+            device=None,
+            device_class="gpu.example.com",
+            selector=['device.attributes["gpu.example.com"].model == "a100"'],
+            upstream=False,
+            all_devices=False,
+            name="m",
         )
         obj = rule_object(args, parse_taint("example.com/maintenance=planned:NoExecute"), f"{CRD_GROUP}/v1alpha1")
         created = api.create(obj)

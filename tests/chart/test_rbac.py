@@ -58,11 +58,21 @@ def test_rbac_covers_every_call_the_extender_makes(calls: set[ApiCall]) -> None:
     cluster_rules = one(objs, "ClusterRole", "-extender")["rules"]
     lease_rules = one(objs, "Role", "-lease")["rules"]
     # The flows reached every kind of write (a flow that silently stopped early would prove little).
-    for expected in ("create /pods/binding", "create /pods/eviction", "delete /pods", "patch /pods/status", "patch /pods",
-                     "patch resource.k8s.io/resourceclaims/status", "patch resource.dra-extender.io/devicetaintrules/status",
-                     "create /events", f"get coordination.k8s.io/leases {LEASE}"):
+    for expected in (
+        "create /pods/binding",
+        "create /pods/eviction",
+        "delete /pods",
+        "patch /pods/status",
+        "patch /pods",
+        "patch resource.k8s.io/resourceclaims/status",
+        "patch resource.dra-extender.io/devicetaintrules/status",
+        "create /events",
+        f"get coordination.k8s.io/leases {LEASE}",
+    ):
         verb, _, rest = expected.partition(" ")
-        assert any(c.verb == verb and str(c).startswith(f"{verb} {rest.replace('/', 'core/', 1) if rest.startswith('/') else rest}") for c in calls), (expected, sorted(map(str, calls)))
+        assert any(
+            c.verb == verb and str(c).startswith(f"{verb} {rest.replace('/', 'core/', 1) if rest.startswith('/') else rest}") for c in calls
+        ), (expected, sorted(map(str, calls)))
     missing = []
     for call in sorted(calls):
         rules = lease_rules if call.resource == "leases" else cluster_rules

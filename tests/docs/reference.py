@@ -27,6 +27,7 @@ ENDPOINTS = {
     "/metrics": "Prometheus text format; the metrics below.",
     "/debug/devices": "Every device with its effective taints and attributes (off with --no-debug).",
     "/debug/objects": "The resourceVersion of every object in the view, per kind (off with --no-debug).",
+    "/debug/volumes": "Every tainted PersistentVolumeClaim and PersistentVolume with its taints and the pods using it (off with --no-debug).",
 }
 
 
@@ -90,7 +91,11 @@ def _crds() -> list[str]:
         spec = crd["spec"]
         names = spec["names"]
         out += [f"### {names['kind']} (`{spec['group']}`)", ""]
-        out.append(f"Scope {spec['scope']}; plural `{names['plural']}`" + (f"; short names {', '.join('`' + s + '`' for s in names.get('shortNames', []))}" if names.get("shortNames") else "") + f"; file `charts/dra-extender/crds/{path.name}`.")
+        out.append(
+            f"Scope {spec['scope']}; plural `{names['plural']}`"
+            + (f"; short names {', '.join('`' + s + '`' for s in names.get('shortNames', []))}" if names.get("shortNames") else "")
+            + f"; file `charts/dra-extender/crds/{path.name}`."
+        )
         out.append("")
         for version in spec["versions"]:
             schema = version["schema"]["openAPIV3Schema"]

@@ -12,8 +12,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -110,7 +111,16 @@ class FakeApi:
             if not token:
                 return items
 
-    def mutate(self, kind: str, namespace: str | None, name: str, change: Callable[[dict[str, Any]], None], *, subresource: str = "", group: str | None = None) -> dict[str, Any]:
+    def mutate(
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        change: Callable[[dict[str, Any]], None],
+        *,
+        subresource: str = "",
+        group: str | None = None,
+    ) -> dict[str, Any]:
         """Read-modify-write with the resourceVersion precondition, retried on 409."""
         for _ in range(20):
             obj = self.get(kind, namespace, name, group)

@@ -18,7 +18,7 @@ import re
 import time
 import uuid
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -71,11 +71,7 @@ def claim(i: int) -> dict[str, Any]:
         "kind": "ResourceClaim",
         "metadata": {"name": f"claim-{i:04d}", "namespace": NAMESPACE},
         "spec": {
-            "devices": {
-                "requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}
-                ]
-            }
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}
         },
     }
 
@@ -110,7 +106,7 @@ async def create_all(api: FakeApi, objects: list[dict[str, Any]], parallel: int 
 
 
 def now_micro() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # ---------------------------------------------------------------------- readback checks
@@ -145,7 +141,9 @@ def check_claims(api: FakeApi, node_of_device: dict[tuple[str, str], str]) -> di
         assert reserved[0]["uid"] == p["metadata"]["uid"], (name, reserved, p["metadata"]["uid"])
         bound_to = (p.get("spec") or {}).get("nodeName")
         device = (results[0]["pool"], results[0]["device"])
-        assert bound_to == node_of_device[device], f"claim {name} holds {device} of {node_of_device[device]} but {pod_name} is on {bound_to!r}"
+        assert bound_to == node_of_device[device], (
+            f"claim {name} holds {device} of {node_of_device[device]} but {pod_name} is on {bound_to!r}"
+        )
         terms = allocation["nodeSelector"]["nodeSelectorTerms"]
         assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [bound_to]}]}], terms
     doubles = {f"{pool}/{dev}": names for (pool, dev), names in holders.items() if len(names) > 1}
@@ -209,9 +207,7 @@ async def test_thousand_pods_race_for_hundred_devices() -> None:
                     passed = answer["NodeNames"] or []
                     assert set(passed) | set(answer["FailedAndUnresolvableNodes"] or {}) == set(nodes), answer
                     filtered["fits" if target in passed else "rejected"] += 1
-                    r = await http.post(
-                        "/bind", json={"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uids[name], "Node": target}
-                    )
+                    r = await http.post("/bind", json={"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uids[name], "Node": target})
                     results[name] = (r.status_code, r.json().get("Error"), target)
 
             t1 = time.perf_counter()
@@ -294,9 +290,7 @@ async def test_two_extenders_follow_the_scheduler_lease_through_handovers() -> N
         uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in stored if o["kind"] == "Pod"}
         api.create(scheduler_lease(f"host-a_{uuid.uuid4()}"))
         for who in ("a", "b"):
-            exts[who] = cluster_extender(
-                api, "--follow-scheduler-lease", f"{LEASE_NS}/{LEASE_NAME}", env={"HOSTNAME": f"host-{who}"}
-            )
+            exts[who] = cluster_extender(api, "--follow-scheduler-lease", f"{LEASE_NS}/{LEASE_NAME}", env={"HOSTNAME": f"host-{who}"})
         for ext in exts.values():
             ext.wait_ready()
         wait_for(lambda: leading(exts["a"]), timeout=10, what="A leads")

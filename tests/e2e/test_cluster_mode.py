@@ -16,7 +16,7 @@ import copy
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -119,7 +119,7 @@ def bind_args(name: str, uid: str, node_name: str) -> dict[str, Any]:
 
 
 def micro_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -273,7 +273,9 @@ CHANGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("pod_name", "node_name", "change", "undo", "reason"), [c[1:] for c in CHANGE_CASES], ids=[c[0] for c in CHANGE_CASES])
+@pytest.mark.parametrize(
+    ("pod_name", "node_name", "change", "undo", "reason"), [c[1:] for c in CHANGE_CASES], ids=[c[0] for c in CHANGE_CASES]
+)
 def test_api_changes_reach_filter(live, pod_name: str, node_name: str, change, undo, reason: str | None) -> None:
     """`reason`: what rejects the node while changed; None: the node is rejected before and accepted while changed."""
     api, ext, _ = live
@@ -321,7 +323,7 @@ def _relabel(kind: str, name: str, group: str | None = None) -> Callable[[FakeAp
 
     def trigger(api: FakeApi, ext: Extender) -> None:
         for i in range(3):
-            api.mutate(kind, None, name, lambda o: o["metadata"].setdefault("labels", {}).update(round=str(i)), group=group)
+            api.mutate(kind, None, name, lambda o, i=i: o["metadata"].setdefault("labels", {}).update(round=str(i)), group=group)
         wait_converged(api, ext)
 
     return trigger
@@ -349,24 +351,42 @@ EVENT_CASES = [
     # name, faulty object, group for deletion, trigger that evaluates it many times
     (
         "device-class-selector",
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "e2e-broken-class"},
-         "spec": {"selectors": [{"cel": {"expression": BROKEN_CEL}}]}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "e2e-broken-class"},
+            "spec": {"selectors": [{"cel": {"expression": BROKEN_CEL}}]},
+        },
         None,
         _allocate_with_class("e2e-broken-class"),
     ),
     (
         "crd-rule-selector",
-        {"apiVersion": f"{CRD_GROUP}/v1alpha1", "kind": "DeviceTaintRule", "metadata": {"name": "e2e-broken-rule"},
-         "spec": {"deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": BROKEN_CEL}}]},
-                  "taint": {"key": "example.com/never", "effect": "NoSchedule"}}},
+        {
+            "apiVersion": f"{CRD_GROUP}/v1alpha1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "e2e-broken-rule"},
+            "spec": {
+                "deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": BROKEN_CEL}}]},
+                "taint": {"key": "example.com/never", "effect": "NoSchedule"},
+            },
+        },
         CRD_GROUP,
         _relabel("DeviceTaintRule", "e2e-broken-rule", CRD_GROUP),
     ),
     (
         "slice-patch-filter",
-        {"apiVersion": f"{CRD_GROUP}/v1alpha1", "kind": "ResourceSlicePatch", "metadata": {"name": "e2e-broken-patch"},
-         "spec": {"devices": {"filter": {"driver": GPU, "selectors": [{"cel": {"expression": BROKEN_CEL}}]},
-                              "attributes": {f"{GPU}/model": {"string": "patched"}}}}},
+        {
+            "apiVersion": f"{CRD_GROUP}/v1alpha1",
+            "kind": "ResourceSlicePatch",
+            "metadata": {"name": "e2e-broken-patch"},
+            "spec": {
+                "devices": {
+                    "filter": {"driver": GPU, "selectors": [{"cel": {"expression": BROKEN_CEL}}]},
+                    "attributes": {f"{GPU}/model": {"string": "patched"}},
+                }
+            },
+        },
         None,
         _relabel("ResourceSlicePatch", "e2e-broken-patch"),
     ),
@@ -377,8 +397,12 @@ EVENT_CASES = [
 def test_faulty_object_gets_one_warning_event(live, obj: dict[str, Any], group: str | None, trigger) -> None:
     api, ext, _ = live
     kind, name = obj["kind"], obj["metadata"]["name"]
-    sentinel = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": f"{name}-sentinel"},
-                "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}}  # does not compile
+    sentinel = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"{name}-sentinel"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]},
+    }  # does not compile
     uid = api.create(copy.deepcopy(obj))["metadata"]["uid"]
     try:
         if kind != "DeviceClass":  # rules and patches are evaluated on arrival; a class when a claim uses it
@@ -419,8 +443,10 @@ def test_old_cluster_serving_v1alpha3_rules() -> None:
             "apiVersion": "resource.k8s.io/v1alpha3",
             "kind": "DeviceTaintRule",
             "metadata": {"name": name},
-            "spec": {"deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": expression}}]},
-                     "taint": {"key": f"example.com/{name}", "value": "e2e", "effect": "NoSchedule"}},
+            "spec": {
+                "deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": expression}}]},
+                "taint": {"key": f"example.com/{name}", "value": "e2e", "effect": "NoSchedule"},
+            },
         }
 
     try:
@@ -435,7 +461,12 @@ def test_old_cluster_serving_v1alpha3_rules() -> None:
         assert "example.com/old-h100=e2e:NoSchedule not tolerated" in after["node-c"]
         events = wait_for(lambda: events_on(api, "DeviceTaintRule", "old-broken"), what="an Event on the faulty rule")
         assert [e["involvedObject"] for e in events] == [
-            {"kind": "DeviceTaintRule", "name": "old-broken", "uid": created.json()["metadata"]["uid"], "apiVersion": "resource.k8s.io/v1alpha3"}
+            {
+                "kind": "DeviceTaintRule",
+                "name": "old-broken",
+                "uid": created.json()["metadata"]["uid"],
+                "apiVersion": "resource.k8s.io/v1alpha3",
+            }
         ]
     finally:
         ext.stop()
@@ -478,8 +509,8 @@ def test_bind_writes_allocation_reservation_and_binding(binding) -> None:
     assert allocation["nodeSelector"] == {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]
     }
-    stamp = datetime.strptime(allocation["allocationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-    assert abs((datetime.now(timezone.utc) - stamp).total_seconds()) < 60
+    stamp = datetime.strptime(allocation["allocationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs((datetime.now(UTC) - stamp).total_seconds()) < 60
     assert written["status"]["reservedFor"] == [{"resource": "pods", "name": "trainer", "uid": uid}]
     assert api.get("Pod", "default", "trainer")["spec"]["nodeName"] == "node-a"
 
@@ -511,8 +542,13 @@ ALLOCATION_CASES = [
         "tolerations-copied-into-results",  # without them NoExecute tolerations are lost (kubernetes#134434)
         lambda api: ("maintenance-job", DEMO_UIDS["maintenance-job"], "maintenance-ok"),
         "node-c",
-        {"request": "gpu", "driver": GPU, "pool": "node-c", "device": "gpu-0",
-         "tolerations": [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}]},
+        {
+            "request": "gpu",
+            "driver": GPU,
+            "pool": "node-c",
+            "device": "gpu-0",
+            "tolerations": [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"}],
+        },
         {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-c"]}]}]},
         ["node-c"],
     ),
@@ -527,7 +563,9 @@ ALLOCATION_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("setup", "node_name", "result", "selector", "fits"), [c[1:] for c in ALLOCATION_CASES], ids=[c[0] for c in ALLOCATION_CASES])
+@pytest.mark.parametrize(
+    ("setup", "node_name", "result", "selector", "fits"), [c[1:] for c in ALLOCATION_CASES], ids=[c[0] for c in ALLOCATION_CASES]
+)
 def test_bind_allocation_results(binding, setup, node_name: str, result: dict[str, Any], selector: dict[str, Any], fits: list[str]) -> None:
     api, ext = binding
     pod_name, uid, claim_name = setup(api)
@@ -550,7 +588,9 @@ def _allocate_elsewhere(api: FakeApi, claim_name: str, node_name: str, device: s
         obj["status"] = {
             "allocation": {
                 "devices": {"results": [{"request": "gpu", "driver": GPU, "pool": node_name, "device": device}]},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]
+                },
             }
         }
 
@@ -724,7 +764,12 @@ def test_non_leader_filters_but_does_not_bind(binding) -> None:
         assert reasons(follower, pod_args("led", "led", ["node-lease"], uid=uid)) == {"node-lease": None}
 
         # Our kube-scheduler takes the Lease: the sidecar leads with it.
-        api.mutate("Lease", "kube-system", "kube-scheduler", lambda o: o["spec"].update(holderIdentity=f"{hostname}_{uuid.uuid4()}", renewTime=micro_now()))
+        api.mutate(
+            "Lease",
+            "kube-system",
+            "kube-scheduler",
+            lambda o: o["spec"].update(holderIdentity=f"{hostname}_{uuid.uuid4()}", renewTime=micro_now()),
+        )
         answers: list[str] = []
 
         def bound() -> bool:
@@ -738,10 +783,19 @@ def test_non_leader_filters_but_does_not_bind(binding) -> None:
 
         # Another kube-scheduler takes over: the sidecar stops allocating with it.
         second = add_pod(api, "led-2", "led-2")
-        api.mutate("Lease", "kube-system", "kube-scheduler", lambda o: o["spec"].update(holderIdentity=f"other_{uuid.uuid4()}", renewTime=micro_now()))
+        api.mutate(
+            "Lease",
+            "kube-system",
+            "kube-scheduler",
+            lambda o: o["spec"].update(holderIdentity=f"other_{uuid.uuid4()}", renewTime=micro_now()),
+        )
         # (While it still leads, binding led-2 fails without writing anything: node-lease's only GPU is taken.)
-        wait_for(lambda: follower.post("bind", bind_args("led-2", second, "node-lease")).json()["Error"] == "not leader",
-                 timeout=15, interval=0.2, what="leadership lost")
+        wait_for(
+            lambda: follower.post("bind", bind_args("led-2", second, "node-lease")).json()["Error"] == "not leader",
+            timeout=15,
+            interval=0.2,
+            what="leadership lost",
+        )
         assert "status" not in get_claim(api, "led-2")
     finally:
         follower.stop()

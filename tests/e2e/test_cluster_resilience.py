@@ -45,7 +45,9 @@ def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
 
 
-def gpu_slice(name: str, node_name: str, devices: int = 2, generation: int = 1, taints: dict[int, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+def gpu_slice(
+    name: str, node_name: str, devices: int = 2, generation: int = 1, taints: dict[int, list[dict[str, str]]] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -55,14 +57,26 @@ def gpu_slice(name: str, node_name: str, devices: int = 2, generation: int = 1, 
             "nodeName": node_name,
             "pool": {"name": name, "generation": generation, "resourceSliceCount": 1},
             "devices": [
-                {"name": f"gpu-{i}", "attributes": {"model": {"string": "a100"}}, **({"taints": taints[i]} if taints and i in taints else {})}
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"model": {"string": "a100"}},
+                    **({"taints": taints[i]} if taints and i in taints else {}),
+                }
                 for i in range(devices)
             ],
         },
     }
 
 
-def rule(name: str, group: str = ev.GROUP_RESOURCE, version: str = "v1beta2", *, pool: str | None = None, effect: str = "NoSchedule", key: str = "example.com/broken") -> dict[str, Any]:
+def rule(
+    name: str,
+    group: str = ev.GROUP_RESOURCE,
+    version: str = "v1beta2",
+    *,
+    pool: str | None = None,
+    effect: str = "NoSchedule",
+    key: str = "example.com/broken",
+) -> dict[str, Any]:
     selector: dict[str, str] = {"driver": "gpu.example.com"}
     if pool:
         selector["pool"] = pool
@@ -201,7 +215,14 @@ async def test_expired_watch_relists_and_forgets_deleted_objects(fake, how):
 
             def gone(info):
                 if info.verb == "watch" and int(info.query.get("resourceVersion") or 0) < compacted:
-                    return 410, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": "too old"}
+                    return 410, {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "Expired",
+                        "code": 410,
+                        "message": "too old",
+                    }
                 return None
 
             fake.add_reactor(gone)
@@ -323,7 +344,12 @@ async def test_optional_group_missing_then_served(fake, caplog):
     async with Reflecting(fake, fake.kubeconfig, optional_recheck_seconds=0.1) as r:
         await until(lambda: r.state.ready, what="ready without the CRDs")
         await until(lambda: len([x for x in fake.requests if x.path.startswith(f"/apis/{CRD_GROUP}")]) >= 6, what="several rechecks")
-        missing = [m for m in caplog.records if m.getMessage() == "optional API not served; checking again periodically" and "dra-extender.io" in str(getattr(m, "resource", ""))]
+        missing = [
+            m
+            for m in caplog.records
+            if m.getMessage() == "optional API not served; checking again periodically"
+            and "dra-extender.io" in str(getattr(m, "resource", ""))
+        ]
         assert len(missing) == 1, [m.__dict__ for m in missing]
         assert not [x for x in fake.requests if x.path.startswith(f"/apis/{CRD_GROUP}") and x.verb in ("list", "watch")]
         fake.create(rule("own", CRD_GROUP, "v1alpha1", pool="s0"))
@@ -378,14 +404,19 @@ class Burst:
         self.changes = 0
         self.nodes = set(node_names(api))
         self.demo_nodes = set(self.nodes)
-        self.slices = {o["metadata"]["name"]: o["spec"]["pool"]["name"] for o in api.list("ResourceSlice") if o["spec"]["driver"] == "gpu.example.com"}
+        self.slices = {
+            o["metadata"]["name"]: o["spec"]["pool"]["name"] for o in api.list("ResourceSlice") if o["spec"]["driver"] == "gpu.example.com"
+        }
         self.demo_slices = set(self.slices)
         self.claims: dict[str, str | None] = {"gpu-claim": None, "templated-gpu-x7k2p": None}  # name -> allocated device key
         self.demo_claims = set(self.claims)
         self.allocated: dict[tuple[str, str, str], str] = {}
         self.pods: set[str] = set()
         self.classes: set[str] = set()
-        self.rules: dict[str, set[str]] = {ev.GROUP_RESOURCE: {o["metadata"]["name"] for o in api.list("DeviceTaintRule")}, CRD_GROUP: set()}
+        self.rules: dict[str, set[str]] = {
+            ev.GROUP_RESOURCE: {o["metadata"]["name"] for o in api.list("DeviceTaintRule")},
+            CRD_GROUP: set(),
+        }
         self.demo_rules = set(self.rules[ev.GROUP_RESOURCE])
         self.patches: set[str] = set()
         self.deleted: list[tuple[str, str]] = []  # (view kind, key)
@@ -434,7 +465,14 @@ class Burst:
         taints: dict[int, list[dict[str, str]]] = {}
         for i in range(devices):
             if self.rng.random() < 0.3:
-                taints[i] = [{"key": "gpu.example.com/xid", "value": str(self.rng.randint(1, 99)), "effect": self.rng.choice(self.EFFECTS), "timeAdded": "2026-01-01T00:00:00Z"}]
+                taints[i] = [
+                    {
+                        "key": "gpu.example.com/xid",
+                        "value": str(self.rng.randint(1, 99)),
+                        "effect": self.rng.choice(self.EFFECTS),
+                        "timeAdded": "2026-01-01T00:00:00Z",
+                    }
+                ]
         return taints
 
     def _slice(self) -> None:
@@ -468,12 +506,17 @@ class Burst:
             name = self.name("claim")
             request: dict[str, Any] = {"deviceClassName": "gpu.example.com"}
             if self.rng.random() < 0.5:
-                request["tolerations"] = [{"key": self.rng.choice(["example.com/broken", "gpu.example.com/xid", "example.com/maintenance"]), "operator": "Exists"}]
-            self.api.create({
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
-            })
+                request["tolerations"] = [
+                    {"key": self.rng.choice(["example.com/broken", "gpu.example.com/xid", "example.com/maintenance"]), "operator": "Exists"}
+                ]
+            self.api.create(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}},
+                }
+            )
             self.claims[name] = None
         elif op == "update":
             name = self.rng.choice(sorted(self.claims))
@@ -482,7 +525,9 @@ class Burst:
             elif self.rng.random() < 0.7:
                 self._deallocate(name)
             else:
-                self.api.mutate("ResourceClaim", "default", name, lambda o: o["metadata"].setdefault("labels", {}).update(burst=str(self.counter)))
+                self.api.mutate(
+                    "ResourceClaim", "default", name, lambda o: o["metadata"].setdefault("labels", {}).update(burst=str(self.counter))
+                )
         else:
             name = self.rng.choice(sorted(set(self.claims) - self.demo_claims))
             self.api.delete("ResourceClaim", "default", name)
@@ -497,7 +542,11 @@ class Burst:
             obj = self.api.get("ResourceSlice", None, slice_name)
             if obj is None:
                 continue
-            free = [d["name"] for d in obj["spec"]["devices"] if ("gpu.example.com", obj["spec"]["pool"]["name"], d["name"]) not in self.allocated]
+            free = [
+                d["name"]
+                for d in obj["spec"]["devices"]
+                if ("gpu.example.com", obj["spec"]["pool"]["name"], d["name"]) not in self.allocated
+            ]
             if not free:
                 continue
             device = ("gpu.example.com", obj["spec"]["pool"]["name"], self.rng.choice(free))
@@ -505,11 +554,13 @@ class Burst:
             status = {
                 "allocation": {
                     "devices": {"results": [{"request": "gpu", "driver": device[0], "pool": device[1], "device": device[2]}]},
-                    "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]},
+                    "nodeSelector": {
+                        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]
+                    },
                     "allocationTimestamp": "2026-01-01T00:00:00Z",
                 },
             }
-            self.api.mutate("ResourceClaim", "default", claim, lambda o: o.update(status=status), subresource="status")
+            self.api.mutate("ResourceClaim", "default", claim, lambda o, status=status: o.update(status=status), subresource="status")
             self.allocated[device] = claim
             self.claims[claim] = "/".join(device)
             return
@@ -547,8 +598,14 @@ class Burst:
         op = self._pick_op(len(self.classes), len(self.classes))
         if op == "create":
             name = self.name("class") + ".example.com"
-            self.api.create({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
-                             "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]}})
+            self.api.create(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": name},
+                    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+                }
+            )
             self.classes.add(name)
         elif op == "update":
             name = self.rng.choice(sorted(self.classes))
@@ -569,12 +626,14 @@ class Burst:
         version = "v1alpha1" if group == CRD_GROUP else "v1beta2"
         if op == "create":
             name = self.name("rule")
-            self.api.create(rule(name, group, version, pool=self.rng.choice(self.pools() + [None]), effect=self.rng.choice(self.EFFECTS)))
+            self.api.create(rule(name, group, version, pool=self.rng.choice([*self.pools(), None]), effect=self.rng.choice(self.EFFECTS)))
             names.add(name)
         elif op == "update":
             name = self.rng.choice(sorted(names))
             effect = self.rng.choice(self.EFFECTS)
-            self.api.mutate("DeviceTaintRule", None, name, lambda o: o["spec"]["taint"].update(effect=effect, value=str(self.counter)), group=group_arg)
+            self.api.mutate(
+                "DeviceTaintRule", None, name, lambda o: o["spec"]["taint"].update(effect=effect, value=str(self.counter)), group=group_arg
+            )
         else:
             name = self.rng.choice(sorted(deletable))
             self.api.delete("DeviceTaintRule", None, name, group=group_arg)
@@ -591,12 +650,19 @@ class Burst:
         op = self._pick_op(len(self.patches), len(self.patches))
         if op == "create":
             name = self.name("patch")
-            self.api.create(slice_patch(name, self.rng.choice(self.pools() + [None]), self.rng.choice(["a100", "h100"]), self.rng.randint(0, 3)))
+            self.api.create(
+                slice_patch(name, self.rng.choice([*self.pools(), None]), self.rng.choice(["a100", "h100"]), self.rng.randint(0, 3))
+            )
             self.patches.add(name)
         elif op == "update":
             name = self.rng.choice(sorted(self.patches))
             model = self.rng.choice(["a100", "h100", "b200"])
-            self.api.mutate("ResourceSlicePatch", None, name, lambda o: o["spec"]["devices"]["attributes"].update({"gpu.example.com/model": {"string": model}}))
+            self.api.mutate(
+                "ResourceSlicePatch",
+                None,
+                name,
+                lambda o: o["spec"]["devices"]["attributes"].update({"gpu.example.com/model": {"string": model}}),
+            )
         else:
             name = self.rng.choice(sorted(self.patches))
             self.api.delete("ResourceSlicePatch", None, name)
@@ -667,7 +733,9 @@ def test_burst_with_dropped_and_expired_watches() -> None:
         for plural in (*CORE_PLURALS, "devicetaintrules", "resourceslicepatches"):
             lists = [r for r in after if r["verb"] == "list" and r["resource"] == plural]
             assert lists, f"{plural}: no re-list after the compaction"
-            resumed = [r for r in after if r["verb"] == "watch" and r["resource"] == plural and int(r["query"]["resourceVersion"]) < compacted]
+            resumed = [
+                r for r in after if r["verb"] == "watch" and r["resource"] == plural and int(r["query"]["resourceVersion"]) < compacted
+            ]
             assert resumed, f"{plural}: the first resume after the compaction should have tried the old RV (and got 410)"
         everything = api.requests(0)
         watch_paths = {r["path"] for r in everything if r["verb"] == "watch"}
@@ -676,7 +744,10 @@ def test_burst_with_dropped_and_expired_watches() -> None:
             # A dropped stream is not a failure streak: each resume comes after one short
             # jittered delay (<= 0.75 s), not a backoff that doubles with every drop.
             for path in watch_paths:
-                first = min((r["started"] for r in everything if r["path"] == path and r["verb"] == "watch" and r["started"] > dropped_at), default=None)
+                first = min(
+                    (r["started"] for r in everything if r["path"] == path and r["verb"] == "watch" and r["started"] > dropped_at),
+                    default=None,
+                )
                 assert first is not None and first - dropped_at < 5, f"{path} resumed {first and first - dropped_at}s after a drop"
         for plural in CORE_PLURALS:
             # The extender's first page carries no `continue` (this test's client always sends one).
@@ -738,15 +809,37 @@ class Changer(threading.Thread):
                 if what == "node":
                     retrying(self.api.create, node(f"faulty-node-{i}"))
                 elif what == "label":
-                    retrying(self.api.mutate, "Node", None, rng.choice(["node-a", "node-b", "node-c"]), lambda o: o["metadata"].setdefault("labels", {}).update(touched=str(i)))
+                    retrying(
+                        self.api.mutate,
+                        "Node",
+                        None,
+                        rng.choice(["node-a", "node-b", "node-c"]),
+                        lambda o, i=i: o["metadata"].setdefault("labels", {}).update(touched=str(i)),
+                    )
                 elif what == "pod":
-                    retrying(self.api.create, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"faulty-pod-{i}", "namespace": "default"},
-                                               "spec": {"containers": [{"name": "c", "image": "pause"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": f"faulty-{i}"}]}})
+                    retrying(
+                        self.api.create,
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "metadata": {"name": f"faulty-pod-{i}", "namespace": "default"},
+                            "spec": {
+                                "containers": [{"name": "c", "image": "pause"}],
+                                "resourceClaims": [{"name": "gpu", "resourceClaimName": f"faulty-{i}"}],
+                            },
+                        },
+                    )
                 else:
-                    retrying(self.api.mutate, "ResourceClaim", "default", "gpu-claim", lambda o: o["metadata"].setdefault("labels", {}).update(touched=str(i)))
+                    retrying(
+                        self.api.mutate,
+                        "ResourceClaim",
+                        "default",
+                        "gpu-claim",
+                        lambda o, i=i: o["metadata"].setdefault("labels", {}).update(touched=str(i)),
+                    )
                 self.done += 1
                 self.stopping.wait(0.1)
-        except BaseException as e:  # noqa: BLE001 - reported by the test
+        except BaseException as e:
             self.error = e
         finally:
             self.api.http.close()
@@ -843,9 +936,11 @@ def test_filter_keeps_answering_through_api_faults() -> None:
         assert ready.polls > 80 and not ready.failures, ready.failures[:5]
 
         b50, b99, f50, f99 = (percentile(x, p) * 1000 for x, p in ((base, 50), (base, 99), (faulty, 50), (faulty, 99)))
-        print(f"faults: /filter fault-free p50 {b50:.1f} ms p99 {b99:.1f} ms; faulty p50 {f50:.1f} ms p99 {f99:.1f} ms; "
-              f"converged {took:.2f}s after clearing; {changer.done} changes, {len(faulted)} injected errors "
-              f"({len(extender_faults)} on the extender's watches and lists)")
+        print(
+            f"faults: /filter fault-free p50 {b50:.1f} ms p99 {b99:.1f} ms; faulty p50 {f50:.1f} ms p99 {f99:.1f} ms; "
+            f"converged {took:.2f}s after clearing; {changer.done} changes, {len(faulted)} injected errors "
+            f"({len(extender_faults)} on the extender's watches and lists)"
+        )
         # 50 ms absorbs scheduler noise on a shared 2-core machine (three processes and two
         # threads here, other engineers' tests beside us: one lost time slice or GC pass is
         # 10-40 ms) yet stays below the 200 ms injected latency: a /filter that waited on a
@@ -919,7 +1014,9 @@ def test_device_taint_rules_at_the_only_served_version(version: str) -> None:
         if version == "v1alpha3":
             # A 1.33-1.34 rule may select by CEL: honoured (it matches nothing here), not widened to all devices.
             narrowed = rule("by-cel", version=version)
-            narrowed["spec"]["deviceSelector"] = {"selectors": [{"cel": {"expression": 'device.attributes["gpu.example.com"].model == "b200"'}}]}
+            narrowed["spec"]["deviceSelector"] = {
+                "selectors": [{"cel": {"expression": 'device.attributes["gpu.example.com"].model == "b200"'}}]
+            }
             create(narrowed)
         create(rule("node-a-broken", version=version, pool="node-a"))  # watch events arrive in order: by-cel first
         wait_for(lambda: "DeviceTaintRule/resource.k8s.io/node-a-broken" in rule_taints(), 10, what="the watched rule")

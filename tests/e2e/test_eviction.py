@@ -16,7 +16,11 @@ def rule_condition(api: FakeApi, name: str) -> dict | None:
 def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
     api = FakeApi()
     try:
-        api.control("POST", "objects", {"kind": "List", "items": [node(), gpu_slice(2), *claim_and_pod("victim", 0), *claim_and_pod("bystander", 1)]})
+        api.control(
+            "POST",
+            "objects",
+            {"kind": "List", "items": [node(), gpu_slice(2), *claim_and_pod("victim", 0), *claim_and_pod("bystander", 1)]},
+        )
         off = cluster_extender(api, "--no-eviction")
         try:
             off.wait_ready()

@@ -8,6 +8,7 @@ a stuck loop) and checks the extender's answer. Time bounds are generous
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,8 +44,12 @@ def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str
     directory.mkdir(parents=True, exist_ok=True)
     names = [f"node-{i}" for i in range(nodes)]
     docs: list[dict[str, Any]] = [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": GPU},
-         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU}"'}}]}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": GPU},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{GPU}"'}}]},
+        },
     ]
     for n in names:
         docs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})
@@ -52,8 +57,16 @@ def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str
     for n in names:
         (directory / f"slice-{n}.yaml").write_text(_yaml_docs([gpu_slice(n, devices)]))
     claim_docs = [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "default"},
-         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU, "selectors": [{"cel": {"expression": expr}}]}}]}}}
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU, "selectors": [{"cel": {"expression": expr}}]}}]
+                }
+            },
+        }
         for name, expr in claims.items()
     ]
     (directory / "claims.yaml").write_text(_yaml_docs(claim_docs))
@@ -134,7 +147,7 @@ class ProbeTimer:
 def test_hostile_selector_is_stopped_with_the_cost_limit_reason(tmp_path: Path) -> None:
     """The reported attack (findAll over 4,000 characters, 30 times) fails each node with cel-go's reason."""
     nodes = write_cluster(tmp_path / "c", nodes=2, devices=8, claims={"attack": ATTACK})
-    ext, probe = probe_extender("--source", str(tmp_path / "c"))
+    ext, _probe = probe_extender("--source", str(tmp_path / "c"))
     try:
         ext.wait_ready()
         started = time.monotonic()
@@ -170,7 +183,9 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
         assert not probes.failures, probes.failures
         assert len(probes.latencies) >= 10
         lat = sorted(probes.latencies)
-        print(f"/readyz while /filter ran {took:.2f}s: n={len(lat)} median {statistics.median(lat) * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms")
+        print(
+            f"/readyz while /filter ran {took:.2f}s: n={len(lat)} median {statistics.median(lat) * 1000:.1f} ms, max {lat[-1] * 1000:.1f} ms"
+        )
         assert statistics.median(probes.latencies) < 0.1, sorted(probes.latencies)[-5:]
         assert max(probes.latencies) < 0.5, sorted(probes.latencies)[-5:]
     finally:
@@ -219,16 +234,14 @@ def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
 def _raw(port: int, data: bytes, *, wait: float = 5.0) -> bytes:
     """Send `data` on a fresh connection and read until the server answers or closes."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        try:
+        with contextlib.suppress(OSError):  # the server answered and closed before taking everything: that is the point
             s.sendall(data)
-        except OSError:  # the server answered and closed before taking everything: that is the point
-            pass
         out = b""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             try:
                 chunk = s.recv(65536)
-            except (ConnectionResetError, socket.timeout):
+            except (TimeoutError, ConnectionResetError):
                 break
             if not chunk:
                 break  # closed after the answer (Connection: close)
@@ -238,8 +251,18 @@ def _raw(port: int, data: bytes, *, wait: float = 5.0) -> bytes:
 
 REFUSED_BODIES = [
     # name, request head, body bytes sent, expected status line
-    ("declared-over-limit", b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n", b"{" * 65536, b"HTTP/1.1 413"),
-    ("chunked-over-limit", b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", (b"100000\r\n" + b" " * 0x100000 + b"\r\n") * 2, b"HTTP/1.1 413"),
+    (
+        "declared-over-limit",
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n",
+        b"{" * 65536,
+        b"HTTP/1.1 413",
+    ),
+    (
+        "chunked-over-limit",
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+        (b"100000\r\n" + b" " * 0x100000 + b"\r\n") * 2,
+        b"HTTP/1.1 413",
+    ),
 ]
 
 
@@ -271,10 +294,10 @@ def test_slow_clients_are_cut_off_and_not_counted(tmp_path: Path) -> None:
             s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\n")  # and never the end of the headers
         slow_bodies = [socket.create_connection(("127.0.0.1", ext.port)) for _ in range(20)]
         for s in slow_bodies:
-            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"Pod\":")
+            s.sendall(b'POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"Pod":')
         for _ in range(20):  # gone mid-body
             with socket.create_connection(("127.0.0.1", ext.port)) as s:
-                s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"Pod\":")
+                s.sendall(b'POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"Pod":')
         for s in slow_heads:
             s.settimeout(6)
             assert s.recv(100) == b"", "a connection without complete headers must be closed"
@@ -323,7 +346,10 @@ def test_non_loopback_listen_is_refused_without_the_flag(tmp_path: Path) -> None
 
     run = subprocess.run(
         [sys.executable, "-m", "extender.cli", "serve", "--source", str(DEMO), "--listen", f"0.0.0.0:{free_port()}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert run.returncode == 2
     assert "not a loopback address" in run.stderr and "--allow-non-loopback-listen" in run.stderr
@@ -349,8 +375,16 @@ def test_fifo_is_skipped_and_changes_are_still_seen(tmp_path: Path) -> None:
 
 OVER_LIMITS = [
     # name, object, field named in the log
-    ("long-attribute-string", {**gpu_slice("node-a", 1), "metadata": {"name": "long-attribute"}}, "spec.devices[0].attributes.model.string"),
-    ("huge-annotation", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "annotated", "annotations": {"x": "a" * (300 * 1024)}}}, "metadata.annotations"),
+    (
+        "long-attribute-string",
+        {**gpu_slice("node-a", 1), "metadata": {"name": "long-attribute"}},
+        "spec.devices[0].attributes.model.string",
+    ),
+    (
+        "huge-annotation",
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "annotated", "annotations": {"x": "a" * (300 * 1024)}}},
+        "metadata.annotations",
+    ),
 ]
 OVER_LIMITS[0][1]["spec"]["devices"][0]["attributes"]["model"]["string"] = "a" * 100_000
 
@@ -420,10 +454,14 @@ def test_outage_is_visible_and_the_view_catches_up(relist: bool) -> None:
         sources = ext.http.get("/debug/objects").json()["sources"]
         assert sources[slices]["stale"] and sources[slices]["staleness_seconds"] >= 1
         wait_for(lambda: "view is stale" in ext.logs(), 10, what="the stale log line")
-        api.create({
-            "apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule", "metadata": {"name": "during-outage"},
-            "spec": {"deviceSelector": {"driver": GPU}, "taint": {"key": "example.com/outage", "value": "x", "effect": "NoExecute"}},
-        })
+        api.create(
+            {
+                "apiVersion": "resource.k8s.io/v1beta2",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": "during-outage"},
+                "spec": {"deviceSelector": {"driver": GPU}, "taint": {"key": "example.com/outage", "value": "x", "effect": "NoExecute"}},
+            }
+        )
         if relist:
             api.compact()  # the watches' resourceVersions are gone: every reflector re-lists
         time.sleep(1.5)

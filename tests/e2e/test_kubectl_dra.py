@@ -77,7 +77,9 @@ def test_taint_rejects_at_filter_and_untaint_accepts_again(live) -> None:
     wait_converged(api, ext)
     assert reasons(ext, pod_args("k-pod", "k-claim", ["node-k"], uid=uid))["node-k"] is None
 
-    out = dra(api, "taint", "example.com/maintenance=planned:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-k", "--name", "k-maint").stdout
+    out = dra(
+        api, "taint", "example.com/maintenance=planned:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-k", "--name", "k-maint"
+    ).stdout
     assert out.strip() == f"devicetaintrule.{CRD_GROUP}/k-maint created"
     rule = api.get("DeviceTaintRule", None, "k-maint", group=CRD_GROUP)
     assert rule is not None and rule["metadata"]["labels"] == MANAGED
@@ -87,7 +89,9 @@ def test_taint_rejects_at_filter_and_untaint_accepts_again(live) -> None:
     assert why is not None and "example.com/maintenance=planned:NoSchedule not tolerated" in why, why
 
     devices = dra_json(api, "devices", "--node", "node-k", "--tainted")
-    assert [(d["device"], d["taints"], d["sources"]) for d in devices] == [("gpu-0", ["example.com/maintenance=planned:NoSchedule"], ["rule/k-maint"])]
+    assert [(d["device"], d["taints"], d["sources"]) for d in devices] == [
+        ("gpu-0", ["example.com/maintenance=planned:NoSchedule"], ["rule/k-maint"])
+    ]
     table = dra(api, "devices", "--node", "node-k").stdout.splitlines()
     assert table[0].split() == ["NODE", "DRIVER", "POOL", "DEVICE", "TAINTS", "SOURCES", "ALLOCATED-TO"]
 
@@ -131,16 +135,29 @@ def _status_message(api: FakeApi, name: str) -> str | None:
 def test_explain_rule_counts_equal_the_eviction_controllers_dry_run(live) -> None:
     api, _ext = live
     api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-e"}})
-    api.create({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "node-e-gpus"},
-        "spec": {"driver": "gpu.example.com", "nodeName": "node-e", "pool": {"name": "node-e", "generation": 1, "resourceSliceCount": 1},
-                 "devices": [{"name": f"gpu-{i}"} for i in range(4)]},
-    })
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "node-e-gpus"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": "node-e",
+                "pool": {"name": "node-e", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(4)],
+            },
+        }
+    )
     tolerates = [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"}]
-    objects = [*claim_and_pod("e-victim", 0, node_name="node-e"), *claim_and_pod("e-other-ns", 1, node_name="node-e", namespace="team-b"),
-               *claim_and_pod("e-tolerant", 2, node_name="node-e", tolerations=tolerates)]
+    objects = [
+        *claim_and_pod("e-victim", 0, node_name="node-e"),
+        *claim_and_pod("e-other-ns", 1, node_name="node-e", namespace="team-b"),
+        *claim_and_pod("e-tolerant", 2, node_name="node-e", tolerations=tolerates),
+    ]
     api.control("POST", "objects", {"kind": "List", "items": objects})
-    out = dra(api, "taint", "example.com/maintenance=planned:None", "--driver", "gpu.example.com", "--pool", "node-e", "--name", "e-maint").stdout
+    out = dra(
+        api, "taint", "example.com/maintenance=planned:None", "--driver", "gpu.example.com", "--pool", "node-e", "--name", "e-maint"
+    ).stdout
     assert "created" in out
     controller_says = wait_for(lambda: _status_message(api, "e-maint"), timeout=20, what="the controller's dry run")
     explained = dra_json(api, "explain-rule", "e-maint")
@@ -158,7 +175,11 @@ def test_taint_dry_run_creates_nothing_and_lists_matches(live) -> None:
     api, _ext = live
     out = dra(api, "taint", "example.com/probe:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--dry-run").stdout
     assert "(server dry run)" in out and "matches" in out and "gpu.example.com/node-a/" in out
-    assert not [r for r in api.list("DeviceTaintRule", CRD_GROUP) if r["metadata"].get("labels") == MANAGED and r["spec"]["taint"]["key"] == "example.com/probe"]
+    assert not [
+        r
+        for r in api.list("DeviceTaintRule", CRD_GROUP)
+        if r["metadata"].get("labels") == MANAGED and r["spec"]["taint"]["key"] == "example.com/probe"
+    ]
 
 
 def test_refusals_and_syntax_errors(live) -> None:
@@ -167,12 +188,23 @@ def test_refusals_and_syntax_errors(live) -> None:
     assert r.returncode == 2 and "--all-devices" in r.stderr and "every pod" in r.stderr
     r = dra(api, "taint", "example.com/x:NoSchedule", "--upstream", "--device-class", "gpu.example.com", ok=False)
     assert r.returncode == 2 and "--upstream rules select by --driver, --pool and --device only" in r.stderr
-    for bad, part in [("example.com/x", "effect is missing"), ("example.com/x:Evict", "effect 'Evict'"), ("-bad-:None", "key '-bad-'"), ("k=a b:None", "value 'a b'")]:
+    for bad, part in [
+        ("example.com/x", "effect is missing"),
+        ("example.com/x:Evict", "effect 'Evict'"),
+        ("-bad-:None", "key '-bad-'"),
+        ("k=a b:None", "value 'a b'"),
+    ]:
         r = dra(api, "taint", "--", bad, ok=False) if bad.startswith("-") else dra(api, "taint", bad, ok=False)
         assert r.returncode == 2 and part in r.stderr, (bad, r.stderr)
     # A rule kubectl-dra did not create is never deleted by it.
-    api.create({"apiVersion": f"{CRD_GROUP}/v1alpha1", "kind": "DeviceTaintRule", "metadata": {"name": "hand-made"},
-                "spec": {"deviceSelector": {"driver": "gpu.example.com"}, "taint": {"key": "example.com/hand", "effect": "None"}}})
+    api.create(
+        {
+            "apiVersion": f"{CRD_GROUP}/v1alpha1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "hand-made"},
+            "spec": {"deviceSelector": {"driver": "gpu.example.com"}, "taint": {"key": "example.com/hand", "effect": "None"}},
+        }
+    )
     r = dra(api, "untaint", "hand-made", ok=False)
     assert r.returncode == 2 and "not managed by kubectl-dra" in r.stderr
     assert api.get("DeviceTaintRule", None, "hand-made", group=CRD_GROUP) is not None
@@ -180,7 +212,9 @@ def test_refusals_and_syntax_errors(live) -> None:
 
 def test_upstream_rule(live) -> None:
     api, _ = live
-    out = dra(api, "taint", "example.com/up:None", "--upstream", "--driver", "gpu.example.com", "--device", "gpu-1", "--name", "up-rule").stdout
+    out = dra(
+        api, "taint", "example.com/up:None", "--upstream", "--driver", "gpu.example.com", "--device", "gpu-1", "--name", "up-rule"
+    ).stdout
     assert out.strip() == "devicetaintrule.resource.k8s.io/up-rule created"
     assert api.get("DeviceTaintRule", None, "up-rule") is not None
     assert "Rule:       up-rule (resource.k8s.io), effect None" in dra(api, "explain-rule", "up-rule", "--upstream").stdout
@@ -189,7 +223,9 @@ def test_upstream_rule(live) -> None:
 
 def test_help_has_examples_and_completion_scripts() -> None:
     for command in ("taint", "untaint", "devices", "explain-rule", "why"):
-        out = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", command, "--help"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "kubectl_dra.cli", command, "--help"], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout
         assert "examples:" in out and "kubectl dra " + command in out, command
     from kubectl_dra.cli import completions
 
@@ -197,5 +233,7 @@ def test_help_has_examples_and_completion_scripts() -> None:
     assert completions(["taint", "k=v:No"]) == ["k=v:None", "k=v:NoSchedule", "k=v:NoExecute"]
     assert "--all-devices" in completions(["taint", "k:None", "--"])
     assert completions(["devices", "-o", ""]) == ["table", "wide", "json", "yaml"]
-    bash = subprocess.run([sys.executable, "-m", "kubectl_dra.cli", "completion", "bash"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+    bash = subprocess.run(
+        [sys.executable, "-m", "kubectl_dra.cli", "completion", "bash"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout
     assert "complete -F _kubectl_dra kubectl-dra" in bash

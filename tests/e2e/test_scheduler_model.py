@@ -27,15 +27,24 @@ def missed_targets(r: dict[str, Any], expected_bound: int) -> list[str]:
     rb = r["readback"]
     bind = r["latency_ms"]["bind"]
     checks = [
-        (r["pods_bound"] == expected_bound and rb["pods_bound"] == expected_bound,
-         f"bound {r['pods_bound']} (API: {rb['pods_bound']}) of {expected_bound}; unbound pods' last rejection: {r['unbound_last_rejections']}"),
+        (
+            r["pods_bound"] == expected_bound and rb["pods_bound"] == expected_bound,
+            f"bound {r['pods_bound']} (API: {rb['pods_bound']}) of {expected_bound}; unbound pods' last rejection: {r['unbound_last_rejections']}",
+        ),
         (r["failed_binds"] == 0, f"{r['failed_binds']} failed binds: {r['bind_errors']}"),
-        (r["rejections_of_pods_that_fit"] == 0,
-         f"{r['rejections_of_pods_that_fit']} rejections of pods that fit somewhere: {r['fit_rejection_reasons']}"),
+        (
+            r["rejections_of_pods_that_fit"] == 0,
+            f"{r['rejections_of_pods_that_fit']} rejections of pods that fit somewhere: {r['fit_rejection_reasons']}",
+        ),
         (rb["devices_allocated_twice"] == 0, f"{rb['devices_allocated_twice']} devices allocated twice"),
-        (rb["bound_pods_without_allocated_claim"] == 0, f"{rb['bound_pods_without_allocated_claim']} bound pods without an allocated claim"),
-        (r["bind_timeouts"] == 0 and bind["max"] < HTTP_TIMEOUT * 1000,
-         f"{r['bind_timeouts']} binds timed out (httpTimeout {HTTP_TIMEOUT} s), longest {bind['max']} ms"),
+        (
+            rb["bound_pods_without_allocated_claim"] == 0,
+            f"{rb['bound_pods_without_allocated_claim']} bound pods without an allocated claim",
+        ),
+        (
+            r["bind_timeouts"] == 0 and bind["max"] < HTTP_TIMEOUT * 1000,
+            f"{r['bind_timeouts']} binds timed out (httpTimeout {HTTP_TIMEOUT} s), longest {bind['max']} ms",
+        ),
         (not r["scheduling_errors"], f"scheduling errors: {r['scheduling_errors']}"),
     ]
     return [message for ok, message in checks if not ok]

@@ -53,7 +53,9 @@ FILTER_CASES = [
         "rule-taint-not-tolerated",
         "trainer",
         ["node-a", "node-b"],
-        {"node-c": "claim default/gpu-claim, request gpu: 0 of 1 devices available: 2 tainted (example.com/maintenance=planned:NoSchedule not tolerated)"},
+        {
+            "node-c": "claim default/gpu-claim, request gpu: 0 of 1 devices available: 2 tainted (example.com/maintenance=planned:NoSchedule not tolerated)"
+        },
     ),
     (
         "rule-taint-tolerated",
@@ -68,7 +70,12 @@ FILTER_CASES = [
         {"node-b": "1 of 2 devices available: 1 tainted (gpu.example.com/xid=79:NoExecute not tolerated)", "node-c": "0 of 2"},
     ),
     ("template-claim", "templated", ["node-a", "node-b"], {"node-c": "claim default/templated-gpu-x7k2p"}),
-    ("first-available-and-network-pool", "gpu-and-nic", ["node-a", "node-b"], {"node-c": "request gpu: no subrequest can be satisfied: gpu/large: 0 of 1"}),
+    (
+        "first-available-and-network-pool",
+        "gpu-and-nic",
+        ["node-a", "node-b"],
+        {"node-c": "request gpu: no subrequest can be satisfied: gpu/large: 0 of 1"},
+    ),
     ("pod-without-claims", "plain", ALL, {}),
 ]
 
@@ -245,7 +252,9 @@ def test_malformed_file_beside_good_ones(tmp_path) -> None:
     directory = tmp_path / "cluster"
     shutil.copytree(DEMO, directory)
     (directory / "broken.yaml").write_text("kind: [unclosed\n  - : :\n")
-    (directory / "bad-object.yaml").write_text("apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: bad}\nspec: {devices: {requests: [{name: x}]}}\n")
+    (directory / "bad-object.yaml").write_text(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: bad}\nspec: {devices: {requests: [{name: x}]}}\n"
+    )
     ext = Extender("--source", str(directory))
     try:
         ext.wait_ready()
@@ -396,7 +405,7 @@ def test_counts_all_and_constraints(shapes: Extender, claim: str, passes: list[s
     assert result["NodeNames"] == passes
     failed = result["FailedAndUnresolvableNodes"]
     assert sorted(failed) == sorted(set(ALL) - set(passes))
-    for node, reason in failed.items():
+    for reason in failed.values():
         assert f"claim default/{claim}" in reason, reason
     for node, substring in reasons.items():
         assert substring in failed[node], failed[node]

@@ -30,7 +30,9 @@ NOT_READY = [{"key": "example.com/data-not-ready", "value": "true", "effect": "N
 REASON = "volume claim default/dataset (pv pv-dataset): taint example.com/data-not-ready=true:NoAttachOrMount not tolerated"
 
 
-def volume_pod(name: str, *, tolerations: list[dict[str, Any]] | None = None, node: str = "", raw_tolerations: str | None = None) -> dict[str, Any]:
+def volume_pod(
+    name: str, *, tolerations: list[dict[str, Any]] | None = None, node: str = "", raw_tolerations: str | None = None
+) -> dict[str, Any]:
     annotations = {}
     if tolerations is not None:
         annotations[TOLERATIONS] = json.dumps(tolerations)
@@ -85,7 +87,12 @@ class World:
     """One way to change the cluster: a manifest directory or the fake API server."""
 
     def __init__(
-        self, put: Callable[[dict[str, Any]], None], events: Callable[[], list[dict[str, Any]]], pod_gone: Callable[[str], bool], *, cluster: bool
+        self,
+        put: Callable[[dict[str, Any]], None],
+        events: Callable[[], list[dict[str, Any]]],
+        pod_gone: Callable[[str], bool],
+        *,
+        cluster: bool,
     ) -> None:
         self.cluster = cluster
         self.put = put
@@ -159,9 +166,19 @@ def test_no_attach_or_mount_keeps_the_reader_off_and_admits_the_populator(world)
 def test_no_use_evicts_the_non_tolerating_pod_after_its_toleration_seconds(world) -> None:
     ext, w = world
     pv, _ = demo_volumes()
-    w.put(volume_pod("migrating-reader", tolerations=[{"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": 3}], node="node-a"))
+    w.put(
+        volume_pod(
+            "migrating-reader",
+            tolerations=[{"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": 3}],
+            node="node-a",
+        )
+    )
     w.put(volume_pod("mover", tolerations=[{"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse"}], node="node-b"))
-    wait_for(lambda: len(next((i["pods"] for i in ext.http.get("/debug/volumes").json()["items"] if i["name"] == "pv-dataset"), [])) == 4, timeout=15, what="the pods in the view")
+    wait_for(
+        lambda: len(next((i["pods"] for i in ext.http.get("/debug/volumes").json()["items"] if i["name"] == "pv-dataset"), [])) == 4,
+        timeout=15,
+        what="the pods in the view",
+    )
     started = time.monotonic()
     w.put(with_taints(pv, [{"key": "example.com/migrating", "effect": "NoUse"}]))
     wait_for(lambda: w.pod_gone("migrating-reader"), timeout=20, what="the non-tolerating pod evicted")
@@ -202,7 +219,7 @@ def test_a_malformed_taint_annotation_closes_the_volume_and_is_reported(world) -
 
 def test_a_no_attach_taint_on_a_volume_in_use_is_announced_once(world) -> None:
     ext, w = world
-    pv, _ = demo_volumes()
+    _pv, _ = demo_volumes()
     w.put(volume_pod("running-reader", node="node-c"))
     wait_for(lambda: "volume taint not effective for running pods" in ext.logs(), timeout=15, what="the announcement")
     assert "pods=default/running-reader" in ext.logs()

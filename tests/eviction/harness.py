@@ -202,7 +202,12 @@ def gpu_slice(devices: int, *, node_name: str = "node-a", taints: dict[int, list
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node_name}-gpus"},
-        "spec": {"driver": DRIVER, "nodeName": node_name, "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1}, "devices": items},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": items,
+        },
     }
 
 
@@ -238,7 +243,11 @@ def claim_and_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels or {}},
-        "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]},
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"name": "c", "image": "x"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}],
+        },
         "status": {"phase": "Running"},
     }
     return claim, pod

@@ -44,11 +44,13 @@ async def test_a_noexecute_rule_evicts_exactly_the_pods_that_do_not_tolerate_it(
         "by-annotation": claim_and_pod("by-annotation", 5, annotation_tolerations=[FOREVER]),
     }
     seed(api, node(), gpu_slice(8), *(o for pair in pods.values() for o in pair))
-    _, stranger = claim_and_pod("untainted-node", 0, node_name="node-b")  # same device name, other pool: untouched
+    _, _stranger = claim_and_pod("untainted-node", 0, node_name="node-b")  # same device name, other pool: untouched
     seed(api, node("node-b"), gpu_slice(1, node_name="node-b"), *claim_and_pod("untainted-node", 0, node_name="node-b"))
     await cluster.start()
     api.create(rule("gpu-broken"))
-    await cluster.run_until(lambda: condition(api, "gpu-broken") is not None and condition(api, "gpu-broken")["reason"] == "Completed", within=60)
+    await cluster.run_until(
+        lambda: condition(api, "gpu-broken") is not None and condition(api, "gpu-broken")["reason"] == "Completed", within=60
+    )
 
     assert sorted(cluster.recorder.deleted()) == ["no-schedule-only", "other-key", "plain"]
     for name in ("plain", "other-key", "no-schedule-only"):
@@ -81,7 +83,11 @@ async def test_toleration_seconds_delay_to_the_instant_and_the_smallest_wins(clu
     at = {w.name: w.at - T0 for w in cluster.recorder.deletions()}
     assert at == {"waits-30": 30.0, "waits-90": 90.0}
     # Pending while they wait: the rule says so, in upstream's words.
-    pending = [w.body["status"]["conditions"][-1]["message"] for w in cluster.recorder.writes if w.resource == "devicetaintrules/status" and "conditions" in w.body["status"]]
+    pending = [
+        w.body["status"]["conditions"][-1]["message"]
+        for w in cluster.recorder.writes
+        if w.resource == "devicetaintrules/status" and "conditions" in w.body["status"]
+    ]
     assert "2 pods need to be evicted in 1 namespace." in pending
 
 
@@ -216,7 +222,9 @@ async def test_evict_mode_respects_a_pod_disruption_budget(cluster: Cluster) -> 
     assert all(w.verb == "create" for w in evictions) and cluster.recorder.deleted() == []
     assert cluster.recorder.for_pod(gone[0])[0] == "event:Marking for eviction"
     status = condition(api, "gpu-broken")
-    assert status["reason"] == "PodsPendingEviction" and status["message"].startswith("2 pods need to be evicted in 1 namespace. 1 pod evicted since starting the controller.")
+    assert status["reason"] == "PodsPendingEviction" and status["message"].startswith(
+        "2 pods need to be evicted in 1 namespace. 1 pod evicted since starting the controller."
+    )
     assert "evictions refused by a PodDisruptionBudget (retrying)." in status["message"]
     # The budget goes away: the retries get through.
     api.delete("poddisruptionbudgets", "default", "trainers")
@@ -273,7 +281,12 @@ async def test_an_upstream_rule_also_handled_by_the_in_tree_controller_is_warned
     api = cluster.api
     upstream = rule("shared", group="resource.k8s.io", timeAdded=format_time(T0))
     upstream["metadata"]["managedFields"] = [
-        {"manager": "device-taint-eviction-controller", "operation": "Apply", "subresource": "status", "apiVersion": "resource.k8s.io/v1beta2"}
+        {
+            "manager": "device-taint-eviction-controller",
+            "operation": "Apply",
+            "subresource": "status",
+            "apiVersion": "resource.k8s.io/v1beta2",
+        }
     ]
     seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0), upstream)
     await cluster.start(evict_upstream=True)

@@ -17,7 +17,9 @@ from tracker.state import ClusterState
 
 async def test_an_eviction_removes_the_pod_from_the_view_and_releases_its_claim(tmp_path: Path, caplog) -> None:
     claim, pod = claim_and_pod("trainer", 0)
-    kept_claim, kept_pod = claim_and_pod("patient", 1, tolerations=[{"key": "example.com/broken", "operator": "Exists", "tolerationSeconds": 3600}])
+    kept_claim, kept_pod = claim_and_pod(
+        "patient", 1, tolerations=[{"key": "example.com/broken", "operator": "Exists", "tolerationSeconds": 3600}]
+    )
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([node(), gpu_slice(2), claim, pod, kept_claim, kept_pod, rule("drain")]))
     state = ClusterState(CelEnvironment())
     source = ManifestSource(tmp_path, watch=False)
@@ -41,7 +43,9 @@ async def test_an_eviction_removes_the_pod_from_the_view_and_releases_its_claim(
             status = source.rule_status[("resource.dra-extender.io", "drain")]
             assert status["stampedTaint"]["effect"] == "NoExecute"
             condition = status["conditions"][-1]
-            assert condition["reason"] == "PodsPendingEviction" and condition["message"].startswith("1 pod needs to be evicted in 1 namespace.")
+            assert condition["reason"] == "PodsPendingEviction" and condition["message"].startswith(
+                "1 pod needs to be evicted in 1 namespace."
+            )
     finally:
         for t in tasks:
             t.cancel()

@@ -20,7 +20,9 @@ ADDED = T0 - 1000  # the taint's timeAdded
 KEY = "example.com/broken"
 
 
-def tol(seconds: int | None = None, *, effect: str = "NoExecute", key: str = KEY, operator: str = "Exists", value: str = "") -> dict[str, Any]:
+def tol(
+    seconds: int | None = None, *, effect: str = "NoExecute", key: str = KEY, operator: str = "Exists", value: str = ""
+) -> dict[str, Any]:
     t: dict[str, Any] = {"key": key, "operator": operator, "effect": effect}
     if value:
         t["value"] = value
@@ -132,10 +134,26 @@ def test_dry_run_counts() -> None:
 
 CONDITIONS = [
     ("NoExecute", rule_status.RuleCounts(1, 1), ("True", "PodsPendingEviction", "1 pod needs to be evicted in 1 namespace.")),
-    ("NoExecute", rule_status.RuleCounts(3, 2, 1), ("True", "PodsPendingEviction", "3 pods need to be evicted in 2 different namespaces. 1 pod evicted since starting the controller.")),
+    (
+        "NoExecute",
+        rule_status.RuleCounts(3, 2, 1),
+        (
+            "True",
+            "PodsPendingEviction",
+            "3 pods need to be evicted in 2 different namespaces. 1 pod evicted since starting the controller.",
+        ),
+    ),
     ("NoExecute", rule_status.RuleCounts(0, 0, 5), ("False", "Completed", "5 pods evicted since starting the controller.")),
     ("NoExecute", rule_status.RuleCounts(), ("False", "NotStarted", "")),
-    ("NoExecute", rule_status.RuleCounts(2, 1, 0, 1), ("True", "PodsPendingEviction", "2 pods need to be evicted in 1 namespace. 1 eviction refused by a PodDisruptionBudget (retrying).")),
+    (
+        "NoExecute",
+        rule_status.RuleCounts(2, 1, 0, 1),
+        (
+            "True",
+            "PodsPendingEviction",
+            "2 pods need to be evicted in 1 namespace. 1 eviction refused by a PodDisruptionBudget (retrying).",
+        ),
+    ),
     ("NoSchedule", rule_status.RuleCounts(), ("False", "OtherEffect", "Eviction only happens for the NoExecute effect.")),
 ]
 
@@ -148,7 +166,9 @@ def test_condition_wording(effect: str, counts: rule_status.RuleCounts, want: tu
 
 def test_none_wording_singular() -> None:
     c = rule_status.condition("None", rule_status.RuleCounts(), DryRun(1, 1, 1, 1), 1)
-    assert c["message"].startswith("1 published device selected. 1 allocated device selected. 1 pod would be evicted in 1 namespace if the effect was NoExecute.")
+    assert c["message"].startswith(
+        "1 published device selected. 1 allocated device selected. 1 pod would be evicted in 1 namespace if the effect was NoExecute."
+    )
 
 
 def test_status_writes_are_throttled_unless_the_generation_changed() -> None:
@@ -167,7 +187,13 @@ STAMPS = [
     ("never recorded: adopt", {"timeAdded": "T1"}, "NoExecute", None, (None, "NoExecute")),
     ("recorded and unchanged: nothing", {"timeAdded": "T1"}, "NoExecute", {"effect": "NoExecute", "timeAdded": "T1"}, "nothing"),
     ("effect changed, time kept: stamp now", {"timeAdded": "T1"}, "NoExecute", {"effect": "None", "timeAdded": "T1"}, ("NOW", "NoExecute")),
-    ("effect changed with a new time: the writer's time", {"timeAdded": "T2"}, "NoExecute", {"effect": "None", "timeAdded": "T1"}, (None, "NoExecute")),
+    (
+        "effect changed with a new time: the writer's time",
+        {"timeAdded": "T2"},
+        "NoExecute",
+        {"effect": "None", "timeAdded": "T1"},
+        (None, "NoExecute"),
+    ),
 ]
 
 

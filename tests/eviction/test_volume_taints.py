@@ -32,10 +32,17 @@ def pv(taints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
 
 
 def pvc() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data", "namespace": "default"}, "spec": {"volumeName": "pv-1"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "default"},
+        "spec": {"volumeName": "pv-1"},
+    }
 
 
-def pod(name: str, tolerations: list[dict[str, Any]] | None = None, *, node_name: str = "node-a", ephemeral: bool = False) -> dict[str, Any]:
+def pod(
+    name: str, tolerations: list[dict[str, Any]] | None = None, *, node_name: str = "node-a", ephemeral: bool = False
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}"}
     if tolerations is not None:
         meta["annotations"] = {TOLERATIONS_ANNOTATION: json.dumps(tolerations)}
@@ -59,7 +66,15 @@ async def test_no_use_evicts_at_once_after_toleration_seconds_or_never_and_stamp
     api = cluster.api
     seed(api, node(), pv(), pvc(), pod("victim"), pod("patient", [no_use(60)]), pod("mover", [no_use()]), pod("pending", node_name=""))
     await cluster.start()
-    api.update({**pv([MIGRATING]), "metadata": {**api.get("persistentvolumes", None, "pv-1")["metadata"], "annotations": {TAINTS_ANNOTATION: json.dumps([MIGRATING])}}})
+    api.update(
+        {
+            **pv([MIGRATING]),
+            "metadata": {
+                **api.get("persistentvolumes", None, "pv-1")["metadata"],
+                "annotations": {TAINTS_ANNOTATION: json.dumps([MIGRATING])},
+            },
+        }
+    )
     await cluster.run_until(lambda: len(cluster.recorder.deleted()) == 2, within=200)
     stamped = json.loads(api.get("persistentvolumes", None, "pv-1")["metadata"]["annotations"][TAINTS_ANNOTATION])
     added = parse_time(stamped[0]["timeAdded"])

@@ -28,7 +28,11 @@ async def test_an_exception_is_answered_logged_and_counted(demo_service, caplog,
         raise RuntimeError("injected failure")
 
     setattr(service, method, boom)
-    body = demo_pod_args("trainer", ["node-a"]) if verb != "bind" else {"PodName": "trainer", "PodNamespace": "default", "PodUID": "", "Node": "node-a"}
+    body = (
+        demo_pod_args("trainer", ["node-a"])
+        if verb != "bind"
+        else {"PodName": "trainer", "PodNamespace": "default", "PodUID": "", "Node": "node-a"}
+    )
     before = service.metrics.registry.get_sample_value("dra_extender_requests_total", {"verb": verb, "result": "error"}) or 0
     transport = httpx.ASGITransport(app=create_app(service))
     with caplog.at_level(logging.ERROR):

@@ -32,7 +32,11 @@ class _NoSource:
 
 
 def _slice(node: str | None, gen: int, devices: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    spec: dict[str, Any] = {"driver": DRIVER, "pool": {"name": node or "shared", "generation": gen, "resourceSliceCount": 1}, "devices": devices}
+    spec: dict[str, Any] = {
+        "driver": DRIVER,
+        "pool": {"name": node or "shared", "generation": gen, "resourceSliceCount": 1},
+        "devices": devices,
+    }
     if node is None:
         spec["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["east"]}]}]}
     else:
@@ -80,7 +84,16 @@ class World:
         self.rv = 10
         for kind, group in self.state.required:
             self.state.mark_synced(kind, group)
-        self.put(ev.DEVICE_CLASS, "gpu", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+        self.put(
+            ev.DEVICE_CLASS,
+            "gpu",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "gpu"},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            },
+        )
         for n in NODES:
             self.put(ev.NODE, n, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"zone": "east"}}})
         self.pods: list[str] = []
@@ -94,10 +107,16 @@ class World:
 
     def step(self) -> str:
         rng = self.rng
-        action = rng.choice(["slice", "slice", "shared", "rule", "unrule", "label", "class", "claim", "claim", "allocate", "allocate", "free"])
+        action = rng.choice(
+            ["slice", "slice", "shared", "rule", "unrule", "label", "class", "claim", "claim", "allocate", "allocate", "free"]
+        )
         if action == "slice":
             node = rng.choice(NODES)
-            self.put(ev.RESOURCE_SLICE, f"s-{node}", _slice(node, rng.randint(1, 3), [_device(rng, i) for i in range(rng.randint(0, 3))], f"s-{node}"))
+            self.put(
+                ev.RESOURCE_SLICE,
+                f"s-{node}",
+                _slice(node, rng.randint(1, 3), [_device(rng, i) for i in range(rng.randint(0, 3))], f"s-{node}"),
+            )
         elif action == "shared":
             if rng.random() < 0.3:
                 self.put(ev.RESOURCE_SLICE, "s-shared", {}, etype="DELETED")
@@ -109,17 +128,33 @@ class World:
                 "apiVersion": "resource.k8s.io/v1beta2",
                 "kind": "DeviceTaintRule",
                 "metadata": {"name": f"r-{pool}"},
-                "spec": {"deviceSelector": {"driver": DRIVER, "pool": pool}, "taint": {"key": "maintenance", "value": "y", "effect": rng.choice(["NoSchedule", "None"])}},
+                "spec": {
+                    "deviceSelector": {"driver": DRIVER, "pool": pool},
+                    "taint": {"key": "maintenance", "value": "y", "effect": rng.choice(["NoSchedule", "None"])},
+                },
             }
             self.put(ev.DEVICE_TAINT_RULE, f"r-{pool}", rule)
         elif action == "unrule":
             self.put(ev.DEVICE_TAINT_RULE, f"r-{rng.choice([*NODES, 'shared'])}", {}, etype="DELETED")
         elif action == "label":
             n = rng.choice(NODES)
-            self.put(ev.NODE, n, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"zone": rng.choice(["east", "west"])}}})
+            self.put(
+                ev.NODE, n, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"zone": rng.choice(["east", "west"])}}}
+            )
         elif action == "class":
-            expr = rng.choice([f'device.driver == "{DRIVER}"', f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model != "b"'])
-            self.put(ev.DEVICE_CLASS, "gpu", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": expr}}]}})
+            expr = rng.choice(
+                [f'device.driver == "{DRIVER}"', f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].model != "b"']
+            )
+            self.put(
+                ev.DEVICE_CLASS,
+                "gpu",
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": "gpu"},
+                    "spec": {"selectors": [{"cel": {"expression": expr}}]},
+                },
+            )
         elif action == "claim":
             i = len(self.claims)
             name = f"c{i}"
@@ -137,7 +172,14 @@ class World:
                 self.put(ev.RESOURCE_CLAIM, key, {**raw, "status": {}})
                 return "free"
             node = rng.choice(NODES)
-            outcome = self.reference.allocate(self.state.nodes[node], [claim], self.state.slices_for_node(node), self.state.classes, self.state.is_taken, self.state.device)
+            outcome = self.reference.allocate(
+                self.state.nodes[node],
+                [claim],
+                self.state.slices_for_node(node),
+                self.state.classes,
+                self.state.is_taken,
+                self.state.device,
+            )
             if outcome.ok:
                 self.put(ev.RESOURCE_CLAIM, key, {**raw, "status": {"allocation": outcome.allocations[key].to_api()}})
         return action
@@ -152,12 +194,14 @@ class World:
             assert problem is None
             want_passed, want_failed, want_scores = [], {}, []
             for n in NODES:
-                outcome = self.reference.allocate(state.nodes[n], claims, state.slices_for_node(n), state.classes, state.is_taken, state.device)
+                outcome = self.reference.allocate(
+                    state.nodes[n], claims, state.slices_for_node(n), state.classes, state.is_taken, state.device
+                )
                 if outcome.ok:
                     want_passed.append(n)
                 else:
                     want_failed[n] = outcome.failure.message  # type: ignore[union-attr]
-                want_scores.append((n, self.service._score(n, outcome)))  # noqa: SLF001 - the formula under test is the service's
+                want_scores.append((n, self.service._score(n, outcome)))
             assert (passed, failed) == (want_passed, want_failed), pod_name
             assert self.service.prioritize(args) == want_scores, pod_name
 

@@ -9,7 +9,6 @@ from extender.wire import BindingArgs, parse_extender_args
 from tests.e2e.harness import demo_pod_args
 from tracker import events as ev
 
-
 BROKEN_CLASS = {
     # Sorts after deviceclasses.yaml, so this definition of the class wins.
     "zz-override-class.yaml": "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.example.com}\n"
@@ -38,7 +37,9 @@ def _foreign(service: Service) -> float:
 def _allocated_elsewhere(service: Service, claim: str, device: str) -> None:
     raw = dict(service.state.raw_claims[f"default/{claim}"])
     raw["metadata"] = {**raw["metadata"], "resourceVersion": str(10**9)}
-    raw["status"] = {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "node-b", "device": device}]}}}
+    raw["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "node-b", "device": device}]}}
+    }
     service.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"default/{claim}", raw))
 
 

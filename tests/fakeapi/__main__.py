@@ -32,8 +32,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds between watch bookmarks")
     p.add_argument("--history-limit", type=int, default=100_000, help="watch events kept before older RVs answer 410")
     p.add_argument("--resource-versions", default="v1,v1beta2", help="resource.k8s.io versions serving slices/claims/classes")
-    p.add_argument("--dtr-versions", default="v1beta2,v1alpha3",
-                   help="resource.k8s.io versions serving DeviceTaintRule ('none' for none; add v1 to serve it)")
+    p.add_argument(
+        "--dtr-versions",
+        default="v1beta2,v1alpha3",
+        help="resource.k8s.io versions serving DeviceTaintRule ('none' for none; add v1 to serve it)",
+    )
     p.add_argument("--no-crds", action="store_true", help="do not install the shipped CRDs (resource.dra-extender.io): POST them yourself")
     p.add_argument("--token", default=None, help="require this bearer token")
     p.add_argument("--require-namespaces", action="store_true", help="creating in a missing namespace answers 404")

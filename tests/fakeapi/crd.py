@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import celpy
 from celpy import celtypes
@@ -105,7 +106,7 @@ def compile_rule(rule: str) -> CompiledRule:
     """Parse and check a rule with the project's CEL engine; raises ValueError with the reason."""
     try:
         tree = _parse(rule)
-    except Exception as e:  # noqa: BLE001 - any parser failure is a compilation failure
+    except Exception as e:
         raise ValueError(f"compilation failed: {e}") from None
     try:
         t = _RuleChecker().visit(tree)
@@ -184,17 +185,22 @@ class SchemaValidator:
         errors: list[FieldError] = []
         body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
         old_body = {k: v for k, v in old.items() if k not in ("apiVersion", "kind", "metadata")} if old is not None else None
-        root = {**self.schema, "properties": {k: v for k, v in (self.schema.get("properties") or {}).items() if k not in ("apiVersion", "kind", "metadata")}}
+        root = {
+            **self.schema,
+            "properties": {k: v for k, v in (self.schema.get("properties") or {}).items() if k not in ("apiVersion", "kind", "metadata")},
+        }
         rule_errors: list[FieldError] = []
         self._node(root, body, old_body, "", errors, rule_errors)
         return errors + rule_errors  # schema errors first, then the rules', as the server lists them
 
-    def _node(self, schema: dict[str, Any], value: Any, old: Any, path: str, errors: list[FieldError], rule_errors: list[FieldError]) -> None:
+    def _node(
+        self, schema: dict[str, Any], value: Any, old: Any, path: str, errors: list[FieldError], rule_errors: list[FieldError]
+    ) -> None:
         before = len(errors)
         self._openapi(schema, value, old, path, errors, rule_errors)
         if len(errors) > before:
             return  # CEL rules see only values that passed the schema
-        for i, r in enumerate(schema.get("x-kubernetes-validations") or ()):
+        for _i, r in enumerate(schema.get("x-kubernetes-validations") or ()):
             try:
                 rule = self._rule(r["rule"])
             except ValueError as e:
@@ -209,7 +215,9 @@ class SchemaValidator:
             elif outcome is not True:
                 rule_errors.append(_invalid(where, value, f"rule evaluation error: {r['rule'].strip()}: {outcome}"))
 
-    def _openapi(self, schema: dict[str, Any], value: Any, old: Any, path: str, errors: list[FieldError], rule_errors: list[FieldError]) -> None:
+    def _openapi(
+        self, schema: dict[str, Any], value: Any, old: Any, path: str, errors: list[FieldError], rule_errors: list[FieldError]
+    ) -> None:
         name = path or "<root>"
         if schema.get("x-kubernetes-int-or-string"):
             if isinstance(value, bool) or not isinstance(value, int | str):
@@ -232,7 +240,9 @@ class SchemaValidator:
             return
         if "enum" in schema and value not in schema["enum"]:
             supported = ", ".join(_go_value(e) for e in schema["enum"])
-            errors.append(FieldError("FieldValueNotSupported", name, f"Unsupported value: {_go_value(value)}: supported values: {supported}"))
+            errors.append(
+                FieldError("FieldValueNotSupported", name, f"Unsupported value: {_go_value(value)}: supported values: {supported}")
+            )
         if kind == "string":
             self._string(schema, value, name, errors)
         elif kind in ("integer", "number"):
@@ -246,7 +256,9 @@ class SchemaValidator:
                 errors.append(_invalid(name, value, f"{name} in body should be {relation} {high}"))
         elif kind == "array":
             if "maxItems" in schema and len(value) > schema["maxItems"]:
-                errors.append(FieldError("FieldValueTooMany", name, f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
+                errors.append(
+                    FieldError("FieldValueTooMany", name, f"Too many: {len(value)}: must have at most {schema['maxItems']} items")
+                )
             if "minItems" in schema and len(value) < schema["minItems"]:
                 errors.append(_invalid(name, value, f"{name} in body should have at least {schema['minItems']} items"))
             items = schema.get("items") or {}
@@ -258,7 +270,9 @@ class SchemaValidator:
                 if req not in value:
                     errors.append(FieldError("FieldValueRequired", f"{path}.{req}" if path else req, "Required value"))
             if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-                errors.append(FieldError("FieldValueTooMany", name, f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"))
+                errors.append(
+                    FieldError("FieldValueTooMany", name, f"Too many: {len(value)}: must have at most {schema['maxProperties']} items")
+                )
             if "minProperties" in schema and len(value) < schema["minProperties"]:
                 errors.append(_invalid(name, value, f"{name} in body should have at least {schema['minProperties']} properties"))
             props = schema.get("properties") or {}
@@ -340,7 +354,13 @@ def _structural_errors(node: Any, path: str, errors: list[FieldError]) -> None:
         _structural_errors(sub, f"{path}.properties[{name}]", errors)
     if isinstance(node.get("additionalProperties"), dict):
         if node.get("properties"):
-            errors.append(FieldError("FieldValueForbidden", f"{path}.additionalProperties", "Forbidden: additionalProperties and properties are mutual exclusive"))
+            errors.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    f"{path}.additionalProperties",
+                    "Forbidden: additionalProperties and properties are mutual exclusive",
+                )
+            )
         _structural_errors(node["additionalProperties"], f"{path}.additionalProperties", errors)
     if "items" in node:
         _structural_errors(node["items"], f"{path}.items", errors)
@@ -372,17 +392,21 @@ def crd_errors(crd: dict[str, Any]) -> list[FieldError]:
     elif not _DNS1123_SUBDOMAIN.match(group) or "." not in group:
         errors.append(_invalid("spec.group", group, "should be a domain with at least one dot"))
     if spec.get("scope") not in ("Cluster", "Namespaced"):
-        errors.append(FieldError("FieldValueNotSupported", "spec.scope", f'Unsupported value: {_go_value(spec.get("scope"))}: supported values: "Cluster", "Namespaced"'))
+        errors.append(
+            FieldError(
+                "FieldValueNotSupported",
+                "spec.scope",
+                f'Unsupported value: {_go_value(spec.get("scope"))}: supported values: "Cluster", "Namespaced"',
+            )
+        )
     for key in ("plural", "singular", "kind", "listKind"):
         if not names.get(key):
             errors.append(FieldError("FieldValueRequired", f"spec.names.{key}", "Required value"))
     name = (crd.get("metadata") or {}).get("name")
     if names.get("plural") and group and name != f"{names['plural']}.{group}":
-        errors.append(_invalid("metadata.name", name, "must be spec.names.plural+\".\"+spec.group"))
+        errors.append(_invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
     versions = spec.get("versions") or []
-    if not versions:
-        errors.append(_invalid("spec.versions", versions, "must have exactly one version marked as storage version"))
-    elif sum(1 for v in versions if v.get("storage")) != 1:
+    if not versions or sum(1 for v in versions if v.get("storage")) != 1:
         errors.append(_invalid("spec.versions", versions, "must have exactly one version marked as storage version"))
     total = 0
     expensive: list[tuple[int, str]] = []
@@ -390,11 +414,15 @@ def crd_errors(crd: dict[str, Any]) -> list[FieldError]:
     for i, version in enumerate(versions):
         vname = version.get("name") or ""
         if not _DNS1035_LABEL.match(vname):
-            errors.append(_invalid(f"spec.versions[{i}].name", vname, "a DNS-1035 label must consist of lower case alphanumeric characters or '-'"))
+            errors.append(
+                _invalid(f"spec.versions[{i}].name", vname, "a DNS-1035 label must consist of lower case alphanumeric characters or '-'")
+            )
         schema = (version.get("schema") or {}).get("openAPIV3Schema")
         base = schema_path(crd, i)
         if not isinstance(schema, dict):
-            errors.append(FieldError("FieldValueRequired", f"spec.versions[{i}].schema.openAPIV3Schema", "Required value: schemas are required"))
+            errors.append(
+                FieldError("FieldValueRequired", f"spec.versions[{i}].schema.openAPIV3Schema", "Required value: schemas are required")
+            )
             continue
         if base in reported:
             continue  # a hoisted schema is validated once
@@ -406,15 +434,37 @@ def crd_errors(crd: dict[str, Any]) -> list[FieldError]:
         for rc in schema_rule_costs(schema, _parse):
             where = f"{base}.{rc.path}"
             if rc.cost > STATIC_ESTIMATED_COST_LIMIT:
-                errors.append(FieldError("FieldValueForbidden", where, "Forbidden: " + cost_error_message("estimated rule cost", rc.cost, STATIC_ESTIMATED_COST_LIMIT)))
+                errors.append(
+                    FieldError(
+                        "FieldValueForbidden",
+                        where,
+                        "Forbidden: " + cost_error_message("estimated rule cost", rc.cost, STATIC_ESTIMATED_COST_LIMIT),
+                    )
+                )
             total = min(total + rc.cost, 2**64 - 1)
             if rc.cost >= STATIC_ESTIMATED_CRD_COST_LIMIT // 100:
                 expensive.append((rc.cost, where))
         if total > STATIC_ESTIMATED_CRD_COST_LIMIT:
             for _, where in sorted(expensive, reverse=True)[:4]:
-                errors.append(FieldError("FieldValueForbidden", where, "Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"))
-            errors.append(FieldError("FieldValueForbidden", base, "Forbidden: " + cost_error_message(
-                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema", total, STATIC_ESTIMATED_CRD_COST_LIMIT)))
+                errors.append(
+                    FieldError(
+                        "FieldValueForbidden",
+                        where,
+                        "Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema",
+                    )
+                )
+            errors.append(
+                FieldError(
+                    "FieldValueForbidden",
+                    base,
+                    "Forbidden: "
+                    + cost_error_message(
+                        "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                        total,
+                        STATIC_ESTIMATED_CRD_COST_LIMIT,
+                    ),
+                )
+            )
     return errors
 
 
@@ -426,8 +476,15 @@ def _validate_crd(old: dict[str, Any] | None, new: dict[str, Any]) -> list[Field
 
 
 CRD_TYPE = ResourceType(
-    "apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", False, ("v1",),
-    "customresourcedefinition", ("crd", "crds"), {"status": STATUS}, validate=_validate_crd,
+    "apiextensions.k8s.io",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    False,
+    ("v1",),
+    "customresourcedefinition",
+    ("crd", "crds"),
+    {"status": STATUS},
+    validate=_validate_crd,
 )
 
 
@@ -443,7 +500,9 @@ def resource_type(crd: dict[str, Any]) -> ResourceType:
     spec = crd["spec"]
     names = spec["names"]
     served = [v for v in spec["versions"] if v.get("served", True)]
-    validators = {v["name"]: SchemaValidator((v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"}) for v in spec["versions"]}
+    validators = {
+        v["name"]: SchemaValidator((v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"}) for v in spec["versions"]
+    }
     storage = next(v["name"] for v in spec["versions"] if v.get("storage"))
     group = spec["group"]
 
@@ -456,7 +515,14 @@ def resource_type(crd: dict[str, Any]) -> ResourceType:
     has_status = any("status" in (v.get("subresources") or {}) for v in spec["versions"]) or "status" in (spec.get("subresources") or {})
     versions = tuple([storage] + [v["name"] for v in served if v["name"] != storage])
     return ResourceType(
-        group, names["plural"], names["kind"], spec.get("scope") == "Namespaced", versions,
-        names.get("singular") or names["kind"].lower(), tuple(names.get("shortNames") or ()),
-        {"status": STATUS} if has_status else {}, custom=True, validate=validate,
+        group,
+        names["plural"],
+        names["kind"],
+        spec.get("scope") == "Namespaced",
+        versions,
+        names.get("singular") or names["kind"].lower(),
+        tuple(names.get("shortNames") or ()),
+        {"status": STATUS} if has_status else {},
+        custom=True,
+        validate=validate,
     )

@@ -58,17 +58,23 @@ def check_eviction(store: Store, namespace: str, pod: dict[str, Any]) -> None:
         return
     labels = pod["metadata"].get("labels") or {}
     budgets = [
-        s.obj for (ns, _), s in store.table(pdb_type).items() if ns == namespace and selector_matches((s.obj.get("spec") or {}).get("selector"), labels)
+        s.obj
+        for (ns, _), s in store.table(pdb_type).items()
+        if ns == namespace and selector_matches((s.obj.get("spec") or {}).get("selector"), labels)
     ]
     if not budgets:
         return
     if len(budgets) > 1:
-        raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.", "InternalError")
+        raise ApiError(
+            500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.", "InternalError"
+        )
     pdb = budgets[0]
     spec = pdb.get("spec") or {}
     status = pdb.get("status") or {}
     covered = [
-        s.obj for (ns, _), s in store.table(pod_type).items() if ns == namespace and selector_matches(spec.get("selector"), s.obj["metadata"].get("labels") or {})
+        s.obj
+        for (ns, _), s in store.table(pod_type).items()
+        if ns == namespace and selector_matches(spec.get("selector"), s.obj["metadata"].get("labels") or {})
     ]
     healthy = sum(1 for p in covered if _healthy(p))
     # The disruption controller's expected count comes from the workload's scale; the fake has
@@ -76,7 +82,9 @@ def check_eviction(store: Store, namespace: str, pod: dict[str, Any]) -> None:
     expected = status.get("expectedPods")
     if not isinstance(expected, int):
         expected = len(covered)
-        store.patch(pdb_type, namespace, pdb["metadata"]["name"], {"status": {"expectedPods": expected}}, "merge", subresource="status", http=False)
+        store.patch(
+            pdb_type, namespace, pdb["metadata"]["name"], {"status": {"expectedPods": expected}}, "merge", subresource="status", http=False
+        )
     if spec.get("minAvailable") is not None:
         desired = _scaled(spec["minAvailable"], expected)
     else:
@@ -87,7 +95,14 @@ def check_eviction(store: Store, namespace: str, pod: dict[str, Any]) -> None:
             429,
             "Cannot evict pod as it would violate the pod's disruption budget.",
             "TooManyRequests",
-            details={"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {name} needs {desired} healthy pods and has {healthy} currently"}]},
+            details={
+                "causes": [
+                    {
+                        "reason": "DisruptionBudget",
+                        "message": f"The disruption budget {name} needs {desired} healthy pods and has {healthy} currently",
+                    }
+                ]
+            },
         )
 
 

@@ -10,8 +10,9 @@ no schema conversion. Add a kind by appending a `ResourceType`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 CORE_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
@@ -66,7 +67,11 @@ STATUS = ("get", "patch", "update")
 
 def _masked_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """A pod spec without the fields the real server lets an update change."""
-    out = {k: v for k, v in spec.items() if k not in ("activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds")}
+    out = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds")
+    }
     for key in ("containers", "initContainers"):
         if isinstance(out.get(key), list):
             out[key] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in out[key]]
@@ -96,45 +101,116 @@ def default_types(
     rv = tuple(resource_versions)
     dtr = tuple(device_taint_rule_versions)
     types = [
-        ResourceType("", "namespaces", "Namespace", False, ("v1",), "namespace", ("ns",),
-                     {"status": STATUS, "finalize": ("update",)},
-                     META_FIELDS | {"status.phase"},
-                     verbs=("create", "delete", "get", "list", "patch", "update", "watch")),
-        ResourceType("", "nodes", "Node", False, ("v1",), "node", ("no",), {"status": STATUS},
-                     META_FIELDS | {"spec.unschedulable"}),
-        ResourceType("", "pods", "Pod", True, ("v1",), "pod", ("po",),
-                     {"status": STATUS, "binding": ("create",), "eviction": ("create",)},
-                     META_FIELDS | {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
-                                    "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
-                                    "status.podIP", "status.nominatedNodeName"},
-                     validate=_validate_pod),
+        ResourceType(
+            "",
+            "namespaces",
+            "Namespace",
+            False,
+            ("v1",),
+            "namespace",
+            ("ns",),
+            {"status": STATUS, "finalize": ("update",)},
+            META_FIELDS | {"status.phase"},
+            verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+        ),
+        ResourceType("", "nodes", "Node", False, ("v1",), "node", ("no",), {"status": STATUS}, META_FIELDS | {"spec.unschedulable"}),
+        ResourceType(
+            "",
+            "pods",
+            "Pod",
+            True,
+            ("v1",),
+            "pod",
+            ("po",),
+            {"status": STATUS, "binding": ("create",), "eviction": ("create",)},
+            META_FIELDS
+            | {
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            },
+            validate=_validate_pod,
+        ),
         ResourceType("", "bindings", "Binding", True, ("v1",), "binding", verbs=("create",)),
-        ResourceType("", "events", "Event", True, ("v1",), "event", ("ev",), {},
-                     META_FIELDS | {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-                                    "involvedObject.uid", "involvedObject.apiVersion",
-                                    "involvedObject.resourceVersion", "involvedObject.fieldPath",
-                                    "reason", "reportingComponent", "source", "type"}),
-        ResourceType("", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("v1",), "persistentvolumeclaim",
-                     ("pvc",), {"status": STATUS}),
-        ResourceType("", "persistentvolumes", "PersistentVolume", False, ("v1",), "persistentvolume",
-                     ("pv",), {"status": STATUS}),
+        ResourceType(
+            "",
+            "events",
+            "Event",
+            True,
+            ("v1",),
+            "event",
+            ("ev",),
+            {},
+            META_FIELDS
+            | {
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            },
+        ),
+        ResourceType(
+            "", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("v1",), "persistentvolumeclaim", ("pvc",), {"status": STATUS}
+        ),
+        ResourceType("", "persistentvolumes", "PersistentVolume", False, ("v1",), "persistentvolume", ("pv",), {"status": STATUS}),
         ResourceType("coordination.k8s.io", "leases", "Lease", True, ("v1",), "lease"),
-        ResourceType("policy", "poddisruptionbudgets", "PodDisruptionBudget", True, ("v1",), "poddisruptionbudget",
-                     ("pdb",), {"status": STATUS}),
+        ResourceType(
+            "policy", "poddisruptionbudgets", "PodDisruptionBudget", True, ("v1",), "poddisruptionbudget", ("pdb",), {"status": STATUS}
+        ),
     ]
     if rv:
         types += [
-            ResourceType("resource.k8s.io", "resourceslices", "ResourceSlice", False, rv, "resourceslice", (),
-                         {}, META_FIELDS | {"spec.nodeName", "spec.driver"}),
-            ResourceType("resource.k8s.io", "resourceclaims", "ResourceClaim", True, rv, "resourceclaim", (),
-                         {"status": STATUS}, validate=_validate_immutable_spec),
-            ResourceType("resource.k8s.io", "resourceclaimtemplates", "ResourceClaimTemplate", True, rv,
-                         "resourceclaimtemplate", (), {}, validate=_validate_immutable_spec),
+            ResourceType(
+                "resource.k8s.io",
+                "resourceslices",
+                "ResourceSlice",
+                False,
+                rv,
+                "resourceslice",
+                (),
+                {},
+                META_FIELDS | {"spec.nodeName", "spec.driver"},
+            ),
+            ResourceType(
+                "resource.k8s.io",
+                "resourceclaims",
+                "ResourceClaim",
+                True,
+                rv,
+                "resourceclaim",
+                (),
+                {"status": STATUS},
+                validate=_validate_immutable_spec,
+            ),
+            ResourceType(
+                "resource.k8s.io",
+                "resourceclaimtemplates",
+                "ResourceClaimTemplate",
+                True,
+                rv,
+                "resourceclaimtemplate",
+                (),
+                {},
+                validate=_validate_immutable_spec,
+            ),
             ResourceType("resource.k8s.io", "deviceclasses", "DeviceClass", False, rv, "deviceclass"),
         ]
     if dtr:
-        types.append(ResourceType("resource.k8s.io", "devicetaintrules", "DeviceTaintRule", False, dtr,
-                                  "devicetaintrule", (), {"status": STATUS}))
+        types.append(
+            ResourceType("resource.k8s.io", "devicetaintrules", "DeviceTaintRule", False, dtr, "devicetaintrule", (), {"status": STATUS})
+        )
     return types
 
 
@@ -209,9 +285,9 @@ class Registry:
             what, group = what.split(".", 1)
         low = what.lower()
         matches = [
-            t for t in self.types.values()
-            if (group is None or t.group == group)
-            and low in (t.plural, t.kind.lower(), t.singular, *t.short_names)
+            t
+            for t in self.types.values()
+            if (group is None or t.group == group) and low in (t.plural, t.kind.lower(), t.singular, *t.short_names)
         ]
         if not matches:
             raise KeyError(f"unknown resource {what!r}" + (f" in group {group!r}" if group is not None else ""))

@@ -9,7 +9,8 @@ real server does, so production code can't rely on one it doesn't have).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 Matcher = Callable[[dict[str, Any]], bool]
 
@@ -132,14 +133,11 @@ def parse_field_selector(text: str | None, allowed: Iterable[str]) -> Matcher | 
             raise SelectorError(f"invalid field selector: {part!r}")
         path, op, value = m.group(1), m.group(2), m.group(3).strip()
         if path not in allowed:
-            raise SelectorError(f'field label not supported: {path}')
+            raise SelectorError(f"field label not supported: {path}")
         reqs.append((path, op != "!=", value))
 
     def match(obj: dict[str, Any]) -> bool:
-        for path, eq, value in reqs:
-            if (field_value(obj, path) == value) != eq:
-                return False
-        return True
+        return all((field_value(obj, path) == value) == eq for path, eq, value in reqs)
 
     return match
 

@@ -19,17 +19,18 @@ import random
 import re
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import orjson
 import yaml
 from aiohttp import web
 
 from tests.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
-from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
 from tests.fakeapi.disruption import check_eviction, disruption_condition
+from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
 from tests.fakeapi.registry import Registry, ResourceType, default_types
 from tests.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
 from tests.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
@@ -67,9 +68,7 @@ class Faults:
     def matches(self, method: str, verb: str, path: str) -> bool:
         if self.verbs is not None and verb not in self.verbs and method not in self.verbs:
             return False
-        if self.paths is not None and not any(re.search(p, path) for p in self.paths):
-            return False
-        return True
+        return not (self.paths is not None and not any(re.search(p, path) for p in self.paths))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -211,11 +210,13 @@ class FakeApiServer:
         self.token = token
         self.kubernetes_version = kubernetes_version
         self.default_watch_timeout = default_watch_timeout
-        self.registry = Registry([
-            *default_types(resource_versions=resource_versions, device_taint_rule_versions=device_taint_rule_versions),
-            CRD_TYPE,
-            *extra_types,
-        ])
+        self.registry = Registry(
+            [
+                *default_types(resource_versions=resource_versions, device_taint_rule_versions=device_taint_rule_versions),
+                CRD_TYPE,
+                *extra_types,
+            ]
+        )
         self.store = Store(self.registry, history_limit=history_limit)
         self.store.auto_create_namespaces = auto_create_namespaces
         self.store.observers[CRD_TYPE.key] = [self._crd_changed]
@@ -241,8 +242,9 @@ class FakeApiServer:
     async def start(self) -> FakeApiServer:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
-                                    handler_cancellation=True)  # a client that goes away ends its watch
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=1.0, handler_cancellation=True
+        )  # a client that goes away ends its watch
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -437,11 +439,16 @@ class FakeApiServer:
     def clear_faults(self) -> None:
         self.faults = Faults()
 
-    def fail_next(self, count: int = 1, *, status: int = 500, verbs: Iterable[str] | None = None, paths: Iterable[str] | None = None) -> None:
+    def fail_next(
+        self, count: int = 1, *, status: int = 500, verbs: Iterable[str] | None = None, paths: Iterable[str] | None = None
+    ) -> None:
         """Fail exactly the next `count` matching requests with `status`."""
-        self.faults = Faults(error_status=status, fail_next=count,
-                             verbs=frozenset(verbs) if verbs is not None else None,
-                             paths=tuple(paths) if paths is not None else None)
+        self.faults = Faults(
+            error_status=status,
+            fail_next=count,
+            verbs=frozenset(verbs) if verbs is not None else None,
+            paths=tuple(paths) if paths is not None else None,
+        )
 
     def drop_watches(self, *, abrupt: bool = True, resource: str | None = None, group: str | None = None) -> int:
         """End open watch streams now: abrupt cuts the connection (no ERROR, no final chunk). Returns how many."""
@@ -473,7 +480,11 @@ class FakeApiServer:
         self.requests.clear()
 
     def requests_for(self, *, verb: str | None = None, resource: str | None = None, method: str | None = None) -> list[RequestRecord]:
-        return [r for r in self.requests if (verb is None or r.verb == verb) and (resource is None or r.resource == resource) and (method is None or r.method == method)]
+        return [
+            r
+            for r in self.requests
+            if (verb is None or r.verb == verb) and (resource is None or r.resource == resource) and (method is None or r.method == method)
+        ]
 
     @property
     def open_watches(self) -> int:
@@ -482,7 +493,9 @@ class FakeApiServer:
     def watches_on(self, resource: str, *, group: str | None = None) -> int:
         return len(self.store.watchers.get(self._type(resource, group).key, ()))
 
-    async def wait_for_watches(self, count: int = 1, *, resource: str | None = None, group: str | None = None, timeout: float = 5.0) -> None:
+    async def wait_for_watches(
+        self, count: int = 1, *, resource: str | None = None, group: str | None = None, timeout: float = 5.0
+    ) -> None:
         """Wait until at least `count` watches are open (on `resource` if given)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -524,7 +537,7 @@ class FakeApiServer:
             resp = _error(e)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
-        except Exception as e:  # noqa: BLE001 - a bug in the fake must answer, not hang the client
+        except Exception as e:
             log.exception("fake API server failed on %s %s", request.method, request.path_qs)
             resp = _error(ApiError(500, f"fake API server bug: {type(e).__name__}: {e}", "InternalError"))
         finally:
@@ -618,7 +631,9 @@ class FakeApiServer:
                 raise ApiError(405, "the server does not allow this method on the requested resource", "MethodNotAllowed")
             return verb
         if name is None:
-            verb = {"GET": "watch" if query.get("watch") in TRUE else "list", "POST": "create", "DELETE": "deletecollection"}.get(method, "")
+            verb = {"GET": "watch" if query.get("watch") in TRUE else "list", "POST": "create", "DELETE": "deletecollection"}.get(
+                method, ""
+            )
         else:
             verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, "")
         if verb not in t.verbs:
@@ -668,9 +683,15 @@ class FakeApiServer:
         m = re.match(r"v(\d+)\.(\d+)", self.kubernetes_version)
         major, minor = (m.group(1), m.group(2)) if m else ("1", "34")
         return {
-            "major": major, "minor": minor, "gitVersion": self.kubernetes_version, "gitCommit": "fake",
-            "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24",
-            "compiler": "gc", "platform": "linux/amd64",
+            "major": major,
+            "minor": minor,
+            "gitVersion": self.kubernetes_version,
+            "gitCommit": "fake",
+            "gitTreeState": "clean",
+            "buildDate": "2025-01-01T00:00:00Z",
+            "goVersion": "go1.24",
+            "compiler": "gc",
+            "platform": "linux/amd64",
         }
 
     # ------------------------------------------------------------------ resource verbs
@@ -702,8 +723,13 @@ class FakeApiServer:
             except ValueError as e:
                 raise ApiError(400, f"limit: Invalid value: {q.get('limit')!r}", "BadRequest") from e
             rv, items, token, remaining = store.list(
-                t, namespace=ns, match=match, limit=limit, continue_token=q.get("continue") or None,
-                resource_version=q.get("resourceVersion"), resource_version_match=q.get("resourceVersionMatch") or None,
+                t,
+                namespace=ns,
+                match=match,
+                limit=limit,
+                continue_token=q.get("continue") or None,
+                resource_version=q.get("resourceVersion"),
+                resource_version_match=q.get("resourceVersionMatch") or None,
             )
             return self._list_response(t, av, rv, items, token, remaining)
 
@@ -727,12 +753,24 @@ class FakeApiServer:
             pre = opts.get("preconditions") or {}
             current = store.require(t, ns, name or "")
             if pre.get("uid") and pre["uid"] != current.obj["metadata"]["uid"]:
-                raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {current.obj['metadata']['uid']}", "Conflict")
+                raise ApiError(
+                    409,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {current.obj['metadata']['uid']}",
+                    "Conflict",
+                )
             check_eviction(store, ns or "default", current.obj)
             if not (dry_run or opts.get("dryRun") == ["All"]) and not current.obj["metadata"].get("deletionTimestamp"):
-                store.patch(t, ns, name or "", {"status": {"conditions": [disruption_condition()]}}, "strategic", subresource="status", http=False)
-            store.delete(t, ns, name or "", uid=pre.get("uid"), resource_version=pre.get("resourceVersion"),
-                         dry_run=dry_run or opts.get("dryRun") == ["All"])
+                store.patch(
+                    t, ns, name or "", {"status": {"conditions": [disruption_condition()]}}, "strategic", subresource="status", http=False
+                )
+            store.delete(
+                t,
+                ns,
+                name or "",
+                uid=pre.get("uid"),
+                resource_version=pre.get("resourceVersion"),
+                dry_run=dry_run or opts.get("dryRun") == ["All"],
+            )
             return _json(_success(201), 201)
 
         if verb == "create" and t.plural == "bindings":
@@ -764,9 +802,15 @@ class FakeApiServer:
         if verb == "patch":
             ptype = PATCH_TYPES.get(ctype)
             if ptype is None:
-                raise ApiError(415, f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}", "UnsupportedMediaType")
+                raise ApiError(
+                    415,
+                    f"the body of the request was in an unknown format - accepted media types include: {', '.join(PATCH_TYPES)}",
+                    "UnsupportedMediaType",
+                )
             if ptype == "apply" and not q.get("fieldManager"):
-                raise ApiError(422, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch", "Invalid")
+                raise ApiError(
+                    422, 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch', "Invalid"
+                )
             patch = _parse_body(info.body, "yaml" if ptype == "apply" else "json")
             existed = store.lookup(t, ns, name or "") is not None
             s = store.patch(t, ns, name or "", patch, ptype, subresource=sub, dry_run=dry_run, version=info.version)
@@ -799,9 +843,11 @@ class FakeApiServer:
         if stored is None:
             stored = stored_parameters(current.obj, t.plural)
         if raw != stored:
-            raise invalid(t, name, "spec: Invalid value: \"object\": field is immutable")
+            raise invalid(t, name, 'spec: Invalid value: "object": field is immutable')
 
-    def _list_response(self, t: ResourceType, av: str, rv: int, items: Sequence[Stored], token: str | None, remaining: int | None) -> web.Response:
+    def _list_response(
+        self, t: ResourceType, av: str, rv: int, items: Sequence[Stored], token: str | None, remaining: int | None
+    ) -> web.Response:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
             meta["continue"] = token
@@ -825,10 +871,15 @@ class FakeApiServer:
             except ValueError as e:
                 raise ApiError(400, f"timeoutSeconds: Invalid value: {q['timeoutSeconds']!r}", "BadRequest") from e
         av = t.api_version(info.version)
-        w = self.store.open_watch(t, info.version, namespace=info.namespace, match=match,
-                                  resource_version=q.get("resourceVersion"), send_initial=send_initial)
+        w = self.store.open_watch(
+            t, info.version, namespace=info.namespace, match=match, resource_version=q.get("resourceVersion"), send_initial=send_initial
+        )
         if send_initial:
-            mark = {"kind": t.kind, "apiVersion": av, "metadata": {"resourceVersion": str(self.store.rv), "annotations": {"k8s.io/initial-events-end": "true"}}}
+            mark = {
+                "kind": t.kind,
+                "apiVersion": av,
+                "metadata": {"resourceVersion": str(self.store.rv), "annotations": {"k8s.io/initial-events-end": "true"}},
+            }
             w.queue.put_nowait(b'{"type":"BOOKMARK","object":' + orjson.dumps(mark) + b"}\n")
         rec.status = 200
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"})
@@ -890,7 +941,7 @@ class FakeApiServer:
     # ------------------------------------------------------------------ /_fake control endpoints
 
     async def _control(self, request: web.Request) -> web.Response:
-        action = request.path[len("/_fake/"):].strip("/")
+        action = request.path[len("/_fake/") :].strip("/")
         method = request.method
         data: Any = None
         if method in ("POST", "PUT"):
@@ -919,7 +970,9 @@ class FakeApiServer:
             return _json({"compactedResourceVersion": self.compact()})
         if action == "drop-watches" and method == "POST":
             abrupt = data.get("abrupt", request.query.get("abrupt", "true") in TRUE)
-            n = self.drop_watches(abrupt=bool(abrupt), resource=data.get("resource") or request.query.get("resource"), group=data.get("group"))
+            n = self.drop_watches(
+                abrupt=bool(abrupt), resource=data.get("resource") or request.query.get("resource"), group=data.get("group")
+            )
             return _json({"dropped": n})
         if action == "serve" and method == "POST":
             self.set_served(data["group"], data.get("version"), bool(data.get("served", True)))

@@ -25,9 +25,10 @@ import secrets
 import string
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
@@ -41,14 +42,25 @@ _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-    406: "NotAcceptable", 409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
-    429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ApiError(Exception):
@@ -101,8 +113,7 @@ def not_found(t: ResourceType, name: str) -> ApiError:
 
 
 def conflict(t: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(409, f'Operation cannot be fulfilled on {t.resource_name()} "{name}": {why}', "Conflict",
-                    details=_details(t, name))
+    return ApiError(409, f'Operation cannot be fulfilled on {t.resource_name()} "{name}": {why}', "Conflict", details=_details(t, name))
 
 
 def invalid(t: ResourceType, name: str, why: Any) -> ApiError:
@@ -125,7 +136,7 @@ def expired(message: str) -> ApiError:
 class Stored:
     """One immutable stored object version, with its serializations cached."""
 
-    __slots__ = ("obj", "key", "_enc")
+    __slots__ = ("_enc", "key", "obj")
 
     def __init__(self, obj: dict[str, Any], key: ObjKey) -> None:
         self.obj = obj
@@ -330,7 +341,9 @@ class Store:
         version = version or t.versions[0]
         want_av = t.api_version(version)
         if obj.get("apiVersion") and obj["apiVersion"] != want_av and http:
-            raise ApiError(400, f"the API version in the data ({obj['apiVersion']}) does not match the expected API version ({want_av})", "BadRequest")
+            raise ApiError(
+                400, f"the API version in the data ({obj['apiVersion']}) does not match the expected API version ({want_av})", "BadRequest"
+            )
         if obj.get("kind") and obj["kind"] != t.kind:
             raise ApiError(400, f"the kind in the data ({obj['kind']}) does not match the expected kind ({t.kind})", "BadRequest")
         meta = obj.get("metadata")
@@ -353,10 +366,17 @@ class Store:
                 name = meta["name"] = meta["generateName"] + suffix
             else:
                 raise invalid(t, "", "metadata.name: Required value: name or generateName is required")
-        if not isinstance(name, str) or len(name) > 253 or not _SUBDOMAIN.match(name) or (
-            t.plural == "namespaces" and (len(name) > 63 or not _LABEL.match(name))
+        if (
+            not isinstance(name, str)
+            or len(name) > 253
+            or not _SUBDOMAIN.match(name)
+            or (t.plural == "namespaces" and (len(name) > 63 or not _LABEL.match(name)))
         ):
-            raise invalid(t, str(name), f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+            raise invalid(
+                t,
+                str(name),
+                f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            )
         if (ns, name) in self.table(t):
             raise ApiError(409, f'{t.resource_name()} "{name}" already exists', "AlreadyExists", details=_details(t, name))
         if t.namespaced:
@@ -466,7 +486,11 @@ class Store:
             if cur_meta.get("deletionTimestamp"):
                 added = set(new_meta.get("finalizers") or []) - set(cur_meta.get("finalizers") or [])
                 if added:
-                    raise invalid(t, name, f"metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)!r}")
+                    raise invalid(
+                        t,
+                        name,
+                        f"metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {sorted(added)!r}",
+                    )
         new["apiVersion"] = cur["apiVersion"]
         new["kind"] = cur["kind"]
         new = {"apiVersion": new.pop("apiVersion"), "kind": new.pop("kind"), "metadata": new.pop("metadata"), **new}
@@ -511,7 +535,11 @@ class Store:
                 result = json_patch(base, patch)
             elif patch_type == "strategic":
                 if t.custom:
-                    raise ApiError(415, "strategic merge patch is not supported for custom resources; use application/merge-patch+json", "UnsupportedMediaType")
+                    raise ApiError(
+                        415,
+                        "strategic merge patch is not supported for custom resources; use application/merge-patch+json",
+                        "UnsupportedMediaType",
+                    )
                 if not isinstance(patch, dict):
                     raise PatchError("a strategic merge patch must be an object")
                 result = strategic_merge_patch(base, patch)
@@ -528,7 +556,11 @@ class Store:
         if isinstance(patch, dict):
             patch_rv = (patch.get("metadata") or {}).get("resourceVersion")
         elif isinstance(patch, list):
-            patch_rv = result_meta.get("resourceVersion") if result_meta.get("resourceVersion") != current.obj["metadata"]["resourceVersion"] else None
+            patch_rv = (
+                result_meta.get("resourceVersion")
+                if result_meta.get("resourceVersion") != current.obj["metadata"]["resourceVersion"]
+                else None
+            )
         result_meta["resourceVersion"] = patch_rv or current.obj["metadata"]["resourceVersion"]
         return self.update(t, result, namespace=namespace, name=name, subresource=subresource, http=http, dry_run=dry_run)
 
@@ -551,15 +583,25 @@ class Store:
         if uid and uid != meta["uid"]:
             raise conflict(t, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}")
         if resource_version and str(resource_version) != meta["resourceVersion"]:
-            raise conflict(t, name, f"Precondition failed: ResourceVersion in precondition: {resource_version}, ResourceVersion in meta: {meta['resourceVersion']}")
+            raise conflict(
+                t,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {resource_version}, ResourceVersion in meta: {meta['resourceVersion']}",
+            )
         if meta.get("finalizers") and not force:
             if meta.get("deletionTimestamp"):
                 return current, False
             if dry_run:
                 return current, False
-            new = {**current.obj, "metadata": {**meta, "deletionTimestamp": now_rfc3339(),
-                                               "deletionGracePeriodSeconds": 0,
-                                               "generation": int(meta.get("generation") or 0) + 1}}
+            new = {
+                **current.obj,
+                "metadata": {
+                    **meta,
+                    "deletionTimestamp": now_rfc3339(),
+                    "deletionGracePeriodSeconds": 0,
+                    "generation": int(meta.get("generation") or 0) + 1,
+                },
+            }
             return self._commit(t, new, current), False
         if dry_run:
             return current, True
@@ -579,12 +621,26 @@ class Store:
         if bmeta.get("uid") and bmeta["uid"] != meta["uid"]:
             raise conflict(t, name, f"Precondition failed: UID in precondition: {bmeta['uid']}, UID in object meta: {meta['uid']}")
         if bmeta.get("resourceVersion") and str(bmeta["resourceVersion"]) != meta["resourceVersion"]:
-            raise conflict(t, name, f"Precondition failed: ResourceVersion in precondition: {bmeta['resourceVersion']}, ResourceVersion in meta: {meta['resourceVersion']}")
+            raise conflict(
+                t,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {bmeta['resourceVersion']}, ResourceVersion in meta: {meta['resourceVersion']}",
+            )
         if meta.get("deletionTimestamp"):
-            raise ApiError(409, f"Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is being deleted, cannot be assigned to a host", "Conflict", details=_details(t, name))
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, cannot be assigned to a host',
+                "Conflict",
+                details=_details(t, name),
+            )
         node = (current.obj.get("spec") or {}).get("nodeName")
         if node:
-            raise ApiError(409, f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{node}"', "Conflict", details=_details(t, name))
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{node}"',
+                "Conflict",
+                details=_details(t, name),
+            )
         new = current.copy()
         new.setdefault("spec", {})["nodeName"] = target
         if bmeta.get("annotations"):
@@ -601,8 +657,15 @@ class Store:
         """Sorted (keys, objects) of one storage as of `rv` (default: now), rewound from the history."""
         rv = self.rv if rv is None else rv
         if rv > self.rv:
-            raise ApiError(504, f"Too large resource version: {rv}, current: {self.rv}", "Timeout",
-                           details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})
+            raise ApiError(
+                504,
+                f"Too large resource version: {rv}, current: {self.rv}",
+                "Timeout",
+                details={
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
         if rv < self.history_start and rv != self.rv:
             raise expired(f"too old resource version: {rv} ({self.history_start})")
         ck = (t.key, rv)
@@ -646,7 +709,9 @@ class Store:
                 raise ApiError(400, "specifying resource version is not allowed when using continue", "BadRequest")
             rv, start = decode_continue(continue_token)
             if rv < self.history_start:
-                raise expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+                raise expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
+                )
         elif resource_version not in (None, ""):
             try:
                 want = int(resource_version)
@@ -654,14 +719,20 @@ class Store:
                 raise ApiError(400, f"resourceVersion: Invalid value: {resource_version!r}: must be an integer", "BadRequest") from e
             if resource_version_match == "Exact":
                 if want == 0:
-                    raise ApiError(400, "resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"", "BadRequest")
+                    raise ApiError(
+                        400,
+                        'resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                        "BadRequest",
+                    )
                 rv = want
             elif want > self.rv:
                 self.snapshot(t, want)  # raises 504 Too large resource version
             if want == 0 and resource_version_match != "Exact":
                 limit = 0  # served from the watch cache: the real server ignores limit for RV=0
         elif resource_version_match:
-            raise ApiError(400, "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided", "BadRequest")
+            raise ApiError(
+                400, "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided", "BadRequest"
+            )
         rv, keys, objs = self.snapshot(t, rv)
         i = bisect.bisect_right(keys, start) if start is not None else 0
         out: list[Stored] = []
@@ -710,8 +781,11 @@ class Store:
         else:
             rv = self._check_watch_rv(resource_version)
             if rv is None:
-                w.queue.put_nowait(b'{"type":"ERROR","object":' + orjson.dumps(
-                    expired(f"too old resource version: {resource_version} ({self.history_start})").body()) + b"}\n")
+                w.queue.put_nowait(
+                    b'{"type":"ERROR","object":'
+                    + orjson.dumps(expired(f"too old resource version: {resource_version} ({self.history_start})").body())
+                    + b"}\n"
+                )
                 w.queue.put_nowait(Watcher.CLOSE)
                 return w
             start = bisect.bisect_right(self._hist_rvs, rv)
@@ -727,8 +801,15 @@ class Store:
         except ValueError as e:
             raise ApiError(400, f"resourceVersion: Invalid value: {resource_version!r}: must be an integer", "BadRequest") from e
         if rv > self.rv:
-            raise ApiError(504, f"Too large resource version: {rv}, current: {self.rv}", "Timeout",
-                           details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})
+            raise ApiError(
+                504,
+                f"Too large resource version: {rv}, current: {self.rv}",
+                "Timeout",
+                details={
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
         if rv < self.history_start:
             return None
         return rv

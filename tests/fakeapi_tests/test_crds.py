@@ -87,14 +87,21 @@ def test_every_shipped_rule_is_within_the_budget(rc: Any) -> None:
 def test_every_shipped_crd_is_within_the_total_budget(name: str) -> None:
     total = sum(rc.cost for rc in schema_rule_costs(schema_of(shipped()[name]), _parse))
     assert total <= STATIC_ESTIMATED_CRD_COST_LIMIT, cost_error_message(
-        "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema", total, STATIC_ESTIMATED_CRD_COST_LIMIT)
+        "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema", total, STATIC_ESTIMATED_CRD_COST_LIMIT
+    )
     assert crd_errors(shipped()[name]) == []
 
 
 STRING_MAP = {"type": "object", "maxProperties": 10, "additionalProperties": {"type": "string"}}
-NAMED = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "free": {"type": "string"},
-                                          "items": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 2}},
-                                          "a": {"type": "integer"}}}
+NAMED = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 10},
+        "free": {"type": "string"},
+        "items": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 2}},
+        "a": {"type": "integer"},
+    },
+}
 UNBOUNDED_STRING = MAX_REQUEST_SIZE_BYTES - 2
 
 # cel-go's arithmetic worked by hand: identifiers and field selections 1, literals 0, presence tests 0,
@@ -124,9 +131,20 @@ def test_rule_costs_follow_cel_go(schema: dict[str, Any], rule: str, cost: int) 
 
 def test_unbounded_cardinality_comes_from_the_request_size() -> None:
     """A rule under an unbounded list runs as often as the smallest item fits in 3 MiB (comma included)."""
-    schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {
-        "type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}},
-        "x-kubernetes-validations": [{"rule": "self.n > 0"}]}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "xs": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["n"],
+                    "properties": {"n": {"type": "integer"}},
+                    "x-kubernetes-validations": [{"rule": "self.n > 0"}],
+                },
+            }
+        },
+    }
     (rc,) = schema_rule_costs(schema, _parse)
     assert (rc.raw_cost, rc.bounded) == (3, False)
     assert rc.cardinality == MAX_REQUEST_SIZE_BYTES // (2 + len("n") + 1 + 4 + 1)  # {"n":0} plus a comma
@@ -164,7 +182,9 @@ async def install_shipped(api: FakeApiServer) -> None:
 async def test_an_over_budget_crd_is_refused_with_the_servers_words(bare) -> None:
     status, body = await call(bare, "POST", CRD_PATH, unbounded_patch_crd())
     assert status == 422 and body["kind"] == "Status" and body["reason"] == "Invalid"
-    assert body["message"].startswith('CustomResourceDefinition.apiextensions.k8s.io "resourceslicepatches.resource.dra-extender.io" is invalid: [')
+    assert body["message"].startswith(
+        'CustomResourceDefinition.apiextensions.k8s.io "resourceslicepatches.resource.dra-extender.io" is invalid: ['
+    )
     assert "factor of 1.048576x" in body["message"] and "factor of 1.258288x" in body["message"]
     assert [c["reason"] for c in body["details"]["causes"]] == ["FieldValueForbidden"] * 2
     status, _ = await call(bare, "GET", f"/apis/{GROUP}/v1alpha1/resourceslicepatches")
@@ -192,43 +212,135 @@ def patch(devices: dict[str, Any], name: str = "p") -> dict[str, Any]:
 TAINT = {"key": "example.com/maintenance", "effect": "NoSchedule"}
 # (object, the field a real server names, the start of its message after the field); None: accepted.
 OBJECTS = [
-    pytest.param(rule({"deviceSelector": {"driver": "gpu.example.com", "selectors": [{"cel": {"expression": "true"}}]},
-                       "taint": {**TAINT, "evictionsPerSecond": 2}}), None, None, id="rule-valid"),
-    pytest.param(rule({"taint": {**TAINT, "key": "not a key!"}}), "spec.taint.key", 'Invalid value: "not a key!": spec.taint.key in body should match', id="rule-bad-key"),
+    pytest.param(
+        rule(
+            {
+                "deviceSelector": {"driver": "gpu.example.com", "selectors": [{"cel": {"expression": "true"}}]},
+                "taint": {**TAINT, "evictionsPerSecond": 2},
+            }
+        ),
+        None,
+        None,
+        id="rule-valid",
+    ),
+    pytest.param(
+        rule({"taint": {**TAINT, "key": "not a key!"}}),
+        "spec.taint.key",
+        'Invalid value: "not a key!": spec.taint.key in body should match',
+        id="rule-bad-key",
+    ),
     pytest.param(rule({"taint": {"key": "k"}}), "spec.taint.effect", "Required value", id="rule-missing-effect"),
-    pytest.param(rule({"taint": {**TAINT, "value": "v" * 64}}), "spec.taint.value", "Too long: may not be more than 63 bytes", id="rule-long-value"),
-    pytest.param(rule({"taint": {**TAINT, "evictionsPerSecond": 0}}), "spec.taint.evictionsPerSecond",
-                 "Invalid value: 0: spec.taint.evictionsPerSecond in body should be greater than 0", id="rule-zero-rate"),
-    pytest.param(rule({"deviceSelector": {"selectors": [{"cel": {"expression": "true"}}] * 11}, "taint": TAINT}),
-                 "spec.deviceSelector.selectors", "Too many: 11: must have at most 10 items", id="rule-too-many-selectors"),
-    pytest.param(rule({"taint": {**TAINT, "timeAdded": "yesterday"}}), "spec.taint.timeAdded",
-                 'Invalid value: "yesterday": spec.taint.timeAdded in body must be of type date-time', id="rule-bad-time"),
-    pytest.param(patch({"filter": {"pool": "node-b"}, "priority": 3, "attributes": {"gpu.example.com/model": {"string": "h100"}, "gpu.example.com/old": {"null": {}}},
-                        "capacity": {"gpu.example.com/memory": {"value": "80Gi"}}}), None, None, id="patch-valid"),
-    pytest.param(patch({"attributes": {"gpu.example.com/model": {"string": "h100", "int": 1}}}), "spec.devices.attributes[gpu.example.com/model]",
-                 'Invalid value: "object": exactly one of int, bool, string, version, null must be set', id="patch-two-values"),
-    pytest.param(patch({"attributes": {"model": {"string": "h100"}}}), "spec.devices.attributes",
-                 'Invalid value: "object": names must be fully qualified', id="patch-unqualified-name"),
-    pytest.param(patch({"attributes": {f"d.example.com/a{i}": {"int": i} for i in range(33)}}), "spec.devices.attributes",
-                 "Too many: 33: must have at most 32 items", id="patch-33-attributes"),
-    pytest.param(patch({"attributes": {f"d.example.com/a{i}": {"int": i} for i in range(20)},
-                        "capacity": {f"d.example.com/c{i}": {"value": 1} for i in range(13)}}), "spec.devices",
-                 'Invalid value: "object": at most 32 attributes and capacities combined', id="patch-33-entries"),
-    pytest.param(patch({"capacity": {"d.example.com/mem": {"value": "lots"}}}), "spec.devices.capacity[d.example.com/mem].value",
-                 'Invalid value: "lots": spec.devices.capacity[d.example.com/mem].value in body should match', id="patch-bad-quantity"),
-    pytest.param(patch({"attributes": {"d.example.com/s": {"string": "s" * 65}}}), "spec.devices.attributes[d.example.com/s].string",
-                 "Too long: may not be more than 64 bytes", id="patch-long-string"),
-    pytest.param(patch({"capacity": {f"d.example.com/c{i}": {"value": 1} for i in range(33)}}), "spec.devices.capacity",
-                 "Too many: 33: must have at most 32 items", id="patch-33-capacities"),
-    pytest.param(patch({"filter": {"driver": "d" * 64}}), "spec.devices.filter.driver", "Too long: may not be more than 63 bytes", id="patch-long-driver"),
-    pytest.param(patch({"filter": {"selectors": [{"cel": {"expression": "true"}}] * 33}}), "spec.devices.filter.selectors",
-                 "Too many: 33: must have at most 32 items", id="patch-33-selectors"),
-    pytest.param(patch({"filter": {"selectors": [{"cel": {"expression": " " * 10237 + "true"}}]}}), "spec.devices.filter.selectors[0].cel.expression",
-                 "Too long: may not be more than 10240 bytes", id="patch-long-selector"),
-    pytest.param(rule({"deviceSelector": {"driver": "d" * 64}, "taint": TAINT}), "spec.deviceSelector.driver",
-                 "Too long: may not be more than 63 bytes", id="rule-long-driver"),
-    pytest.param(patch({"priority": "high"}), "spec.devices.priority",
-                 'Invalid value: "high": spec.devices.priority in body must be of type integer: "high"', id="patch-priority-type"),
+    pytest.param(
+        rule({"taint": {**TAINT, "value": "v" * 64}}), "spec.taint.value", "Too long: may not be more than 63 bytes", id="rule-long-value"
+    ),
+    pytest.param(
+        rule({"taint": {**TAINT, "evictionsPerSecond": 0}}),
+        "spec.taint.evictionsPerSecond",
+        "Invalid value: 0: spec.taint.evictionsPerSecond in body should be greater than 0",
+        id="rule-zero-rate",
+    ),
+    pytest.param(
+        rule({"deviceSelector": {"selectors": [{"cel": {"expression": "true"}}] * 11}, "taint": TAINT}),
+        "spec.deviceSelector.selectors",
+        "Too many: 11: must have at most 10 items",
+        id="rule-too-many-selectors",
+    ),
+    pytest.param(
+        rule({"taint": {**TAINT, "timeAdded": "yesterday"}}),
+        "spec.taint.timeAdded",
+        'Invalid value: "yesterday": spec.taint.timeAdded in body must be of type date-time',
+        id="rule-bad-time",
+    ),
+    pytest.param(
+        patch(
+            {
+                "filter": {"pool": "node-b"},
+                "priority": 3,
+                "attributes": {"gpu.example.com/model": {"string": "h100"}, "gpu.example.com/old": {"null": {}}},
+                "capacity": {"gpu.example.com/memory": {"value": "80Gi"}},
+            }
+        ),
+        None,
+        None,
+        id="patch-valid",
+    ),
+    pytest.param(
+        patch({"attributes": {"gpu.example.com/model": {"string": "h100", "int": 1}}}),
+        "spec.devices.attributes[gpu.example.com/model]",
+        'Invalid value: "object": exactly one of int, bool, string, version, null must be set',
+        id="patch-two-values",
+    ),
+    pytest.param(
+        patch({"attributes": {"model": {"string": "h100"}}}),
+        "spec.devices.attributes",
+        'Invalid value: "object": names must be fully qualified',
+        id="patch-unqualified-name",
+    ),
+    pytest.param(
+        patch({"attributes": {f"d.example.com/a{i}": {"int": i} for i in range(33)}}),
+        "spec.devices.attributes",
+        "Too many: 33: must have at most 32 items",
+        id="patch-33-attributes",
+    ),
+    pytest.param(
+        patch(
+            {
+                "attributes": {f"d.example.com/a{i}": {"int": i} for i in range(20)},
+                "capacity": {f"d.example.com/c{i}": {"value": 1} for i in range(13)},
+            }
+        ),
+        "spec.devices",
+        'Invalid value: "object": at most 32 attributes and capacities combined',
+        id="patch-33-entries",
+    ),
+    pytest.param(
+        patch({"capacity": {"d.example.com/mem": {"value": "lots"}}}),
+        "spec.devices.capacity[d.example.com/mem].value",
+        'Invalid value: "lots": spec.devices.capacity[d.example.com/mem].value in body should match',
+        id="patch-bad-quantity",
+    ),
+    pytest.param(
+        patch({"attributes": {"d.example.com/s": {"string": "s" * 65}}}),
+        "spec.devices.attributes[d.example.com/s].string",
+        "Too long: may not be more than 64 bytes",
+        id="patch-long-string",
+    ),
+    pytest.param(
+        patch({"capacity": {f"d.example.com/c{i}": {"value": 1} for i in range(33)}}),
+        "spec.devices.capacity",
+        "Too many: 33: must have at most 32 items",
+        id="patch-33-capacities",
+    ),
+    pytest.param(
+        patch({"filter": {"driver": "d" * 64}}),
+        "spec.devices.filter.driver",
+        "Too long: may not be more than 63 bytes",
+        id="patch-long-driver",
+    ),
+    pytest.param(
+        patch({"filter": {"selectors": [{"cel": {"expression": "true"}}] * 33}}),
+        "spec.devices.filter.selectors",
+        "Too many: 33: must have at most 32 items",
+        id="patch-33-selectors",
+    ),
+    pytest.param(
+        patch({"filter": {"selectors": [{"cel": {"expression": " " * 10237 + "true"}}]}}),
+        "spec.devices.filter.selectors[0].cel.expression",
+        "Too long: may not be more than 10240 bytes",
+        id="patch-long-selector",
+    ),
+    pytest.param(
+        rule({"deviceSelector": {"driver": "d" * 64}, "taint": TAINT}),
+        "spec.deviceSelector.driver",
+        "Too long: may not be more than 63 bytes",
+        id="rule-long-driver",
+    ),
+    pytest.param(
+        patch({"priority": "high"}),
+        "spec.devices.priority",
+        'Invalid value: "high": spec.devices.priority in body must be of type integer: "high"',
+        id="patch-priority-type",
+    ),
 ]
 
 
@@ -271,7 +383,13 @@ async def test_status_subresource_and_generation(bare) -> None:
     await install_shipped(bare)
     base = f"/apis/{GROUP}/v1alpha1/devicetaintrules"
     obj = rule({"taint": TAINT})
-    cond = {"type": "EvictionInProgress", "status": "False", "reason": "NotStarted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    cond = {
+        "type": "EvictionInProgress",
+        "status": "False",
+        "reason": "NotStarted",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
     status, created = await call(bare, "POST", base, {**obj, "status": {"conditions": [cond]}})
     assert status == 201 and "status" not in created and created["metadata"]["generation"] == 1
 

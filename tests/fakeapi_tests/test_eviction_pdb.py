@@ -9,13 +9,22 @@ from tests.fakeapi import FakeApiServer
 
 
 def pod(name: str, app: str = "web") -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running"},
+    }
 
 
 def budget(**spec: object) -> dict:
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec},
+    }
 
 
 CASES = [
@@ -41,8 +50,10 @@ async def test_evictions_stop_at_the_budget(spec: dict | None, count: int, allow
         async with httpx.AsyncClient(base_url=api.url) as http:
             results = []
             for i in range(count):
-                r = await http.post(f"/api/v1/namespaces/default/pods/web-{i}/eviction",
-                                    json={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"web-{i}"}})
+                r = await http.post(
+                    f"/api/v1/namespaces/default/pods/web-{i}/eviction",
+                    json={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"web-{i}"}},
+                )
                 results.append(r.status_code)
                 if r.status_code == 429:
                     body = r.json()
@@ -59,12 +70,18 @@ async def test_an_eviction_marks_the_pod_before_deleting_it() -> None:
     async with FakeApiServer() as api:
         created = api.create({**pod("web-0"), "metadata": {**pod("web-0")["metadata"], "finalizers": ["example.com/keep"]}})
         async with httpx.AsyncClient(base_url=api.url) as http:
-            r = await http.post("/api/v1/namespaces/default/pods/web-0/eviction",
-                                json={"kind": "Eviction", "deleteOptions": {"preconditions": {"uid": "not-it"}}})
+            r = await http.post(
+                "/api/v1/namespaces/default/pods/web-0/eviction",
+                json={"kind": "Eviction", "deleteOptions": {"preconditions": {"uid": "not-it"}}},
+            )
             assert r.status_code == 409
-            r = await http.post("/api/v1/namespaces/default/pods/web-0/eviction",
-                                json={"kind": "Eviction", "deleteOptions": {"preconditions": {"uid": created["metadata"]["uid"]}}})
+            r = await http.post(
+                "/api/v1/namespaces/default/pods/web-0/eviction",
+                json={"kind": "Eviction", "deleteOptions": {"preconditions": {"uid": created["metadata"]["uid"]}}},
+            )
             assert r.status_code == 201
         held = api.get("pods", "default", "web-0")  # a finalizer keeps it, deleting
         assert held["metadata"].get("deletionTimestamp")
-        assert [(c["type"], c["reason"]) for c in held["status"]["conditions"] if c["type"] == "DisruptionTarget"] == [("DisruptionTarget", "EvictionByEvictionAPI")]
+        assert [(c["type"], c["reason"]) for c in held["status"]["conditions"] if c["type"] == "DisruptionTarget"] == [
+            ("DisruptionTarget", "EvictionByEvictionAPI")
+        ]

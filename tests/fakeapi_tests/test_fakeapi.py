@@ -105,11 +105,27 @@ def rule(name: str) -> dict[str, Any]:
     }
 
 
-async def raw(kc: client.ApiClient, method: str, path: str, *, query: list[tuple[str, str]] | None = None, body: Any = None,
-              content_type: str = "application/json", timeout: float | None = 10) -> tuple[int, Any]:
+async def raw(
+    kc: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    timeout: float | None = 10,
+) -> tuple[int, Any]:
     """The production path: call_api with _preload_content=False and orjson."""
-    resp = await kc.call_api(path, method, query_params=query or [], header_params={"Accept": "application/json", "Content-Type": content_type},
-                             body=body, auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+    resp = await kc.call_api(
+        path,
+        method,
+        query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=timeout,
+    )
     try:
         data = await resp.read()
         return resp.status, orjson.loads(data) if data else None
@@ -119,8 +135,15 @@ async def raw(kc: client.ApiClient, method: str, path: str, *, query: list[tuple
 
 async def open_watch(kc: client.ApiClient, path: str, **params: str) -> aiohttp.ClientResponse:
     query = [("watch", params.pop("watch", "true")), *params.items()]
-    resp = await kc.call_api(path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                             auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30)
+    resp = await kc.call_api(
+        path,
+        "GET",
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=30,
+    )
     assert resp.status == 200, await resp.read()
     return resp
 
@@ -185,8 +208,12 @@ async def test_device_taint_rule_versions_are_configurable(tmp_path):
             status, body = await raw(kc, "GET", f"/apis/{RULES}/v1alpha1/devicetaintrules")
             assert status == 404 and body["kind"] == "Status" and body["reason"] == "NotFound"
             # one storage for every served version: stamped with the version asked for
-            rule_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": "r1"},
-                        "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+            rule_obj = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": "r1"},
+                "spec": {"taint": {"key": "k", "effect": "NoSchedule"}},
+            }
             status, created = await raw(kc, "POST", "/apis/resource.k8s.io/v1/devicetaintrules", body=rule_obj)
             assert status == 201 and created["apiVersion"] == "resource.k8s.io/v1"
 
@@ -242,9 +269,18 @@ async def test_create_get_list_with_pagination(api, kc):
     assert status == 400 and body["reason"] == "BadRequest"
     status, body = await raw(kc, "POST", "/api/v1/nodes", body={"apiVersion": "v1", "kind": "Node", "metadata": {}})
     assert status == 422 and body["reason"] == "Invalid"
-    status, body = await raw(kc, "POST", "/api/v1/namespaces/default/events",
-                             body={"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "p1."}, "reason": "Tested",
-                                   "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"}})
+    status, body = await raw(
+        kc,
+        "POST",
+        "/api/v1/namespaces/default/events",
+        body={
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": "p1."},
+            "reason": "Tested",
+            "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"},
+        },
+    )
     assert status == 201 and body["metadata"]["name"].startswith("p1.")
 
 
@@ -274,7 +310,10 @@ async def test_label_and_field_selectors(api, kc):
     with pytest.raises(ApiException) as exc:
         await names(field_selector="spec.priority=1")
     assert exc.value.status == 400 and "field label not supported" in json.loads(exc.value.body)["message"]
-    assert api.list("pods", label_selector="app in (c)") and api.list("pods", "default", field_selector="spec.nodeName=n2")[0]["metadata"]["name"] == "p2"
+    assert (
+        api.list("pods", label_selector="app in (c)")
+        and api.list("pods", "default", field_selector="spec.nodeName=n2")[0]["metadata"]["name"] == "p2"
+    )
 
 
 # ---------------------------------------------------------------------- watch
@@ -288,7 +327,9 @@ async def test_watch_from_list_rv_sees_later_events_in_order(api, kc):
 
     async def consume() -> None:
         async with watch.Watch() as w:
-            async for ev in w.stream(core.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version, timeout_seconds=10):
+            async for ev in w.stream(
+                core.list_namespaced_pod, "default", resource_version=listed.metadata.resource_version, timeout_seconds=10
+            ):
                 seen.append((ev["type"], ev["object"].metadata.name, int(ev["object"].metadata.resource_version)))
                 if len(seen) == 4:
                     return
@@ -310,8 +351,9 @@ async def test_watch_bookmarks_initial_state_and_selector_transitions(api, kc):
     api.create(pod("a", labels={"app": "x"}))
     api.create(pod("b", labels={"app": "y"}))
     # watch=True (capitalised) counts; resourceVersion "0" starts with synthetic ADDED events
-    resp = await open_watch(kc, "/api/v1/namespaces/default/pods", watch="True", resourceVersion="0",
-                            labelSelector="app=x", allowWatchBookmarks="true")
+    resp = await open_watch(
+        kc, "/api/v1/namespaces/default/pods", watch="True", resourceVersion="0", labelSelector="app=x", allowWatchBookmarks="true"
+    )
     try:
         first = await events_until(resp, 1)
         assert first[0]["type"] == "ADDED" and first[0]["object"]["metadata"]["name"] == "a"
@@ -337,8 +379,14 @@ async def test_watch_bookmarks_initial_state_and_selector_transitions(api, kc):
         resp.release()
 
     # sendInitialEvents: current state, then a bookmark marking its end
-    resp = await open_watch(kc, "/api/v1/namespaces/default/pods", sendInitialEvents="true", allowWatchBookmarks="true",
-                            resourceVersionMatch="NotOlderThan", resourceVersion="")
+    resp = await open_watch(
+        kc,
+        "/api/v1/namespaces/default/pods",
+        sendInitialEvents="true",
+        allowWatchBookmarks="true",
+        resourceVersionMatch="NotOlderThan",
+        resourceVersion="",
+    )
     try:
         evs = await events_until(resp, 3, skip_bookmarks=False)
         assert [e["type"] for e in evs] == ["ADDED", "ADDED", "BOOKMARK"]
@@ -449,16 +497,26 @@ async def test_merge_strategic_and_json_patch(api, kc):
     api.create(node("n1", {"keep": "1", "drop": "1"}))
 
     # JSON patch (the client picks application/json-patch+json for a list body)
-    patched = await core.patch_node("n1", [{"op": "add", "path": "/metadata/labels/new", "value": "x"},
-                                           {"op": "remove", "path": "/metadata/labels/drop"},
-                                           {"op": "replace", "path": "/metadata/labels/keep", "value": "2"}])
+    patched = await core.patch_node(
+        "n1",
+        [
+            {"op": "add", "path": "/metadata/labels/new", "value": "x"},
+            {"op": "remove", "path": "/metadata/labels/drop"},
+            {"op": "replace", "path": "/metadata/labels/keep", "value": "2"},
+        ],
+    )
     assert patched.metadata.labels == {"keep": "2", "new": "x"}
     with pytest.raises(ApiException) as exc:
         await core.patch_node("n1", [{"op": "test", "path": "/metadata/labels/keep", "value": "nope"}])
     assert exc.value.status == 422
     # a resourceVersion in a patch is a precondition
-    status, body = await raw(kc, "PATCH", "/api/v1/nodes/n1", body={"metadata": {"resourceVersion": "1", "labels": {"z": "1"}}},
-                             content_type="application/merge-patch+json")
+    status, body = await raw(
+        kc,
+        "PATCH",
+        "/api/v1/nodes/n1",
+        body={"metadata": {"resourceVersion": "1", "labels": {"z": "1"}}},
+        content_type="application/merge-patch+json",
+    )
     assert status == 409 and body["reason"] == "Conflict"
 
     # merge patch on a custom resource; null deletes. (kubernetes_asyncio's CustomObjectsApi sends a
@@ -467,20 +525,31 @@ async def test_merge_strategic_and_json_patch(api, kc):
     with pytest.raises(ApiException) as exc:
         await custom.patch_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", "r1", {"spec": {}})
     assert exc.value.status == 422
-    out = await custom.patch_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", "r1",
-                                                   {"spec": {"taint": {"value": None, "effect": "NoExecute"}}},
-                                                   _content_type="application/merge-patch+json")
+    out = await custom.patch_cluster_custom_object(
+        RULES,
+        "v1alpha1",
+        "devicetaintrules",
+        "r1",
+        {"spec": {"taint": {"value": None, "effect": "NoExecute"}}},
+        _content_type="application/merge-patch+json",
+    )
     assert out["spec"]["taint"] == {"key": "k", "effect": "NoExecute"} and out["metadata"]["generation"] == 2
     # strategic merge patch is refused for custom resources, as by the real server
-    status, _ = await raw(kc, "PATCH", f"/apis/{RULES}/v1alpha1/devicetaintrules/r1", body={"spec": {}},
-                          content_type="application/strategic-merge-patch+json")
+    status, _ = await raw(
+        kc, "PATCH", f"/apis/{RULES}/v1alpha1/devicetaintrules/r1", body={"spec": {}}, content_type="application/strategic-merge-patch+json"
+    )
     assert status == 415
 
     # strategic merge on pods/status merges conditions by type (what production sends)
     api.create(pod("p1"))
     for cond in ({"type": "Ready", "status": "False"}, {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaint"}):
-        status, _ = await raw(kc, "PATCH", "/api/v1/namespaces/default/pods/p1/status", body={"status": {"conditions": [cond]}},
-                              content_type="application/strategic-merge-patch+json")
+        status, _ = await raw(
+            kc,
+            "PATCH",
+            "/api/v1/namespaces/default/pods/p1/status",
+            body={"status": {"conditions": [cond]}},
+            content_type="application/strategic-merge-patch+json",
+        )
         assert status == 200
     conds = api.get("pods", "default", "p1")["status"]["conditions"]
     assert [c["type"] for c in conds] == ["Ready", "DisruptionTarget"]
@@ -491,12 +560,14 @@ async def test_merge_strategic_and_json_patch(api, kc):
     applied = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2", "labels": {"a": "1"}}}
     status, _ = await raw(kc, "PATCH", "/api/v1/nodes/n2", body=applied, content_type="application/apply-patch+yaml")
     assert status == 422
-    status, body = await raw(kc, "PATCH", "/api/v1/nodes/n2", query=[("fieldManager", "t")], body=applied,
-                             content_type="application/apply-patch+yaml")
+    status, body = await raw(
+        kc, "PATCH", "/api/v1/nodes/n2", query=[("fieldManager", "t")], body=applied, content_type="application/apply-patch+yaml"
+    )
     assert status == 201 and body["metadata"]["labels"] == {"a": "1"}
     applied["metadata"]["labels"] = {"b": "2"}
-    status, body = await raw(kc, "PATCH", "/api/v1/nodes/n2", query=[("fieldManager", "t")], body=applied,
-                             content_type="application/apply-patch+yaml")
+    status, body = await raw(
+        kc, "PATCH", "/api/v1/nodes/n2", query=[("fieldManager", "t")], body=applied, content_type="application/apply-patch+yaml"
+    )
     assert status == 200 and body["metadata"]["labels"] == {"a": "1", "b": "2"}
 
 
@@ -508,18 +579,25 @@ async def test_status_subresource_is_isolated(api, kc):
     assert created.status is None  # status is not settable on create
 
     status_body = created.to_dict()
-    status_body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c1", "namespace": "default",
-                   "resourceVersion": created.metadata.resource_version},
-                   "spec": {"devices": {"requests": [{"name": "changed", "exactly": {"deviceClassName": "other"}}]}},
-                   "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]}}
+    status_body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c1", "namespace": "default", "resourceVersion": created.metadata.resource_version},
+        "spec": {"devices": {"requests": [{"name": "changed", "exactly": {"deviceClassName": "other"}}]}},
+        "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u1"}]},
+    }
     after_status = await resource.replace_namespaced_resource_claim_status("c1", "default", status_body)
     assert after_status.status.reserved_for[0].uid == "u1"
     assert after_status.spec.devices.requests[0].name == "gpu"  # spec ignored by /status
     assert after_status.metadata.generation == 1  # status writes don't bump generation
 
     # the main resource ignores .status changes
-    main = {**status_body, "metadata": {"name": "c1", "namespace": "default", "finalizers": ["x/y"]},
-            "spec": claim("c1")["spec"], "status": {"reservedFor": []}}
+    main = {
+        **status_body,
+        "metadata": {"name": "c1", "namespace": "default", "finalizers": ["x/y"]},
+        "spec": claim("c1")["spec"],
+        "status": {"reservedFor": []},
+    }
     after_main = await resource.replace_namespaced_resource_claim("c1", "default", main)
     assert after_main.metadata.finalizers == ["x/y"] and after_main.status.reserved_for[0].uid == "u1"
     # claim spec is immutable
@@ -531,10 +609,21 @@ async def test_status_subresource_is_isolated(api, kc):
     # CRD status subresource
     custom = client.CustomObjectsApi(kc)
     await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
-    cond = {"type": "EvictionInProgress", "status": "False", "reason": "Completed", "lastTransitionTime": "2025-01-01T00:00:00Z", "message": ""}
-    out = await custom.patch_cluster_custom_object_status(RULES, "v1alpha1", "devicetaintrules", "r1",
-                                                          {"status": {"conditions": [cond]}, "spec": {"taint": {"key": "changed"}}},
-                                                          _content_type="application/merge-patch+json")
+    cond = {
+        "type": "EvictionInProgress",
+        "status": "False",
+        "reason": "Completed",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+        "message": "",
+    }
+    out = await custom.patch_cluster_custom_object_status(
+        RULES,
+        "v1alpha1",
+        "devicetaintrules",
+        "r1",
+        {"status": {"conditions": [cond]}, "spec": {"taint": {"key": "changed"}}},
+        _content_type="application/merge-patch+json",
+    )
     assert out["status"]["conditions"] == [cond] and out["spec"]["taint"]["key"] == "k"
 
 
@@ -558,8 +647,9 @@ async def test_pod_binding(api, kc):
     status, _ = await raw(kc, "POST", "/api/v1/namespaces/default/pods/ghost/binding", body=binding("ghost", "n1"))
     assert status == 404
     # spec.nodeName cannot be changed by an update: binding is the only way
-    status, body = await raw(kc, "PATCH", "/api/v1/namespaces/default/pods/p1", body={"spec": {"nodeName": "n9"}},
-                             content_type="application/merge-patch+json")
+    status, body = await raw(
+        kc, "PATCH", "/api/v1/namespaces/default/pods/p1", body={"spec": {"nodeName": "n9"}}, content_type="application/merge-patch+json"
+    )
     assert status == 422
 
 
@@ -577,8 +667,12 @@ async def test_delete_preconditions_eviction_and_finalizers(api, kc):
     # eviction deletes the pod, honouring the uid precondition in deleteOptions
     api.create(pod("p2"))
     uid = api.get("pods", "default", "p2")["metadata"]["uid"]
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p2", "namespace": "default"},
-                "deleteOptions": {"preconditions": {"uid": "other"}}}
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "p2", "namespace": "default"},
+        "deleteOptions": {"preconditions": {"uid": "other"}},
+    }
     status, _ = await raw(kc, "POST", "/api/v1/namespaces/default/pods/p2/eviction", body=eviction)
     assert status == 409
     eviction["deleteOptions"]["preconditions"]["uid"] = uid
@@ -609,8 +703,12 @@ async def test_delete_preconditions_eviction_and_finalizers(api, kc):
 
 async def test_leases_conflict_for_leader_election(api, kc):
     coord = client.CoordinationV1Api(kc)
-    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "dra-extender", "namespace": "kube-system"},
-             "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}}
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "dra-extender", "namespace": "kube-system"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+    }
     await coord.create_namespaced_lease("kube-system", lease)
     with pytest.raises(ApiException) as exc:
         await coord.create_namespaced_lease("kube-system", lease)
@@ -666,10 +764,19 @@ async def test_fault_injection_errors_latency_and_request_log(api, kc):
 
     # reactors answer requests themselves, e.g. an eviction blocked by a disruption budget
     api.create(pod("p1"))
-    api.add_reactor(lambda req: FakeApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
-                    if req.subresource == "eviction" else None)
-    status, body = await raw(kc, "POST", "/api/v1/namespaces/default/pods/p1/eviction",
-                             body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p1", "namespace": "default"}})
+    api.add_reactor(
+        lambda req: (
+            FakeApiError(429, "Cannot evict pod as it would violate the pod's disruption budget.")
+            if req.subresource == "eviction"
+            else None
+        )
+    )
+    status, body = await raw(
+        kc,
+        "POST",
+        "/api/v1/namespaces/default/pods/p1/eviction",
+        body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p1", "namespace": "default"}},
+    )
     assert status == 429 and "disruption budget" in body["message"] and api.get("pods", "default", "p1") is not None
 
 
@@ -711,9 +818,15 @@ async def test_large_list_is_fast(api, kc):
 
     async def fetch(query: list[tuple[str, str]]) -> tuple[bytes, float]:
         t = time.perf_counter()
-        resp = await kc.call_api("/apis/resource.k8s.io/v1/resourceslices", "GET", query_params=query,
-                                 header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                                 _preload_content=False, _request_timeout=60)
+        resp = await kc.call_api(
+            "/apis/resource.k8s.io/v1/resourceslices",
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=60,
+        )
         try:
             assert resp.status == 200
             return await resp.read(), time.perf_counter() - t
@@ -742,8 +855,10 @@ async def test_large_list_is_fast(api, kc):
         if not token:
             break
     paged = time.perf_counter() - t2
-    print(f"\n1000 slices x 64 devices ({len(data) / 1e6:.1f} MB): seed {seeded:.2f} s, served {served:.3f} s "
-          f"(again {served_again:.3f} s), client parse {parsed:.3f} s, paginated list+parse {paged:.3f} s")
+    print(
+        f"\n1000 slices x 64 devices ({len(data) / 1e6:.1f} MB): seed {seeded:.2f} s, served {served:.3f} s "
+        f"(again {served_again:.3f} s), client parse {parsed:.3f} s, paginated list+parse {paged:.3f} s"
+    )
     assert items == 1000
     assert served < 1.0 and served_again < 0.5  # measured ~0.15 s / ~0.06 s on the project's 2-core machine type
 
@@ -764,9 +879,24 @@ def test_subprocess_mode(tmp_path):
     (tmp_path / "more" / "n2.json").write_text(json.dumps(node("n2")))
     kubeconfig = tmp_path / "kc.yaml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(kubeconfig),
-         "--load", str(manifest), "--load", str(tmp_path / "more"), "--no-crds"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [
+            sys.executable,
+            "-m",
+            "tests.fakeapi",
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(kubeconfig),
+            "--load",
+            str(manifest),
+            "--load",
+            str(tmp_path / "more"),
+            "--no-crds",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
         line = proc.stdout.readline()
@@ -853,18 +983,38 @@ def test_patch_formats():
 
     doc = {"a": {"b": 1, "c": [1, 2]}, "conditions": [{"type": "A", "v": 1}, {"type": "B", "v": 2}], "finalizers": ["x"]}
     assert merge_patch(doc, {"a": {"b": None, "d": 2}, "conditions": [{"type": "C"}]}) == {
-        "a": {"c": [1, 2], "d": 2}, "conditions": [{"type": "C"}], "finalizers": ["x"]}
-    sm = strategic_merge_patch(doc, {"conditions": [{"type": "B", "v": 3}, {"type": "A", "$patch": "delete"}, {"type": "C"}],
-                                     "finalizers": ["y"], "$setElementOrder/conditions": [{"type": "B"}]})
+        "a": {"c": [1, 2], "d": 2},
+        "conditions": [{"type": "C"}],
+        "finalizers": ["x"],
+    }
+    sm = strategic_merge_patch(
+        doc,
+        {
+            "conditions": [{"type": "B", "v": 3}, {"type": "A", "$patch": "delete"}, {"type": "C"}],
+            "finalizers": ["y"],
+            "$setElementOrder/conditions": [{"type": "B"}],
+        },
+    )
     assert sm["conditions"] == [{"type": "B", "v": 3}, {"type": "C"}] and sm["finalizers"] == ["x", "y"]
     assert strategic_merge_patch(doc, {"a": {"c": [3]}})["a"]["c"] == [3]  # lists without a merge key are replaced
     assert strategic_merge_patch(doc, {"$deleteFromPrimitiveList/finalizers": ["x"]})["finalizers"] == []
     assert strategic_merge_patch(doc, {"a": {"$patch": "replace", "z": 1}})["a"] == {"z": 1}
-    out = json_patch(doc, [{"op": "add", "path": "/a/c/-", "value": 3}, {"op": "move", "from": "/a/b", "path": "/b"},
-                           {"op": "copy", "from": "/b", "path": "/a/~1slash"}, {"op": "test", "path": "/b", "value": 1}])
+    out = json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/a/c/-", "value": 3},
+            {"op": "move", "from": "/a/b", "path": "/b"},
+            {"op": "copy", "from": "/b", "path": "/a/~1slash"},
+            {"op": "test", "path": "/b", "value": 1},
+        ],
+    )
     assert out["a"] == {"c": [1, 2, 3], "/slash": 1} and out["b"] == 1 and doc["a"] == {"b": 1, "c": [1, 2]}
-    for bad in ([{"op": "remove", "path": "/nope"}], [{"op": "replace", "path": "/l/9", "value": 1}],
-                [{"op": "test", "path": "/a/b", "value": 2}], {"op": "add"}):
+    for bad in (
+        [{"op": "remove", "path": "/nope"}],
+        [{"op": "replace", "path": "/l/9", "value": 1}],
+        [{"op": "test", "path": "/a/b", "value": 2}],
+        {"op": "add"},
+    ):
         with pytest.raises(PatchError):
             json_patch(doc, bad)
 
@@ -873,8 +1023,17 @@ def test_selector_grammar():
     from tests.fakeapi.selectors import SelectorError, parse_field_selector, parse_label_selector
 
     obj = {"metadata": {"name": "n", "labels": {"a": "1", "b": "x"}}, "spec": {"unschedulable": True}}
-    cases = {"a": True, "!a": False, "a=1,b=x": True, "a in (1,2),b notin (y)": True, "a notin (1)": False,
-             "c!=1": True, "a>0": True, "a<1": False, "": True}
+    cases = {
+        "a": True,
+        "!a": False,
+        "a=1,b=x": True,
+        "a in (1,2),b notin (y)": True,
+        "a notin (1)": False,
+        "c!=1": True,
+        "a>0": True,
+        "a<1": False,
+        "": True,
+    }
     for text, want in cases.items():
         m = parse_label_selector(text)
         assert (m is None or m(obj)) is want, text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -38,7 +38,7 @@ def micro(dt: datetime) -> str:
 
 
 def spec(holder: str, *, acquired_ago: float | None = None, renewed_ago: float = 0.0) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     out: dict[str, Any] = {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": micro(now - timedelta(seconds=renewed_ago))}
     if acquired_ago is not None:
         out["acquireTime"] = micro(now - timedelta(seconds=acquired_ago))
@@ -55,7 +55,7 @@ def follower(monkeypatch: pytest.MonkeyPatch) -> tuple[Leadership, LeaseSource, 
 
 
 async def test_leads_at_once_when_its_scheduler_has_held_the_lease_for_long(follower) -> None:
-    lead, source, clock = follower
+    lead, source, _clock = follower
     source.spec = spec("me_1", acquired_ago=600)
     await lead._follow_once()
     assert lead.is_leader()

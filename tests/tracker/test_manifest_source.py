@@ -8,7 +8,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +25,15 @@ from allocator.types import (
     parse_resource_slice,
     parse_resource_slice_patch,
 )
+from tests.fakeapi.crd import SchemaValidator, compile_rule
 from tracker import events as ev
 from tracker.manifest_load import TRACKED
 from tracker.manifest_source import ManifestSource
 from tracker.source import Conflict, Invalid, NotFound
-from tests.fakeapi.crd import SchemaValidator, compile_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "charts" / "dra-extender" / "crds"
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 T0S = "2026-03-01T12:00:00Z"
 EXT = ev.GROUP_EXTENDER
 RES = ev.GROUP_RESOURCE
@@ -149,7 +149,9 @@ ALLOCATED = {
 def slice_yaml(api_version: str, name: str = "s1", taint: str = "{key: example.com/hot, effect: NoSchedule}") -> str:
     device = f"{{name: g0, attributes: {{model: {{string: a100}}}}, capacity: {{memory: {{value: 40Gi}}}}, taints: [{taint}]}}"
     if api_version.endswith("v1beta1"):
-        device = f"{{name: g0, basic: {{attributes: {{model: {{string: a100}}}}, capacity: {{memory: {{value: 40Gi}}}}, taints: [{taint}]}}}}"
+        device = (
+            f"{{name: g0, basic: {{attributes: {{model: {{string: a100}}}}, capacity: {{memory: {{value: 40Gi}}}}, taints: [{taint}]}}}}"
+        )
     return (
         f"apiVersion: {api_version}\nkind: ResourceSlice\nmetadata: {{name: {name}}}\n"
         f"spec: {{driver: gpu.example.com, nodeName: n1, pool: {{name: p, generation: 1, resourceSliceCount: 1}}, devices: [{device}]}}\n"
@@ -221,7 +223,9 @@ async def test_rules_of_both_groups_are_different_objects_and_patches_of_both_sp
 async def test_other_kinds_are_ignored_with_one_line_per_kind(tmp_path: Path, running, caplog) -> None:
     caplog.set_level(logging.INFO, logger="dra_extender.source")
     deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: %s}\n"
-    write(tmp_path, "a.yaml", deployment % "d1" + "---\n" + deployment % "d2" + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    write(
+        tmp_path, "a.yaml", deployment % "d1" + "---\n" + deployment % "d2" + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+    )
     write(tmp_path, "b.yaml", deployment % "d3" + "---\n" + NODE % "n1")
     source, sink = await running()
     lines = records(caplog, "ignoring objects of a kind")
@@ -329,7 +333,7 @@ async def test_same_object_in_two_files_last_path_wins_with_a_warning(tmp_path: 
         "- " * 50_000 + "x\n",
         # A billion laughs: refused by its node count, before anything copies it.
         "apiVersion: v1\nkind: Node\nmetadata: {name: x}\nspec:\n  a: &a [x,x,x,x,x,x,x,x,x,x]\n"
-        + "".join(f"  {c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+        + "".join(f"  {c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=False)),
     ],
     ids=["yaml-syntax", "tab", "bad-alias", "binary", "deep-flow", "deep-block", "alias-bomb"],
 )
@@ -375,7 +379,9 @@ INVALID = [
     ),
     (
         "apiVersion: resource.dra-extender.io/v1alpha1\nkind: DeviceTaintRule\nmetadata: {name: x}\n"
-        "spec: {deviceSelector: {selectors: [" + ", ".join(["{cel: {expression: 'true'}}"] * 11) + "]}, taint: {key: k, effect: NoSchedule}}\n",
+        "spec: {deviceSelector: {selectors: ["
+        + ", ".join(["{cel: {expression: 'true'}}"] * 11)
+        + "]}, taint: {key: k, effect: NoSchedule}}\n",
         "DeviceTaintRule x",
         "spec.deviceSelector.selectors",
     ),
@@ -385,7 +391,9 @@ INVALID = [
         "spec.taint.evictionsPerSecond",
     ),
     (
-        "apiVersion: resource.k8s.io/v1beta2\nkind: DeviceTaintRule\nmetadata: {name: x}\nspec: {taint: {key: k, value: '" + "v" * 64 + "', effect: None}}\n",
+        "apiVersion: resource.k8s.io/v1beta2\nkind: DeviceTaintRule\nmetadata: {name: x}\nspec: {taint: {key: k, value: '"
+        + "v" * 64
+        + "', effect: None}}\n",
         "DeviceTaintRule x",
         "spec.taint.value",
     ),
@@ -410,13 +418,19 @@ INVALID = [
         "ResourceSlicePatch x",
         "spec.devices.capacity.d.example.com/mem.value",
     ),
-    ("apiVersion: v1\nkind: Node\nmetadata: {name: x, annotations: {big: 123456789012345678901234567890}}\n", "Node x", "metadata.annotations.big"),
+    (
+        "apiVersion: v1\nkind: Node\nmetadata: {name: x, annotations: {big: 123456789012345678901234567890}}\n",
+        "Node x",
+        "metadata.annotations.big",
+    ),
     ("apiVersion: v1\nkind: Node\nmetadata: {name: x}\nspec: &s {loop: *s}\n", "Node x", ("spec" + ".loop" * 100)[:117] + "..."),
 ]
 
 
 @pytest.mark.parametrize(("document", "obj", "field"), INVALID, ids=[f"{i}-{f or 'value'}" for i, (_, _, f) in enumerate(INVALID)])
-async def test_an_invalid_object_is_skipped_alone_naming_path_object_and_field(tmp_path: Path, running, caplog, document: str, obj: str, field: str) -> None:
+async def test_an_invalid_object_is_skipped_alone_naming_path_object_and_field(
+    tmp_path: Path, running, caplog, document: str, obj: str, field: str
+) -> None:
     path = write(tmp_path, "mixed.yaml", NODE % "before" + "---\n" + document + "---\n" + NODE % "after")
     source, sink = await running()
     assert set(sink.of(ev.NODE, "")) == {"before", "after"}
@@ -503,7 +517,9 @@ async def test_claim_writes_check_resource_version_and_existence(tmp_path: Path,
     source, sink = await running()
     claim = await source.get(ev.RESOURCE_CLAIM, "ml", "c1")
     assert claim is not None
-    fresh = await source.update_claim({**claim, "metadata": {**claim["metadata"], "finalizers": ["resource.kubernetes.io/delete-protection"]}})
+    fresh = await source.update_claim(
+        {**claim, "metadata": {**claim["metadata"], "finalizers": ["resource.kubernetes.io/delete-protection"]}}
+    )
     assert fresh["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
     with pytest.raises(Conflict):
         await source.update_claim_status({**claim, "status": ALLOCATED})  # stale resourceVersion
@@ -573,7 +589,11 @@ async def test_deleted_pod_stays_deleted_until_its_manifest_changes(tmp_path: Pa
 
 async def test_pod_conditions_rule_status_and_events(tmp_path: Path, running) -> None:
     write(tmp_path, "pod.yaml", POD % "p1")
-    write(tmp_path, "rules.yaml", RULE % ("resource.dra-extender.io/v1alpha1", "r", "x", "None") + "---\n" + RULE % ("resource.k8s.io/v1", "r", "y", "None"))
+    write(
+        tmp_path,
+        "rules.yaml",
+        RULE % ("resource.dra-extender.io/v1alpha1", "r", "x", "None") + "---\n" + RULE % ("resource.k8s.io/v1", "r", "y", "None"),
+    )
     source, sink = await running()
     condition = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByDeviceTaintManager"}
     await source.update_pod_status_condition("default", "p1", condition)
@@ -590,7 +610,9 @@ async def test_pod_conditions_rule_status_and_events(tmp_path: Path, running) ->
     assert (await source.get(ev.DEVICE_TAINT_RULE, "", "r"))["spec"]["taint"]["key"] == "example.com/y"  # type: ignore[index]
     with pytest.raises(NotFound):
         await source.update_rule_status(EXT, "nope", {})
-    await source.create_event({"type": "Warning", "reason": "Faulty", "message": "m", "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"}})
+    await source.create_event(
+        {"type": "Warning", "reason": "Faulty", "message": "m", "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"}}
+    )
     assert source.events[0]["reason"] == "Faulty"
 
 
@@ -718,13 +740,23 @@ def _rule(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _patch(devices: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "resource.dra-extender.io/v1alpha1", "kind": "ResourceSlicePatch", "metadata": {"name": "x"}, "spec": {"devices": devices}}
+    return {
+        "apiVersion": "resource.dra-extender.io/v1alpha1",
+        "kind": "ResourceSlicePatch",
+        "metadata": {"name": "x"},
+        "spec": {"devices": devices},
+    }
 
 
 _TAINT = {"key": "example.com/k", "effect": "NoSchedule"}
 AGREEMENT = [
     (_rule({"taint": _TAINT}), True),
-    (_rule({"deviceSelector": {}, "taint": {**_TAINT, "value": "v-1.x", "timeAdded": "2026-01-01T00:00:00Z", "evictionsPerSecond": 0.5}}), True),
+    (
+        _rule(
+            {"deviceSelector": {}, "taint": {**_TAINT, "value": "v-1.x", "timeAdded": "2026-01-01T00:00:00Z", "evictionsPerSecond": 0.5}}
+        ),
+        True,
+    ),
     (_rule({"taint": {**_TAINT, "effect": "FutureEffect"}}), True),
     (_rule({"taint": {**_TAINT, "key": "no/two/slashes"}}), False),
     (_rule({"taint": {**_TAINT, "key": "Upper.Case/k"}}), False),
@@ -744,7 +776,10 @@ AGREEMENT = [
     (_rule({}), False),
     (_patch({}), True),
     (_patch({"priority": 3, "filter": {"driver": "d", "selectors": [{"cel": {"expression": "true"}}]}}), True),
-    (_patch({"attributes": {"d.example.com/a": {"int": 1}, "d.example.com/b": {"null": {}}, "d.example.com/c": {"version": "1.2.3"}}}), True),
+    (
+        _patch({"attributes": {"d.example.com/a": {"int": 1}, "d.example.com/b": {"null": {}}, "d.example.com/c": {"version": "1.2.3"}}}),
+        True,
+    ),
     (_patch({"attributes": {"d.example.com/a": {"int": 1, "bool": True}}}), False),
     (_patch({"attributes": {"d.example.com/a": {}}}), False),
     (_patch({"attributes": {"d.example.com/a": {"null": {"x": 1}}}}), False),
@@ -757,8 +792,24 @@ AGREEMENT = [
     (_patch({"capacity": {"d.example.com/mem": {"value": "40Gi"}, "d.example.com/n": {"value": 4}}}), True),
     (_patch({"capacity": {"d.example.com/mem": {}}}), False),
     (_patch({"capacity": {"mem": {"value": "1"}}}), False),
-    (_patch({"attributes": {f"d.example.com/a{i}": {"int": i} for i in range(20)}, "capacity": {f"d.example.com/c{i}": {"value": "1"} for i in range(13)}}), False),
-    (_patch({"attributes": {f"d.example.com/a{i}": {"int": i} for i in range(20)}, "capacity": {f"d.example.com/c{i}": {"value": "1"} for i in range(12)}}), True),
+    (
+        _patch(
+            {
+                "attributes": {f"d.example.com/a{i}": {"int": i} for i in range(20)},
+                "capacity": {f"d.example.com/c{i}": {"value": "1"} for i in range(13)},
+            }
+        ),
+        False,
+    ),
+    (
+        _patch(
+            {
+                "attributes": {f"d.example.com/a{i}": {"int": i} for i in range(20)},
+                "capacity": {f"d.example.com/c{i}": {"value": "1"} for i in range(12)},
+            }
+        ),
+        True,
+    ),
     (_patch({"filter": {"selectors": [{"cel": {"expression": "true"}}] * 33}}), False),
 ]
 
@@ -787,7 +838,10 @@ def _reserve(claim: dict[str, Any], *pods: dict[str, Any]) -> dict[str, Any]:
 async def test_deleted_pod_releases_its_claims(tmp_path: Path, running, how: str) -> None:
     """As the resourceclaim controller does: a gone pod's reservations go; a claim nobody reserves is deallocated."""
     write(tmp_path, "claims.yaml", CLAIM % "solo" + "---\n" + CLAIM % "shared")
-    pods = {name: write(tmp_path, f"{name}.yaml", (POD % name).replace("{name: %s}" % name, "{name: %s, namespace: ml}" % name)) for name in ("p1", "p2")}
+    pods = {
+        name: write(tmp_path, f"{name}.yaml", (POD % name).replace(f"{{name: {name}}}", f"{{name: {name}, namespace: ml}}"))
+        for name in ("p1", "p2")
+    }
     source, sink = await running()
     p1, p2 = [await source.get(ev.POD, "ml", n) for n in ("p1", "p2")]
     for name, holders in (("solo", [p1]), ("shared", [p1, p2])):

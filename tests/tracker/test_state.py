@@ -37,7 +37,9 @@ def rule(name: str, selector: dict | None, effect: str = "NoSchedule", key: str 
     return {"metadata": {"name": name}, "spec": spec}
 
 
-def patch(name: str, filt: dict, attrs: dict | None = None, priority: int = 0, created: str = "2026-01-01T00:00:00Z", capacity=None) -> dict:
+def patch(
+    name: str, filt: dict, attrs: dict | None = None, priority: int = 0, created: str = "2026-01-01T00:00:00Z", capacity=None
+) -> dict:
     devices: dict[str, Any] = {"filter": filt, "priority": priority}
     if attrs is not None:
         devices["attributes"] = attrs
@@ -54,9 +56,25 @@ def problems() -> list[Problem]:
 @pytest.fixture
 def state(problems) -> ClusterState:
     s = ClusterState(CelEnvironment(), on_problem=problems.append)
-    s.apply(ev.ObjectEvent("ADDED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "big", {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "h100"'}}]}}))
+    s.apply(
+        ev.ObjectEvent(
+            "ADDED",
+            ev.DEVICE_CLASS,
+            ev.GROUP_RESOURCE,
+            "big",
+            {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "h100"'}}]}},
+        )
+    )
     s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", slice_obj("s1", "p1", [gpu("g0"), gpu("g1", "h100")])))
-    s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", taints=[{"key": "drv", "effect": "None"}])], node="n2")))
+    s.apply(
+        ev.ObjectEvent(
+            "ADDED",
+            ev.RESOURCE_SLICE,
+            ev.GROUP_RESOURCE,
+            "s2",
+            slice_obj("s2", "p2", [gpu("g0", taints=[{"key": "drv", "effect": "None"}])], node="n2"),
+        )
+    )
     return s
 
 
@@ -104,30 +122,60 @@ def test_rule_deleted_removes_taint_and_views_update(state: ClusterState) -> Non
 
 
 def test_class_and_cel_selected_rule(state: ClusterState) -> None:
-    add_rule(state, {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}}, ev.GROUP_EXTENDER)
+    add_rule(
+        state,
+        {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}},
+        ev.GROUP_EXTENDER,
+    )
     assert taint_keys(state, "p1", "g1") == ["k:NoSchedule"] and taint_keys(state, "p1", "g0") == []
     add_rule(
         state,
-        {"metadata": {"name": "cel"}, "spec": {"deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]}, "taint": {"key": "j", "effect": "NoExecute"}}},
+        {
+            "metadata": {"name": "cel"},
+            "spec": {
+                "deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]},
+                "taint": {"key": "j", "effect": "NoExecute"},
+            },
+        },
         ev.GROUP_EXTENDER,
     )
     assert taint_keys(state, "p1", "g0") == ["j:NoExecute"]
 
 
 def test_class_change_recomputes_class_selected_rules(state: ClusterState) -> None:
-    add_rule(state, {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}}, ev.GROUP_EXTENDER)
-    state.apply(ev.ObjectEvent("MODIFIED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "big", {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}}))
+    add_rule(
+        state,
+        {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}},
+        ev.GROUP_EXTENDER,
+    )
+    state.apply(
+        ev.ObjectEvent(
+            "MODIFIED",
+            ev.DEVICE_CLASS,
+            ev.GROUP_RESOURCE,
+            "big",
+            {"metadata": {"name": "big"}, "spec": {"selectors": [{"cel": {"expression": "true"}}]}},
+        )
+    )
     assert taint_keys(state, "p1", "g0") == ["k:NoSchedule"]
 
 
 def test_failing_rule_selector_does_not_apply_and_is_reported_once(state: ClusterState, problems) -> None:
-    bad = {"metadata": {"name": "bad"}, "spec": {"deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].nope == 1'}}]}, "taint": {"key": "k", "effect": "NoSchedule"}}}
+    bad = {
+        "metadata": {"name": "bad"},
+        "spec": {
+            "deviceSelector": {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].nope == 1'}}]},
+            "taint": {"key": "k", "effect": "NoSchedule"},
+        },
+    }
     add_rule(state, bad, ev.GROUP_EXTENDER)
     assert taint_keys(state, "p1", "g0") == []
     assert len(problems) == 1  # one Event per object, though it failed for 3 devices
     add_rule(state, bad, ev.GROUP_EXTENDER)  # re-applied: no duplicate reports
     add_rule(state, {**bad, "metadata": {"name": "bad", "labels": {"a": "b"}}}, ev.GROUP_EXTENDER)  # metadata only
-    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", slice_obj("s1", "p1", [gpu("g0"), gpu("g1", "h100")])))
+    state.apply(
+        ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", slice_obj("s1", "p1", [gpu("g0"), gpu("g1", "h100")]))
+    )
     assert len(problems) == 1
     assert all(p.kind == "DeviceTaintRule" and p.name == "bad" and "nope" in p.message for p in problems)
 
@@ -135,7 +183,10 @@ def test_failing_rule_selector_does_not_apply_and_is_reported_once(state: Cluste
 def test_failing_rule_is_reported_again_for_a_new_spec_or_object(state: ClusterState, problems) -> None:
     def bad(expression: str, uid: str = "u1") -> dict:
         selector = {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].{expression} == 1'}}]}
-        return {"metadata": {"name": "bad", "uid": uid}, "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoSchedule"}}}
+        return {
+            "metadata": {"name": "bad", "uid": uid},
+            "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoSchedule"}},
+        }
 
     add_rule(state, bad("nope"), ev.GROUP_EXTENDER)
     add_rule(state, bad("other"), ev.GROUP_EXTENDER)  # a new spec, a new mistake
@@ -154,15 +205,34 @@ PATCH_CASES = [
     # name, patches, expected model of p1/g0 (None: attribute removed)
     ("no-filter-matches-all", [patch("a", {}, {f"{D}/model": {"string": "patched"}})], "patched"),
     ("filter-by-device", [patch("a", {"device": "g1"}, {f"{D}/model": {"string": "patched"}})], "a100"),
-    ("higher-priority-wins", [patch("lo", {}, {f"{D}/model": {"string": "lo"}}, 1), patch("hi", {}, {f"{D}/model": {"string": "hi"}}, 5)], "hi"),
+    (
+        "higher-priority-wins",
+        [patch("lo", {}, {f"{D}/model": {"string": "lo"}}, 1), patch("hi", {}, {f"{D}/model": {"string": "hi"}}, 5)],
+        "hi",
+    ),
     (
         "tie-older-wins",
-        [patch("new", {}, {f"{D}/model": {"string": "new"}}, created="2026-02-01T00:00:00Z"), patch("old", {}, {f"{D}/model": {"string": "old"}}, created="2026-01-01T00:00:00Z")],
+        [
+            patch("new", {}, {f"{D}/model": {"string": "new"}}, created="2026-02-01T00:00:00Z"),
+            patch("old", {}, {f"{D}/model": {"string": "old"}}, created="2026-01-01T00:00:00Z"),
+        ],
         "old",
     ),
     ("tie-name-decides", [patch("b", {}, {f"{D}/model": {"string": "b"}}), patch("a", {}, {f"{D}/model": {"string": "a"}})], "a"),
     ("null-removes", [patch("a", {}, {f"{D}/model": {"null": {}}})], None),
-    ("filter-sees-original", [patch("a", {}, {f"{D}/model": {"string": "x"}}), patch("b", {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]}, {f"{D}/model": {"string": "y"}}, 9)], "y"),
+    (
+        "filter-sees-original",
+        [
+            patch("a", {}, {f"{D}/model": {"string": "x"}}),
+            patch(
+                "b",
+                {"selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]},
+                {f"{D}/model": {"string": "y"}},
+                9,
+            ),
+        ],
+        "y",
+    ),
 ]
 
 
@@ -176,7 +246,11 @@ def test_patch_precedence(state: ClusterState, patches, expected) -> None:
 def test_rules_and_classes_see_the_patched_device(state: ClusterState) -> None:
     p = patch("h", {"device": "g0", "pool": "p1"}, {f"{D}/model": {"string": "h100"}}, capacity={f"{D}/memory": {"value": "80Gi"}})
     state.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "h", p))
-    add_rule(state, {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}}, ev.GROUP_EXTENDER)
+    add_rule(
+        state,
+        {"metadata": {"name": "c"}, "spec": {"deviceSelector": {"deviceClassName": "big"}, "taint": {"key": "k", "effect": "NoSchedule"}}},
+        ev.GROUP_EXTENDER,
+    )
     assert taint_keys(state, "p1", "g0") == ["k:NoSchedule"]
     assert str(state.device(DeviceID(D, "p1", "g0")).capacity[f"{D}/memory"]) == "80Gi"
     state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "h", p))
@@ -193,7 +267,17 @@ def test_rule_change_touches_only_selected_devices(state: ClusterState) -> None:
 def test_cel_rule_costs_one_evaluation_per_device(state: ClusterState) -> None:
     cel = state.cel
     start = cel.stats["evaluations"]
-    add_rule(state, {"metadata": {"name": "cel"}, "spec": {"deviceSelector": {"driver": D, "selectors": [{"cel": {"expression": "device.driver != \"\""}}]}, "taint": {"key": "j", "effect": "None"}}}, ev.GROUP_EXTENDER)
+    add_rule(
+        state,
+        {
+            "metadata": {"name": "cel"},
+            "spec": {
+                "deviceSelector": {"driver": D, "selectors": [{"cel": {"expression": 'device.driver != ""'}}]},
+                "taint": {"key": "j", "effect": "None"},
+            },
+        },
+        ev.GROUP_EXTENDER,
+    )
     assert cel.stats["evaluations"] - start == 3
     # A slice change that leaves attributes and capacity alone (here: a taint removed)
     # keeps the device's CEL identity: nothing is evaluated again.
@@ -201,7 +285,9 @@ def test_cel_rule_costs_one_evaluation_per_device(state: ClusterState) -> None:
     assert cel.stats["evaluations"] - start == 3
     # One that changes an attribute re-evaluates only that device: once for the rule's
     # selector, once for the class selector (warmed ahead of filters).
-    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", model="h100")], node="n2")))
+    state.apply(
+        ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", model="h100")], node="n2"))
+    )
     assert cel.stats["evaluations"] - start == 5
 
 
@@ -257,7 +343,15 @@ def test_readiness_waits_for_required_kinds() -> None:
 
 
 def test_class_with_bad_cel_is_reported(state: ClusterState, problems) -> None:
-    state.apply(ev.ObjectEvent("ADDED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "broken", {"metadata": {"name": "broken"}, "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}}))
+    state.apply(
+        ev.ObjectEvent(
+            "ADDED",
+            ev.DEVICE_CLASS,
+            ev.GROUP_RESOURCE,
+            "broken",
+            {"metadata": {"name": "broken"}, "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]}},
+        )
+    )
     assert [(p.kind, p.name) for p in problems] == [("DeviceClass", "broken")]
     assert "spec.selectors[0]" in problems[0].message
 
@@ -268,7 +362,9 @@ def test_change_log_names_changed_nodes_and_says_when_it_cannot(state: ClusterSt
 
     seq = state.change_seq
     assert state.changed_nodes_since(seq) == []
-    state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", model="x")], node="n2")))
+    state.apply(
+        ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s2", slice_obj("s2", "p2", [gpu("g0", model="x")], node="n2"))
+    )
     assert set(state.changed_nodes_since(seq) or ()) == {"n2"}
     mid = state.change_seq
     state.apply(ev.ObjectEvent("MODIFIED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "big", {"metadata": {"name": "big"}, "spec": {}}))

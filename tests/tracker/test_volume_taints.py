@@ -47,9 +47,27 @@ MATCH_CASES = [
     ("empty-key-exists-with-effect-differs", {"operator": "Exists", "effect": "NoUse"}, NOT_READY, False, None),
     ("empty-effect-matches-no-use", {"key": "example.com/migrating", "operator": "Exists"}, MIGRATING, True, None),
     ("effect-differs", {"key": "example.com/migrating", "operator": "Exists", "effect": "NoAttachOrMount"}, MIGRATING, False, None),
-    ("no-use-with-seconds", {"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": 30}, MIGRATING, True, 30),
-    ("no-use-zero-seconds-evicts-at-once", {"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": 0}, MIGRATING, True, 0),
-    ("no-use-negative-seconds-evicts-at-once", {"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": -5}, MIGRATING, True, 0),
+    (
+        "no-use-with-seconds",
+        {"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": 30},
+        MIGRATING,
+        True,
+        30,
+    ),
+    (
+        "no-use-zero-seconds-evicts-at-once",
+        {"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": 0},
+        MIGRATING,
+        True,
+        0,
+    ),
+    (
+        "no-use-negative-seconds-evicts-at-once",
+        {"key": "example.com/migrating", "operator": "Exists", "effect": "NoUse", "tolerationSeconds": -5},
+        MIGRATING,
+        True,
+        0,
+    ),
 ]
 
 
@@ -116,8 +134,22 @@ def _obj(kind: str, name: str, taints: object = None, volume_name: str = "") -> 
 ADMISSION_CASES = [
     # name, pvc taints, pv taints, bound, tolerations, reason substring (None: admitted)
     ("untainted", None, None, True, (), None),
-    ("pv-taint-not-tolerated", None, [{"key": "k", "effect": "NoAttachOrMount"}], True, (), "volume claim default/data (pv pv-1): taint k:NoAttachOrMount not tolerated"),
-    ("pvc-taint-not-tolerated", [{"key": "k", "value": "v", "effect": "NoUse"}], None, True, (), "volume claim default/data (pv pv-1): taint k=v:NoUse not tolerated"),
+    (
+        "pv-taint-not-tolerated",
+        None,
+        [{"key": "k", "effect": "NoAttachOrMount"}],
+        True,
+        (),
+        "volume claim default/data (pv pv-1): taint k:NoAttachOrMount not tolerated",
+    ),
+    (
+        "pvc-taint-not-tolerated",
+        [{"key": "k", "value": "v", "effect": "NoUse"}],
+        None,
+        True,
+        (),
+        "volume claim default/data (pv pv-1): taint k=v:NoUse not tolerated",
+    ),
     ("pv-taint-tolerated", None, [{"key": "k", "effect": "NoAttachOrMount"}], True, ({"key": "k", "operator": "Exists"},), None),
     ("unbound-pvc-carries-only-its-own", None, [{"key": "k", "effect": "NoAttachOrMount"}], False, (), None),
     ("malformed-closes-whatever-the-tolerations", "[oops", None, True, ({"operator": "Exists"},), "annotation of the claim is malformed"),
@@ -125,8 +157,12 @@ ADMISSION_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("pvc_taints", "pv_taints", "bound", "tolerations", "reason"), [c[1:] for c in ADMISSION_CASES], ids=[c[0] for c in ADMISSION_CASES])
-def test_admission(pvc_taints: object, pv_taints: object, bound: bool, tolerations: tuple[dict[str, object], ...], reason: str | None) -> None:
+@pytest.mark.parametrize(
+    ("pvc_taints", "pv_taints", "bound", "tolerations", "reason"), [c[1:] for c in ADMISSION_CASES], ids=[c[0] for c in ADMISSION_CASES]
+)
+def test_admission(
+    pvc_taints: object, pv_taints: object, bound: bool, tolerations: tuple[dict[str, object], ...], reason: str | None
+) -> None:
     index = VolumeIndex()
     index.set_volume(PVC, "default/data", _obj(PVC, "data", pvc_taints, "pv-1" if bound else ""))
     index.set_volume(PV, "pv-1", _obj(PV, "pv-1", pv_taints))
@@ -140,13 +176,25 @@ def test_admission(pvc_taints: object, pv_taints: object, bound: bool, toleratio
 def test_pod_claims_include_generic_ephemeral_volumes() -> None:
     pod = {
         "metadata": {"name": "web"},
-        "spec": {"volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "data"}}, {"name": "scratch", "ephemeral": {}}, {"name": "c", "emptyDir": {}}]},
+        "spec": {
+            "volumes": [
+                {"name": "a", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "scratch", "ephemeral": {}},
+                {"name": "c", "emptyDir": {}},
+            ]
+        },
     }
     assert pod_claim_names(pod) == ("data", "web-scratch")
 
 
 def test_stamping_writes_time_added_only_on_no_use_taints_and_keeps_the_rest() -> None:
-    text = json.dumps([{"key": "a", "effect": "NoUse", "extra": 1}, {"key": "b", "effect": "NoAttachOrMount"}, {"key": "c", "effect": "NoUse", "timeAdded": "2026-01-01T00:00:00Z"}])
+    text = json.dumps(
+        [
+            {"key": "a", "effect": "NoUse", "extra": 1},
+            {"key": "b", "effect": "NoAttachOrMount"},
+            {"key": "c", "effect": "NoUse", "timeAdded": "2026-01-01T00:00:00Z"},
+        ]
+    )
     out = json.loads(stamp_time_added(text, {"a:NoUse": "2026-02-02T00:00:00Z", "b:NoAttachOrMount": "x"}) or "")
     assert out == [
         {"key": "a", "effect": "NoUse", "extra": 1, "timeAdded": "2026-02-02T00:00:00Z"},
