@@ -155,26 +155,8 @@ def start_extender_profiled(
     args: list[str], port: int, log_path: Path, profile_out: Path, *, timeout: float = 600
 ) -> tuple[subprocess.Popen, httpx.Client]:
     """`start_extender` under cProfile: the profile is written to `profile_out` when the process stops (SIGTERM)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cProfile", "-o", str(profile_out), "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
-    deadline = time.perf_counter() + timeout
-    while True:
-        try:
-            if client.get("/readyz").status_code == 200:
-                return proc, client
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"the extender exited with {proc.returncode}:\n{log_path.read_text()[-5000:]}")
-        if time.perf_counter() > deadline:
-            proc.kill()
-            raise TimeoutError(f"extender not ready after {timeout} s")
-        time.sleep(0.05)
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(profile_out), "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"]
+    return start_server(cmd, port, log_path, timeout=timeout)
 
 
 def profile_top(profile: Path, limit: int = 25, *, sort: str = "tottime") -> str:
