@@ -43,7 +43,7 @@ import aiohttp
 import httpx
 import orjson
 
-from bench.common import RESULTS, Cpu, free_port, machine, pct, proc_status_mb, start_extender, start_fake_api, stop_process
+from bench.common import RESULTS, Cpu, device_class, free_port, machine, pct, proc_status_mb, start_extender, start_fake_api, stop_process
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -89,12 +89,7 @@ def resource_slice(i: int, devices: int, revision: int = 0) -> dict[str, Any]:
 
 def cluster(slices: int, devices: int, pods: int) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
+        device_class(DRIVER, DRIVER),
         {
             "apiVersion": "resource.k8s.io/v1beta2",
             "kind": "DeviceTaintRule",

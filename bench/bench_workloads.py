@@ -64,7 +64,7 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.common import RESULTS, ROOT, free_port, pct, proc_status_mb, start_extender, start_extender_profiled, stop_process
+from bench.common import RESULTS, ROOT, device_class, free_port, pct, proc_status_mb, start_extender, start_extender_profiled, stop_process
 
 DRIVER = "test-driver.cdi.k8s.io"
 CLASS = "test-class"
@@ -120,12 +120,7 @@ def node_name(i: int) -> str:
 def base_objects(nodes: int, devices: int, *, taint_all: bool = False) -> list[dict[str, Any]]:
     """DeviceClass, template, Nodes and one ResourceSlice (pool) per node."""
     objs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": CLASS},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
+        device_class(CLASS, DRIVER),
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",

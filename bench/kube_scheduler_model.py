@@ -82,7 +82,7 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
-from bench.common import RESULTS, Cpu, free_port, machine, pct, start_fake_api, start_server, stop_process
+from bench.common import RESULTS, Cpu, device_class, free_port, machine, pct, start_fake_api, start_server, stop_process
 
 NAMESPACE = "perf"
 DRIVER = "dra.example.com"
@@ -1040,12 +1040,7 @@ def node_name(i: int) -> str:
 def cluster_objects(w: Workload) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": CLASS},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
+        device_class(CLASS, DRIVER),
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
