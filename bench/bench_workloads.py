@@ -64,7 +64,18 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.common import RESULTS, ROOT, device_class, free_port, pct, proc_status_mb, start_extender, start_extender_profiled, stop_process
+from bench.common import (
+    RESULTS,
+    ROOT,
+    device_class,
+    free_port,
+    pct,
+    proc_status_mb,
+    start_extender,
+    start_extender_profiled,
+    start_fake_api,
+    stop_process,
+)
 
 DRIVER = "test-driver.cdi.k8s.io"
 CLASS = "test-class"
@@ -315,7 +326,7 @@ class Env:
                 )
             args = ["--source", str(directory)]
         else:
-            self.api_proc, self.api_url, kubeconfig = start_fake_api(self.tmp)
+            self.api_proc, self.api_url, kubeconfig = start_fake_api(self.tmp, module="bench.fakeapi_frozen")  # freezes its heap on SIGUSR1
             self.api = httpx.Client(base_url=self.api_url, timeout=120, headers={"Content-Type": "application/json"})
             for i in range(0, len(self.objects), 2000):
                 self.api.post(
@@ -410,22 +421,6 @@ class Env:
             self.api.close()
         if self.api_proc is not None:
             stop_process(self.api_proc)
-
-
-def start_fake_api(tmp: Path) -> tuple[subprocess.Popen, str, Path]:
-    """The fake API server (`bench/fakeapi_frozen.py`: tests.fakeapi that freezes its heap on SIGUSR1)."""
-    kubeconfig = tmp / "kubeconfig.yaml"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.fakeapi_frozen", "--port", "0", "--kubeconfig-out", str(kubeconfig), "--history-limit", "1000000"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=(tmp / "fakeapi.log").open("wb"),
-        text=True,
-    )
-    line = proc.stdout.readline()  # type: ignore[union-attr]
-    if not line:
-        raise RuntimeError((tmp / "fakeapi.log").read_text())
-    return proc, json.loads(line)["url"], kubeconfig
 
 
 def start_noop(tmp: Path) -> tuple[subprocess.Popen, str]:

@@ -97,14 +97,14 @@ class Cpu:
         return out
 
 
-def start_fake_api(tmp: Path, *extra_args: str) -> tuple[subprocess.Popen, str, Path]:
-    """`python -m tests.fakeapi` in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
+def start_fake_api(tmp: Path, *extra_args: str, module: str = "tests.fakeapi") -> tuple[subprocess.Popen, str, Path]:
+    """`python -m tests.fakeapi` (or `module`) in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
     kubeconfig = tmp / "kubeconfig.yaml"
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "tests.fakeapi",
+            module,
             "--port",
             "0",
             "--kubeconfig-out",

@@ -14,25 +14,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+# RFC 7386: the same function the manifest source applies (re-exported for the store).
+from tracker.source import merge_patch as merge_patch
+
 
 class PatchError(ValueError):
     """The patch does not apply (a failed `test`, a bad path): answers 422."""
 
 
 # ------------------------------------------------------------------ merge patch
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, null deletes, everything else replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
 
 
 # ------------------------------------------------------------------ strategic merge patch
