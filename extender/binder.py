@@ -155,7 +155,9 @@ class Binder:
                     self._release(hold)  # the view holds the allocations now
                     await self._create_binding(args, uid)
                 self.metrics.binds.labels("ok").inc()
-                log.info("bound pod", extra={"pod": pod.key, "node": args.node, "attempt": attempt + 1})
+                # One line per pod, with what it was given (a line per claim would double the logging cost of a bind).
+                allocated = {key: sorted(str(r.device_id) for r in alloc.results) for key, alloc in allocations.items()}
+                log.info("bound pod", extra={"pod": pod.key, "node": args.node, "attempt": attempt + 1, "allocated": allocated})
                 return ""
             except Conflict as e:
                 # A claim changed under us (another pod reserved it, a status echo): decide again.
@@ -248,10 +250,6 @@ class Binder:
                 raise
             record.reserved = True
             self._apply_claim(raw)
-            log.info(
-                "allocated claim",
-                extra={"claim": claim.key, "pod": pod.key, "devices": [str(d) for d in sorted(devices, key=str)]},
-            )
             return
         patch = {"metadata": {"resourceVersion": _rv_str(raw)}, "status": {"reservedFor": [*reserved, reservation]}}
         raw = await self.source.patch_claim(ns, name, patch, status=True)

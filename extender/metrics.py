@@ -53,6 +53,11 @@ class Metrics:
             "Pods that passed /filter but whose /bind did not arrive within --placement-wait.",
             registry=r,
         )
+        self.placement_nodes_withheld = Counter(
+            "dra_extender_placement_nodes_withheld",
+            "Nodes /filter left out because a pod placed before, whose /bind had not come yet, might take their devices.",
+            registry=r,
+        )
         self.claim_wait = Histogram(
             "dra_extender_claim_wait_seconds",
             "How long a /filter waited for a claim that kube-controller-manager had not created yet.",

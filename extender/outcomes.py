@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from allocator.allocation import Allocator, Outcome
+from allocator.allocation import Allocator, Failure, Outcome
 from allocator.cel_library import DeadlineExceeded
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
 from tracker.state import ClusterState
@@ -45,6 +45,9 @@ class _Group:
     seq: int
     verdicts: dict[str, tuple[Any, Outcome]] = field(default_factory=dict)  # node -> (node token, verdict template)
     scores: dict[str, tuple[Any, int]] = field(default_factory=dict)  # node -> (node token, /prioritize score)
+    # One template object per distinct failure: nodes that fail alike share it, so a
+    # call tells each distinct message once, not once per node.
+    interned: dict[Failure, Outcome] = field(default_factory=dict)
 
 
 class OutcomeCache:
@@ -108,18 +111,23 @@ class OutcomeCache:
         names = tuple(c.key for c in claims)
         told: dict[int, Outcome] = {}  # template outcome id -> told with `names`, once per call
         state = self.state
-        out = []
+        out: list[Outcome] = []
+        append = out.append
+        get = verdicts.get
+        misses = 0
         for node, token in nodes:
             name = node.name
-            entry = verdicts.get(name)
+            entry = get(name)
             if entry is not None and entry[0] == token:
-                self.hits += 1
                 outcome = entry[1]
                 if outcome.failure is not None:
-                    outcome = told.get(id(outcome)) or told.setdefault(id(outcome), _tell(outcome, names))
-                out.append(outcome)
+                    known = told.get(id(outcome))
+                    if known is None:
+                        known = told[id(outcome)] = _tell(outcome, names)
+                    outcome = known
+                append(outcome)
                 continue
-            self.misses += 1
+            misses += 1
             try:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
@@ -135,8 +143,15 @@ class OutcomeCache:
             if outcome.failure is None:
                 verdicts[name] = (token, Outcome(None, {}, outcome.devices))
             else:
-                verdicts[name] = (token, _template(outcome, names))
-            out.append(outcome)
+                template = _template(outcome, names)
+                assert template.failure is not None
+                interned = group.interned
+                if len(interned) > 64 + 2 * len(verdicts):  # messages that name nodes do not share: keep it bounded
+                    interned.clear()
+                verdicts[name] = (token, interned.setdefault(template.failure, template))
+            append(outcome)
+        self.misses += misses
+        self.hits += len(out) - misses
         while self._entries > self.size and len(self._groups) > 1:
             _, dropped = self._groups.popitem(last=False)
             self._entries -= len(dropped.verdicts)
@@ -170,6 +185,7 @@ class OutcomeCache:
             self._entries -= len(group.verdicts)
             group.verdicts.clear()
             group.scores.clear()
+            group.interned.clear()
         else:
             for name in changed:
                 if name is not None and group.verdicts.pop(name, None) is not None:

@@ -18,6 +18,13 @@ A client that calls /filter without ever binding (a what-if tool, a test
 driver, a scheduler whose binds go elsewhere) would make every /filter wait
 out the bound. So after `STREAK_OFF` waits in a row that expired, the gate
 stops waiting until a /bind arrives for a pod it expected.
+
+Most of the time no wait is needed at all: the gate remembers, for each
+placement, the nodes /filter offered it and the claims its /bind will
+allocate, and /filter first asks whether those pods could take this pod's
+devices (`in_flight`, see `Service._withhold_contested`). Nodes where the
+earlier pods and this one fit together are offered at once; a node where
+they might not is withheld. Only a pod left with no such node waits here.
 """
 
 from __future__ import annotations
@@ -28,8 +35,12 @@ from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
-class _Placement:
+class Placement:
+    """A pod that passed /filter: where it may go and what its /bind will allocate."""
+
     deadline: float
+    nodes: frozenset[str] = frozenset()
+    claims: tuple[str, ...] = ()  # keys of the claims its /bind allocates
     decided: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -39,7 +50,7 @@ STREAK_OFF = 3  # expired waits in a row after which the gate waits no more unti
 class PlacementGate:
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._pending: dict[str, _Placement] = {}
+        self._pending: dict[str, Placement] = {}
         self._expired_streak = 0
 
     @property
@@ -47,15 +58,39 @@ class PlacementGate:
         """False while binds have stopped coming (see the module docstring)."""
         return self._expired_streak < STREAK_OFF
 
-    def expect_bind(self, pod_uid: str) -> None:
-        """`pod_uid` passed /filter and its /bind will allocate devices."""
+    def expect_bind(self, pod_uid: str, nodes: frozenset[str] = frozenset(), claims: tuple[str, ...] = ()) -> None:
+        """`pod_uid` passed /filter (offered `nodes`) and its /bind will allocate `claims`."""
         if self.timeout > 0 and pod_uid:
             now = time.monotonic()
             if not self.waiting:
                 # Nobody waits: only keep the expectations that may still be met.
                 for uid in [u for u, p in self._pending.items() if p.deadline <= now]:
                     del self._pending[uid]
-            self._pending[pod_uid] = _Placement(now + self.timeout)
+            self._pending[pod_uid] = Placement(now + self.timeout, nodes, claims)
+
+    def forget(self, pod_uid: str) -> None:
+        """The pod is back in /filter: it is not being bound (and nobody waits for it)."""
+        placement = self._pending.pop(pod_uid, None)
+        if placement is not None:
+            placement.decided.set()
+
+    def in_flight(self) -> list[Placement]:
+        """Placements whose /bind may still come; none while the gate is off.
+
+        One whose deadline passed is dropped here and counts as a wait that
+        expired (the bind did not come), as in `wait`.
+        """
+        if not self._pending or not self.waiting:
+            return []
+        now = time.monotonic()
+        live = []
+        for uid, placement in list(self._pending.items()):
+            if placement.deadline > now:
+                live.append(placement)
+            else:
+                del self._pending[uid]
+                self._expired_streak += 1
+        return live if self.waiting else []
 
     def decided(self, pod_uid: str) -> None:
         """The pod's /bind has recorded its devices (or failed): later filters may go on."""
@@ -73,15 +108,19 @@ class PlacementGate:
 
     async def wait(self, pod_uid: str) -> tuple[float, int]:
         """Wait for the binds of pods placed before `pod_uid`; returns (seconds waited, waits expired)."""
-        placement = self._pending.pop(pod_uid, None)  # a pod back in /filter is not being bound
-        if placement is not None:
-            placement.decided.set()
+        self.forget(pod_uid)
         if not self._pending or not self.waiting:
             return 0.0, 0
         start = time.monotonic()
         expired = 0
-        while self._pending:
-            uid, placement = min(self._pending.items(), key=lambda item: item[1].deadline)
+        # Only the pods placed before this call: ones placed while it waits (concurrent
+        # clients) would otherwise keep it waiting past its own budget.
+        before = dict(self._pending)
+        while True:
+            waiting_for = [(u, p) for u, p in before.items() if self._pending.get(u) is p]
+            if not waiting_for:
+                break
+            uid, placement = min(waiting_for, key=lambda item: item[1].deadline)
             left = placement.deadline - time.monotonic()
             if left > 0:
                 try:

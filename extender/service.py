@@ -1,9 +1,10 @@
 """The extender's decisions: filter, prioritize and bind, over the tracker's state.
 
 Everything here runs on the event loop, so a decision never sees a
-half-applied change. /filter first waits for the /bind of pods placed before
-it (`placements.py`), so it sees their devices as taken; /bind decides under
-one lock and writes concurrently (`binder.py`).
+half-applied change. /filter offers only the nodes where the pods placed
+before it, whose /bind has not come yet, cannot take its devices, and waits
+for those binds when no such node is left (`placements.py`); /bind decides
+under one lock and writes concurrently (`binder.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from allocator.types import (
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.metrics import Metrics
 from extender.outcomes import OutcomeCache
-from extender.placements import PlacementGate
+from extender.placements import Placement, PlacementGate
 from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
@@ -46,6 +47,7 @@ MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
 MAX_RESERVED_FOR = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
 DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bind
 DEFAULT_CLAIM_WAIT = 1.0  # seconds a /filter waits for a claim generated from a template
+MAX_JOINT_PLACEMENTS = 4  # placed pods a /filter judges jointly with its own; beyond, it waits for their binds
 
 
 def pod_has_claims(pod: dict[str, Any]) -> bool:
@@ -128,8 +130,11 @@ class Service:
 
     def _nodes(self, names: list[str], raw_nodes: dict[Any, Any]) -> list[tuple[Node, Any]]:
         """(node, token) per name: the cached Node, or the one the scheduler sent (its version as token)."""
-        nodes: list[tuple[Node, Any]] = []
         known = self.state.nodes
+        if not raw_nodes:  # nodeCacheCapable: names only
+            get = known.get
+            return [(get(name) or Node(name), None) for name in names]
+        nodes: list[tuple[Node, Any]] = []
         for name in names:
             raw = raw_nodes.get(name)
             if raw is None:
@@ -218,46 +223,139 @@ class Service:
         deadline = time.monotonic() + budget if budget else None
         self._check_ready()
         pod = self._parse_pod(args.pod)
-        waited, expired = await self.placements.wait(pod.meta.uid)
-        if waited:
-            self.metrics.placement_wait.observe(waited)
-        if expired:
-            self.metrics.placement_waits_expired.inc(expired)
-            log.info("a placed pod's /bind did not arrive in time", extra={"pod": pod.key, "waits_expired": expired})
+        self.placements.forget(pod.meta.uid)
         claims, problem = await self._claims_when_created(pod)
         if problem is None and has_pvc_volumes(args.pod):
             problem = self._volume_problem(args.pod)
         if problem is not None:
             return [], {n: problem for n in names}
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
-        try:
-            verdicts = self._verdicts(pod, claims, names, raw_nodes, deadline)
-        except CelDeadlineExceeded as e:
-            done = getattr(e, "nodes_done", 0)
-            step = f"evaluating CEL expression {_short(e.expression)!r}" if e.expression else "allocating devices"
-            raise BudgetExceeded(
-                f"claim {', '.join(_claims_with(claims, e.expression))}: /filter ran out of its time budget of "
-                f"{budget:g} s {step} on node {names[min(done, len(names) - 1)]} ({done} of {len(names)} nodes done); "
-                "the pod is retried with backoff"
-            ) from None
-        finally:
-            set_cel_deadline(previous)
-        for name, outcome in zip(names, verdicts, strict=True):
-            if outcome.failure is None:
-                passed.append(name)
-            else:
-                failed[name] = outcome.failure.message
-        if passed and any(claim.allocation is None for claim in claims):
-            self.placements.expect_bind(pod.meta.uid)
+        passed, failed = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+        to_allocate = tuple(c.key for c in claims if c.allocation is None)
+        if passed and to_allocate:
+            placed = self.placements.in_flight()
+            if placed:
+                withheld = self._withhold_contested(placed, claims, passed, raw_nodes, deadline, budget)
+                if withheld is None:  # no node is safe from the pods being bound: wait for their binds
+                    waited, expired = await self.placements.wait(pod.meta.uid)
+                    if waited:
+                        self.metrics.placement_wait.observe(waited)
+                    if expired:
+                        self.metrics.placement_waits_expired.inc(expired)
+                        log.info("a placed pod's /bind did not arrive in time", extra={"pod": pod.key, "waits_expired": expired})
+                    claims, problem = self._claims_for(pod)
+                    if problem is not None:
+                        return [], {n: problem for n in names}
+                    passed, failed = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+                elif withheld:
+                    self.metrics.placement_nodes_withheld.inc(len(withheld))
+                    kept = [n for n in passed if n not in withheld]
+                    for n in passed:
+                        if n in withheld:
+                            failed[n] = withheld[n]
+                    passed = kept
+            if passed:
+                self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
         if self.requeuer is not None:
             if passed:
                 self.requeuer.placed(pod.meta.uid)
             elif names:
                 self.requeuer.rejected(pod.meta.uid, pod.key)
         return passed, failed
+
+    def _fit(
+        self,
+        pod: Pod,
+        claims: list[ResourceClaim],
+        names: list[str],
+        raw_nodes: dict[Any, Any],
+        deadline: float | None,
+        budget: float | None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """(nodes where the claims fit, why not elsewhere) against allocated and in-flight devices."""
+        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
+        try:
+            verdicts = self._verdicts(pod, claims, names, raw_nodes, deadline)
+        except CelDeadlineExceeded as e:
+            raise self._out_of_budget(e, claims, names, budget) from None
+        finally:
+            set_cel_deadline(previous)
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        for name, outcome in zip(names, verdicts, strict=True):
+            if outcome.failure is None:
+                passed.append(name)
+            else:
+                failed[name] = outcome.failure.message
+        return passed, failed
+
+    def _out_of_budget(self, e: CelDeadlineExceeded, claims: list[ResourceClaim], names: list[str], budget: float | None) -> BudgetExceeded:
+        done = getattr(e, "nodes_done", 0)
+        step = f"evaluating CEL expression {_short(e.expression)!r}" if e.expression else "allocating devices"
+        return BudgetExceeded(
+            f"claim {', '.join(_claims_with(claims, e.expression))}: /filter ran out of its time budget of "
+            f"{budget:g} s {step} on node {names[min(done, len(names) - 1)]} ({done} of {len(names)} nodes done); "
+            "the pod is retried with backoff"
+        )
+
+    def _withhold_contested(
+        self,
+        placed: list[Placement],
+        claims: list[ResourceClaim],
+        passed: list[str],
+        raw_nodes: dict[Any, Any],
+        deadline: float | None,
+        budget: float | None,
+    ) -> dict[str, str] | None:
+        """Of `passed`, the nodes a pod being bound might take this pod's devices on, and why; None: all of them.
+
+        A placed pod will take its devices on one of the nodes /filter
+        offered it; which one, the extender learns at its /bind. A node is
+        safe when this pod's claims and those of every placed pod that may
+        land there fit on it together (one joint allocation, its verdict
+        cached like any other). Safe nodes are offered at once; the others
+        are withheld, so kube-scheduler never picks a node whose devices an
+        earlier pod may still take. None means no node is safe (or the pods
+        share a claim, or too many are in flight to judge cheaply): the
+        caller waits for their binds instead.
+        """
+        if len(placed) > MAX_JOINT_PLACEMENTS:
+            return None
+        own = {c.key for c in claims}
+        claims_by_key = self.state.claims
+        theirs: list[list[ResourceClaim]] = []
+        for placement in placed:
+            pending = []
+            for key in placement.claims:
+                if key in own:
+                    return None  # a shared claim is allocated once, by whichever bind comes first
+                claim = claims_by_key.get(key)
+                if claim is not None and claim.allocation is None:
+                    pending.append(claim)
+            theirs.append(pending)
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for name in passed:
+            reach = tuple(i for i, p in enumerate(placed) if theirs[i] and name in p.nodes)
+            groups.setdefault(reach, []).append(name)
+        withheld: dict[str, str] = {}
+        for reach, group in groups.items():
+            if not reach:
+                continue
+            joint = [c for i in reach for c in theirs[i]] + claims
+            previous = set_cel_deadline(deadline)
+            try:
+                verdicts = self.outcomes.verdicts(self.outcomes.signature(joint), joint, self._nodes(group, raw_nodes), deadline)
+            except CelDeadlineExceeded as e:
+                raise self._out_of_budget(e, claims, group, budget) from None
+            finally:
+                set_cel_deadline(previous)
+            for name, outcome in zip(group, verdicts, strict=True):
+                if outcome.failure is not None:
+                    withheld[name] = (
+                        f"withheld while {len(reach)} pod(s) placed before this one are being bound: their devices may come "
+                        "from this node; it is offered again once their binds are decided"
+                    )
+        return None if len(withheld) == len(passed) else withheld
 
     def _volume_problem(self, raw_pod: dict[str, Any]) -> str | None:
         """Why the pod may start on no node because of a volume taint (tracker/volumes.py), or None."""

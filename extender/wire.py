@@ -71,7 +71,7 @@ def parse_extender_args(raw: bytes) -> ExtenderArgs:
     nodes: list[dict[str, Any]] | None = None
     nodes_list: dict[str, Any] | None = None
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:  # C-speed check of 5,000 names
             raise BadRequest("NodeNames", "must be a list of strings")
         node_names = names
     elif nodes_raw is not None:

@@ -560,7 +560,7 @@ class ManifestSource:
         obj = self._compose(ident)
         obj["metadata"]["resourceVersion"] = self._next_rv()
         self._objects[ident] = obj
-        log.info(
+        log.debug(  # one per claim write and Binding: at INFO it would cost more than the write
             "recorded write in the overlay",
             extra={"write": what, "object": _ref(ident), "resourceVersion": obj["metadata"]["resourceVersion"], **details},
         )

@@ -488,7 +488,7 @@ async def test_run_is_cancel_safe_and_prompt(tmp_path: Path) -> None:
 
 
 async def test_claim_status_survives_a_file_change_unless_the_file_sets_status(tmp_path: Path, running, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="dra_extender.source")
+    caplog.set_level(logging.DEBUG, logger="dra_extender.source")
     path = write(tmp_path, "claim.yaml", CLAIM % "c1")
     source, sink = await running()
     claim = await source.get(ev.RESOURCE_CLAIM, "ml", "c1")
