@@ -75,6 +75,11 @@ class EventSink(Protocol):
         """The initial state of this kind is complete (readiness)."""
         ...
 
+    @property
+    def ready(self) -> bool:
+        """Every required kind's initial state is complete."""
+        ...
+
 
 def object_key(kind: str, raw: dict[str, Any]) -> str:
     meta = raw.get("metadata") or {}

@@ -49,6 +49,7 @@ from tracker.manifest_load import (
     read_file,
     rfc3339,
 )
+from tracker.resources import api_version as registry_api_version
 from tracker.source import Conflict, Invalid, NotFound, merge_patch
 
 __all__ = ["SUFFIXES", "TRACKED", "LoadError", "LoadReport", "ManifestSource", "now_utc"]
@@ -703,7 +704,12 @@ class ManifestSource:
         self._overlay_of(ident).annotations = {**current, TAINTS_ANNOTATION: text}
         self._write(ident, "volume taints", annotation=TAINTS_ANNOTATION)
 
+    def api_version(self, kind: str, group: str) -> str:
+        """The registry's apiVersion (upstream DeviceTaintRule: the default version; a directory serves no versions)."""
+        return registry_api_version(kind, group)
+
     async def create_event(self, event: dict[str, Any]) -> None:
+        """Kept in `events` and logged: a directory has nowhere to post an Event."""
         self.events.append(copy.deepcopy(event))
         involved = event.get("involvedObject") or {}
         log.info(
