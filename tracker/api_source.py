@@ -100,7 +100,7 @@ class ApiSource(ApiWrites):
 
         configuration = client.Configuration()
         if self.in_cluster:
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # kubernetes-asyncio leaves it unannotated
         else:
             await config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=configuration)
         api = client.ApiClient(configuration)

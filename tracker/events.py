@@ -83,7 +83,7 @@ class EventSink(Protocol):
 
 def object_key(kind: str, raw: dict[str, Any]) -> str:
     meta = raw.get("metadata") or {}
-    name = meta.get("name", "")
+    name: str = meta.get("name", "")
     if kind in NAMESPACED_KINDS:
         return f"{meta.get('namespace') or 'default'}/{name}"
     return name
