@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
+from tracker.resources import EVENTS
 from tracker.source import SourceError
 
 log = logging.getLogger("dra_extender.source")
@@ -89,7 +90,7 @@ async def post_event(write: Write, event: dict[str, Any]) -> None:
     body = event_object(event)
     namespace = body["metadata"]["namespace"]
     try:
-        await write("POST", f"/api/v1/namespaces/{namespace}/events", body, "create Event")
+        await write("POST", EVENTS.collection(namespace), body, "create Event")
     except (TimeoutError, SourceError, OSError) as e:
         log.warning("could not record event", extra={"err": str(e), "object": body["involvedObject"].get("name")})
 

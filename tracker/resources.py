@@ -56,6 +56,10 @@ CORE_RESOURCES: Final[tuple[Resource, ...]] = (
 )
 KIND_RESOURCES: Final[dict[str, Resource]] = {r.kind: r for r in CORE_RESOURCES}
 
+# Written, never watched: leader election's Lease and the Events about objects.
+LEASES: Final = Resource("Lease", "coordination.k8s.io", "v1", "leases", True)
+EVENTS: Final = Resource("Event", ev.GROUP_CORE, "v1", "events", True)
+
 # Optional: resource.k8s.io DeviceTaintRule (newest first; DRADeviceTaintRules gate) and our CRDs.
 UPSTREAM_RULE_VERSIONS: Final[tuple[str, ...]] = ("v1", "v1beta2", "v1alpha3")
 UPSTREAM_RULES_PLURAL: Final = "devicetaintrules"
