@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import aiohttp.helpers
@@ -29,7 +29,7 @@ from tracker.discovery import DiscoveryUnknown, discover_upstream_rules, served
 from tracker.events import EventSink
 from tracker.reflector import BACKOFF_INITIAL, Freshness, Reflector, WatchResponse
 from tracker.resources import CORE_RESOURCES, OPTIONAL_KINDS, OWN_PATCHES, OWN_RULES, Resource
-from tracker.source import status_error
+from tracker.source import Source, status_error
 from tracker.writes import ApiWrites
 
 log = logging.getLogger("dra_extender.source")
@@ -285,3 +285,9 @@ class ApiSource(ApiWrites):
 
 
 __all__ = ["ApiSource", "Resource"]
+
+
+if TYPE_CHECKING:
+
+    def _implements_source(source: ApiSource) -> Source:
+        return source  # mypy checks ApiSource against the Source protocol here

@@ -61,6 +61,8 @@ def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, s
 
 
 class DeviceViews(ObjectStore):
+    """The store plus every device's patched view, indexed by node, slice and (driver, pool, device)."""
+
     def __init__(
         self,
         cel: SelectorEngine,

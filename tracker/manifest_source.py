@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -50,7 +50,7 @@ from tracker.manifest_load import (
     rfc3339,
 )
 from tracker.resources import api_version as registry_api_version
-from tracker.source import Conflict, Invalid, NotFound, merge_patch
+from tracker.source import Conflict, Invalid, NotFound, Source, merge_patch
 
 __all__ = ["SUFFIXES", "TRACKED", "LoadError", "LoadReport", "ManifestSource", "now_utc"]
 
@@ -721,3 +721,9 @@ class ManifestSource:
                 "note": event.get("message"),
             },
         )
+
+
+if TYPE_CHECKING:
+
+    def _implements_source(source: ManifestSource) -> Source:
+        return source  # mypy checks ManifestSource against the Source protocol here

@@ -33,6 +33,8 @@ __all__ = ["CHANGE_LOG_MAX", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "Clu
 
 
 class ClusterState(DeviceViews):
+    """What the extender, the eviction controller and kubectl dra read; the EventSink both sources feed."""
+
     def __init__(
         self,
         cel: SelectorEngine,

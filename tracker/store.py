@@ -88,6 +88,8 @@ Handler = Callable[[Any, ev.ObjectEvent], None]  # an unbound per-kind handler o
 
 
 class ObjectStore:
+    """Objects by key, their intake, readiness, the change log and Problems; DeviceViews builds on it."""
+
     def __init__(
         self,
         *,
