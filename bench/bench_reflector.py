@@ -175,9 +175,9 @@ def claim_status(c: int, slices: int, devices: int) -> dict[str, Any]:
 
 def list_paths() -> list[tuple[str, str, str, str]]:
     """(kind, group, version, collection path) of every list the extender makes, as its reflectors do."""
-    from tracker.api_source import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, Resource
+    from tracker.resources import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, upstream_rules
 
-    upstream = Resource("DeviceTaintRule", "resource.k8s.io", "v1beta2", "devicetaintrules", False, required=False)
+    upstream = upstream_rules("v1beta2")
     return [(r.kind, r.group, r.version, r.collection()) for r in (*CORE_RESOURCES, upstream, OWN_RULES, OWN_PATCHES)]
 
 
@@ -668,17 +668,11 @@ def markdown(r: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     logged = lst["extender_logged"]
-    plural = {
-        "Node": "nodes",
-        "Pod": "pods",
-        "ResourceSlice": "resourceslices",
-        "ResourceClaim": "resourceclaims",
-        "ResourceClaimTemplate": "resourceclaimtemplates",
-        "DeviceClass": "deviceclasses",
-    }
+    from tracker.resources import resource_for
+
     for kind, v in ip["list"].items():
-        base = kind.split(".")[0]
-        p = plural.get(base, "devicetaintrules" if base == "DeviceTaintRule" else "resourceslicepatches")
+        base, _, group = kind.partition(".")
+        p = resource_for(base, group).plural
         rows.append(f"| {kind} | {v['items']} | {logged.get(p, {}).get('seconds', '')} | {v['parse_s']} | {v['apply_s']} |")
     rows += ["", *r.get("notes", []), ""]
     return "\n".join(rows)

@@ -16,20 +16,6 @@ from pathlib import Path
 log = logging.getLogger("dra_extender")
 
 
-# apiVersion for Events' involvedObject, by (kind, group).
-API_VERSIONS = {
-    ("DeviceClass", "resource.k8s.io"): "resource.k8s.io/v1",
-    ("ResourceClaim", "resource.k8s.io"): "resource.k8s.io/v1",
-    ("ResourceSlice", "resource.k8s.io"): "resource.k8s.io/v1",
-    ("DeviceTaintRule", "resource.k8s.io"): "resource.k8s.io/v1beta2",
-    ("DeviceTaintRule", "resource.dra-extender.io"): "resource.dra-extender.io/v1alpha1",
-    ("ResourceSlicePatch", "resource.dra-extender.io"): "resource.dra-extender.io/v1alpha1",
-    ("Pod", ""): "v1",
-    ("PersistentVolumeClaim", ""): "v1",
-    ("PersistentVolume", ""): "v1",
-}
-
-
 SWITCH_INTERVAL = 0.0005  # seconds; see serve()
 
 
@@ -205,6 +191,7 @@ async def serve(args: argparse.Namespace) -> int:
     from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
+    from tracker.k8s_events import EventRecorder
     from tracker.state import ClusterState
 
     # Two threads run Python here (HTTP and the main loop): with the default 5 ms switch
@@ -223,35 +210,12 @@ async def serve(args: argparse.Namespace) -> int:
     source = _pick_source(args)
     metrics = Metrics()
     cel = CelEnvironment()
-    pending: set[asyncio.Task] = set()
+    events = EventRecorder(source)
 
     def on_problem(problem) -> None:
         metrics.object_problems.labels(problem.kind).inc()
         log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
-        create_event = getattr(source, "create_event", None)
-        if create_event is not None:
-            api_version = API_VERSIONS.get((problem.kind, problem.group), problem.group)
-            rule_resources = getattr(source, "rule_resources", None)
-            if problem.kind == "DeviceTaintRule" and problem.group == "resource.k8s.io" and rule_resources:
-                api_version = f"{problem.group}/{rule_resources[0].version}"  # the version served and watched
-            task = asyncio.ensure_future(
-                create_event(
-                    {
-                        "type": "Warning",
-                        "reason": "InvalidSelector" if "selector" in problem.message else "Invalid",
-                        "message": problem.message,
-                        "involvedObject": {
-                            "kind": problem.kind,
-                            "name": problem.name.rpartition("/")[2],
-                            **({"namespace": problem.name.partition("/")[0]} if "/" in problem.name else {}),
-                            **({"uid": problem.uid} if problem.uid else {}),
-                            "apiVersion": api_version,
-                        },
-                    }
-                )
-            )
-            pending.add(task)
-            task.add_done_callback(pending.discard)
+        events.problem(problem)
 
     state = ClusterState(cel, on_problem=on_problem)
     state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())

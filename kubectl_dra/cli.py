@@ -28,6 +28,7 @@ from kubectl_dra.taint_spec import (
     parse_taint,
 )
 from tracker import events as ev
+from tracker.resources import KIND_RESOURCES
 
 EXAMPLES = {
     "taint": """examples:
@@ -329,7 +330,7 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
     from kubectl_dra.views import why
 
     namespace = _default_namespace(args)
-    raw = await _get(cluster, f"/api/v1/namespaces/{namespace}/pods/{args.pod}")
+    raw = await _get(cluster, KIND_RESOURCES[ev.POD].item(namespace, args.pod))
     if raw is None:
         out(f'Error: pod "{args.pod}" not found in namespace {namespace}')
         return 1

@@ -13,14 +13,9 @@ import orjson
 
 from allocator.cel import CelEnvironment
 from tracker import events as ev
-from tracker.api_source import (
-    CORE_RESOURCES,
-    OWN_PATCHES,
-    OWN_RULES,
-    UPSTREAM_RULE_VERSIONS,
-    ApiSource,
-    Resource,
-)
+from tracker.api_source import ApiSource
+from tracker.resources import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, UPSTREAM_RULE_VERSIONS, UPSTREAM_RULES_PLURAL, Resource
+from tracker.resources import upstream_rules as upstream_rules_at
 from tracker.state import ClusterState
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -44,7 +39,7 @@ def _message(status: int, body: bytes) -> str:
 
 
 class Cluster:
-    """The admin's cluster through their kubeconfig (tracker.api_source.ApiSource does auth and HTTP)."""
+    """The admin's cluster through their kubeconfig (tracker.api_source.ApiSource does auth and HTTP; tracker.resources says where each kind lives)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
         self.source = ApiSource(kubeconfig=kubeconfig, context=context)
@@ -77,9 +72,8 @@ class Cluster:
                 if e.status == 404 and not res.required:
                     return []
                 raise
-            api_version = f"{res.group}/{res.version}" if res.group else res.version
             for item in page.get("items") or []:
-                item.setdefault("apiVersion", api_version)
+                item.setdefault("apiVersion", res.api_version)
                 item.setdefault("kind", res.kind)
                 items.append(item)
             token = (page.get("metadata") or {}).get("continue")
@@ -96,8 +90,8 @@ class Cluster:
                     listing = await self.call("GET", f"/apis/{ev.GROUP_RESOURCE}/{version}")
                 except ApiError:
                     continue
-                if any(r.get("name") == "devicetaintrules" for r in listing.get("resources") or []):
-                    self._upstream = Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_RESOURCE, version, "devicetaintrules", False, required=False)
+                if any(r.get("name") == UPSTREAM_RULES_PLURAL for r in listing.get("resources") or []):
+                    self._upstream = upstream_rules_at(version)
                     break
         return self._upstream
 

@@ -75,10 +75,15 @@ class EventSink(Protocol):
         """The initial state of this kind is complete (readiness)."""
         ...
 
+    @property
+    def ready(self) -> bool:
+        """Every required kind's initial state is complete."""
+        ...
+
 
 def object_key(kind: str, raw: dict[str, Any]) -> str:
     meta = raw.get("metadata") or {}
-    name = meta.get("name", "")
+    name: str = meta.get("name", "")
     if kind in NAMESPACED_KINDS:
         return f"{meta.get('namespace') or 'default'}/{name}"
     return name

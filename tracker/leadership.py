@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from tracker.resources import LEASES
+
 log = logging.getLogger("dra_extender.leadership")
 
 LEASE_DURATION = 15.0
@@ -142,7 +144,7 @@ class Leadership:
             await asyncio.sleep(self.retry_period)
 
     async def _get_lease(self) -> tuple[int, dict[str, Any] | None]:
-        status, body = await self.source.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}")
+        status, body = await self.source.request("GET", LEASES.item(self.namespace, self.name))
         if status == 404:
             return status, None
         if status != 200:
@@ -179,11 +181,11 @@ class Leadership:
     async def _elect_once(self) -> None:
         now = _now()
         _, lease = await self._get_lease()
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+        path = LEASES.collection(self.namespace)
         if lease is None:
             body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
+                "apiVersion": LEASES.api_version,
+                "kind": LEASES.kind,
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": {
                     "holderIdentity": self.identity,

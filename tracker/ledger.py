@@ -34,37 +34,47 @@ class Reservation:
 
 
 class AllocationLedger:
+    """`allocated` and `inflight` are read-only views: only the methods below change them."""
+
     def __init__(self, on_change: Callable[[DeviceID], None] = lambda _did: None) -> None:
-        self.allocated: dict[DeviceID, str] = {}  # device -> claim key, from claim statuses
-        self.inflight: dict[DeviceID, str] = {}  # device -> claim key, chosen at /bind, not in the view yet
+        self._allocated: dict[DeviceID, str] = {}  # device -> claim key, from claim statuses
+        self._inflight: dict[DeviceID, str] = {}  # device -> claim key, chosen at /bind, not in the view yet
         self._on_change = on_change
 
+    @property
+    def allocated(self) -> Mapping[DeviceID, str]:
+        return self._allocated
+
+    @property
+    def inflight(self) -> Mapping[DeviceID, str]:
+        return self._inflight
+
     def is_taken(self, did: DeviceID) -> bool:
-        return did in self.allocated or did in self.inflight
+        return did in self._allocated or did in self._inflight
 
     def holder(self, did: DeviceID) -> str | None:
-        return self.allocated.get(did) or self.inflight.get(did)
+        return self._allocated.get(did) or self._inflight.get(did)
 
     def allocate(self, did: DeviceID, claim_key: str) -> None:
-        if self.allocated.get(did) != claim_key:
-            self.allocated[did] = claim_key
+        if self._allocated.get(did) != claim_key:
+            self._allocated[did] = claim_key
             self._on_change(did)
 
     def free(self, did: DeviceID, claim_key: str) -> None:
         """Forget `claim_key`'s allocation of `did` (another claim's is left alone)."""
-        if self.allocated.get(did) == claim_key:
-            del self.allocated[did]
+        if self._allocated.get(did) == claim_key:
+            del self._allocated[did]
             self._on_change(did)
 
     def reserve(self, devices: Mapping[DeviceID, str]) -> Reservation:
         """Hold `devices` (device -> claim key) until the reservation is released."""
         for did, claim_key in devices.items():
-            self.inflight[did] = claim_key
+            self._inflight[did] = claim_key
             self._on_change(did)
         return Reservation(self, devices)
 
     def _release(self, devices: Mapping[DeviceID, str]) -> None:
         for did, claim_key in devices.items():
-            if self.inflight.get(did) == claim_key:
-                del self.inflight[did]
+            if self._inflight.get(did) == claim_key:
+                del self._inflight[did]
                 self._on_change(did)

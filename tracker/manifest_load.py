@@ -112,7 +112,7 @@ class FileResult:
     ignored: tuple[tuple[str, str], ...]  # (apiVersion, kind) of each ignored object
 
 
-class _KubeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _KubeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # the base is picked at run time (libyaml's loader when built)
     """YAML as Kubernetes reads it: timestamps stay strings (sigs.k8s.io/yaml goes through JSON)."""
 
 

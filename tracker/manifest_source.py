@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -49,7 +49,8 @@ from tracker.manifest_load import (
     read_file,
     rfc3339,
 )
-from tracker.source import Conflict, Invalid, NotFound, merge_patch
+from tracker.resources import api_version as registry_api_version
+from tracker.source import Conflict, Invalid, NotFound, Source, merge_patch
 
 __all__ = ["SUFFIXES", "TRACKED", "LoadError", "LoadReport", "ManifestSource", "now_utc"]
 
@@ -703,7 +704,12 @@ class ManifestSource:
         self._overlay_of(ident).annotations = {**current, TAINTS_ANNOTATION: text}
         self._write(ident, "volume taints", annotation=TAINTS_ANNOTATION)
 
+    def api_version(self, kind: str, group: str) -> str:
+        """The registry's apiVersion (upstream DeviceTaintRule: the default version; a directory serves no versions)."""
+        return registry_api_version(kind, group)
+
     async def create_event(self, event: dict[str, Any]) -> None:
+        """Kept in `events` and logged: a directory has nowhere to post an Event."""
         self.events.append(copy.deepcopy(event))
         involved = event.get("involvedObject") or {}
         log.info(
@@ -715,3 +721,9 @@ class ManifestSource:
                 "note": event.get("message"),
             },
         )
+
+
+if TYPE_CHECKING:
+
+    def _implements_source(source: ManifestSource) -> Source:
+        return source  # mypy checks ManifestSource against the Source protocol here

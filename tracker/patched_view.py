@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from allocator.device_view import DeviceView
 from allocator.quantity import Quantity
@@ -23,9 +24,13 @@ from allocator.types import (
     DeviceTaint,
     DeviceTaintRule,
     DeviceTaintSelector,
+    NodeSelector,
     ResourceSlice,
     ResourceSlicePatch,
 )
+
+if TYPE_CHECKING:
+    from allocator.allocation import SelectorEngine
 
 # (object kind, group, name, message): a selector of a rule or patch failed for a device.
 ProblemReporter = Callable[[str, str, str, str], None]
@@ -35,7 +40,7 @@ ProblemReporter = Callable[[str, str, str, str], None]
 class SelectorContext:
     """What selector evaluation needs: the CEL engine and the classes."""
 
-    cel: object  # allocator.cel.CelEnvironment
+    cel: SelectorEngine  # allocator.cel.CelEnvironment
     classes: Mapping[str, DeviceClass]
     report: ProblemReporter
 
@@ -60,7 +65,7 @@ def original_view(slice_: ResourceSlice, device: Device, version: int) -> Device
     )
 
 
-def _reach(slice_: ResourceSlice, device: Device):
+def _reach(slice_: ResourceSlice, device: Device) -> tuple[str | None, NodeSelector | None, bool]:
     if slice_.per_device_node_selection:
         return device.node_name, device.node_selector, device.all_nodes
     return slice_.node_name, slice_.node_selector, slice_.all_nodes
@@ -86,7 +91,7 @@ def _selectors_match(
     cel = ctx.cel
     for expression in expressions:
         try:
-            if not cel.evaluate(cel.compile(expression), device):  # type: ignore[attr-defined]
+            if not cel.evaluate(cel.compile(expression), device):
                 return False
         except ValueError as e:  # CelCompileError / CelRuntimeError
             ctx.report(kind, group, name, f"selector failed for device {device.id}: {e}")
@@ -124,7 +129,7 @@ def rule_matches(ctx: SelectorContext, rule: DeviceTaintRule, device: DeviceView
     return _selectors_match(ctx, "DeviceTaintRule", rule.group, rule.meta.name, sel.device_class_name, sel.selectors, device)
 
 
-def patch_order(patch: ResourceSlicePatch) -> tuple:
+def patch_order(patch: ResourceSlicePatch) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Applied in ascending precedence: the last applied wins.
 
     Higher priority wins; on a tie the older creationTimestamp wins, then the
@@ -147,7 +152,7 @@ def _patched(device: Device, applicable: list[ResourceSlicePatch]) -> tuple[dict
             if value is REMOVE:
                 attributes.pop(name, None)
             else:
-                attributes[name] = value  # type: ignore[assignment]
+                attributes[name] = value  # type: ignore[assignment]  # REMOVE was handled above; mypy does not narrow a sentinel by identity
         capacity.update(patch.capacity)
     return attributes, capacity
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Protocol
 
+import orjson
+
 from tracker.events import EventSink
 
 
@@ -36,6 +38,24 @@ class Invalid(SourceError):
     status = 422
 
 
+def status_error(status: int, body: bytes, what: str) -> SourceError:
+    """The SourceError for an API server's non-success answer: NotFound, Conflict, Invalid, or one with its status."""
+    try:
+        message = orjson.loads(body).get("message") or body.decode(errors="replace")
+    except (orjson.JSONDecodeError, AttributeError):
+        message = body.decode(errors="replace")[:500]
+    text = f"{what}: HTTP {status}: {message}"
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return Conflict(text)
+    if status in (400, 422):
+        return Invalid(text)
+    err = SourceError(text)
+    err.status = status
+    return err
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch: objects merge recursively, null deletes, anything else replaces."""
     if not isinstance(patch, dict):
@@ -56,7 +76,7 @@ class Source(Protocol):
         """Deliver the initial state, mark kinds synced, then follow changes until cancelled."""
         ...
 
-    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
         """The freshest copy of one object (None if it does not exist)."""
         ...
 
@@ -91,4 +111,16 @@ class Source(Protocol):
 
     async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
         """Set a DeviceTaintRule's `spec.taint.timeAdded`."""
+        ...
+
+    async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
+        """Rewrite a PVC's or PV's volume-taints annotation."""
+        ...
+
+    async def create_event(self, event: dict[str, Any]) -> None:
+        """Record a core/v1 Event (tracker.k8s_events builds them); a failure is logged, never raised."""
+        ...
+
+    def api_version(self, kind: str, group: str) -> str:
+        """The apiVersion this source serves `kind` of `group` at (an Event's involvedObject)."""
         ...

@@ -386,7 +386,8 @@ def pod_volume_verdict(index: VolumeIndex, raw_pod: Mapping[str, Any]) -> Verdic
     """
     if not index.has_taints():
         return None
-    meta = raw_pod.get("metadata") if isinstance(raw_pod.get("metadata"), Mapping) else {}
+    raw_meta = raw_pod.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     namespace = str(meta.get("namespace") or "default")
     claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw_pod))
     tolerations, _malformed = pod_tolerations(raw_pod)

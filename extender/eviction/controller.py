@@ -28,7 +28,7 @@ from extender.eviction.rate_limit import TaintLimiters
 from extender.eviction.volume_plan import ineffective_no_attach, merge, plan_volume_evictions
 from extender.metrics import Metrics
 from tracker import events as ev
-from tracker.source import NotFound, SourceError
+from tracker.source import NotFound, Source, SourceError
 from tracker.state import ClusterState
 from tracker.volumes import VolumeTaints, stamp_time_added
 
@@ -79,7 +79,7 @@ class EvictionController:
     def __init__(
         self,
         state: ClusterState,
-        source: Any,
+        source: Source,
         settings: Settings = Settings(),
         *,
         is_leader: Callable[[], bool] = lambda: True,
@@ -267,15 +267,11 @@ class EvictionController:
 
     def _event(self, p: PodEviction, message: str) -> None:
         """Fire and forget (the source logs a failure): a cancellation must not wait on it."""
-        create = getattr(self.source, "create_event", None)
-        if create is not None:
-            task = asyncio.ensure_future(create(self._pod_event(p, message)))
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        task = asyncio.ensure_future(self.source.create_event(self._pod_event(p, message)))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _event_now(self, p: PodEviction, message: str) -> None:
-        create = getattr(self.source, "create_event", None)
-        if create is not None:
-            await create(self._pod_event(p, message))
+        await self.source.create_event(self._pod_event(p, message))
 
     def _already_marked(self, p: PodEviction) -> bool:
         """A previous controller (before a restart) already set the condition: don't announce twice."""
@@ -407,14 +403,11 @@ class EvictionController:
                 "volume taint not effective for running pods", extra={"volume": volume.label, "taints": str(taint), "pods": ",".join(pods)}
             )
             namespace, _, name = volume.key.rpartition("/")
-            create = getattr(self.source, "create_event", None)
-            if create is None:
-                continue
             involved = {"apiVersion": "v1", "kind": volume.kind, "name": name, **({"namespace": namespace} if namespace else {})}
             if volume.uid:
                 involved["uid"] = volume.uid
             event = {"type": "Normal", "reason": "VolumeTaintNotEffective", "message": message, "involvedObject": involved}
-            task = asyncio.ensure_future(create(event))
+            task = asyncio.ensure_future(self.source.create_event(event))
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     # ------------------------------------------------------------------ our CRD rules' timeAdded
@@ -514,18 +507,18 @@ class EvictionController:
             "--evict-upstream both controllers evict for it; disable one of them"
         )
         log.warning(message, extra={"rule": name, "group": group})
-        create = getattr(self.source, "create_event", None)
-        if create is None:
-            return
-        rules = getattr(self.source, "rule_resources", None) or ()
-        version = rules[0].version if rules else "v1beta2"
         task = asyncio.ensure_future(
-            create(
+            self.source.create_event(
                 {
                     "type": "Warning",
                     "reason": "TwoEvictionControllers",
                     "message": message,
-                    "involvedObject": {"apiVersion": f"{group}/{version}", "kind": "DeviceTaintRule", "name": name, "uid": uid},
+                    "involvedObject": {
+                        "apiVersion": self.source.api_version("DeviceTaintRule", group),
+                        "kind": "DeviceTaintRule",
+                        "name": name,
+                        "uid": uid,
+                    },
                 }
             )
         )

@@ -12,7 +12,7 @@ from tests.chart.render import objects, one
 # Granted although no flow here makes the call yet: each with its reason.
 GRANTED_AHEAD = {
     # The eviction controller stamps timeAdded into a NoUse volume taint's annotation
-    # (tracker/api_source.py update_volume_taints; tests/eviction/test_volume_taints.py drives it).
+    # (tracker/writes.py update_volume_taints; tests/eviction/test_volume_taints.py drives it).
     ("patch", "", "persistentvolumeclaims"),
     ("patch", "", "persistentvolumes"),
     # /bind re-reads a pod or claim its view lacks or holds stale (extender/binder.py `source.get`);

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gc
 
-from tracker.api_source import _GcPause
+from tracker.reflector import GcPause
 
 
 def test_overlapping_lists_keep_gc_off_until_the_last_one_is_done() -> None:
     assert gc.isenabled()
-    first, second = _GcPause(), _GcPause()
+    first, second = GcPause(), GcPause()
     first.__enter__()
     assert not gc.isenabled()
     second.__enter__()
@@ -22,7 +22,7 @@ def test_overlapping_lists_keep_gc_off_until_the_last_one_is_done() -> None:
 def test_gc_that_was_off_stays_off() -> None:
     gc.disable()
     try:
-        with _GcPause():
+        with GcPause():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:

@@ -358,7 +358,7 @@ def test_class_with_bad_cel_is_reported(state: ClusterState, problems) -> None:
 
 def test_change_log_names_changed_nodes_and_says_when_it_cannot(state: ClusterState, monkeypatch) -> None:
     """Caches catch up from the log: changed nodes by name, None when every node may have changed."""
-    import tracker.state as st
+    import tracker.store as st
 
     seq = state.change_seq
     assert state.changed_nodes_since(seq) == []

@@ -1,0 +1,491 @@
+"""The patched device views: slices, DeviceTaintRules, ResourceSlicePatches and DeviceClasses.
+
+What upstream's resourceslice/tracker does: every device as the allocator
+and the eviction controller see it, the driver's slice with the patches'
+attributes and the rules' taints applied (tracker/patched_view.py), kept
+current by recomputing only the devices a change can touch (indexes by
+driver, pool and device, with wildcards), and the class selectors warmed
+in the CEL cache on the event loop rather than on the scheduler's clock.
+Built on the object store (tracker/store.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from allocator.device_view import DeviceView, SliceView
+from allocator.tolerations import blocks_allocation
+from allocator.types import (
+    DeviceClass,
+    DeviceID,
+    DeviceTaintRule,
+    ResourceSlice,
+    ResourceSlicePatch,
+    parse_device_class,
+    parse_device_taint_rule,
+    parse_resource_slice,
+    parse_resource_slice_patch,
+)
+from tracker import events as ev
+from tracker.patched_view import SelectorContext, effective_view
+from tracker.resources import REQUIRED_KINDS
+from tracker.store import Handler, ObjectStore, Problem
+
+if TYPE_CHECKING:
+    from allocator.allocation import SelectorEngine
+
+_ANY = None  # wildcard in selector index keys
+
+
+def _spec_field(raw: Mapping[str, Any], name: str) -> Any:
+    spec = raw.get("spec")
+    return spec.get(name) if isinstance(spec, Mapping) else None
+
+
+def _same_shape(old: ResourceSlice, new: ResourceSlice) -> bool:
+    """Same driver, pool, node and device names: every index entry of the old slice still holds."""
+    return (
+        old.driver == new.driver
+        and old.pool == new.pool
+        and old.node_name == new.node_name
+        and len(old.devices) == len(new.devices)
+        and all(a.name == b.name for a, b in zip(old.devices, new.devices, strict=True))
+    )
+
+
+def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
+    """Every (driver, pool, device) wildcard bucket a device falls into."""
+    return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
+
+
+class DeviceViews(ObjectStore):
+    """The store plus every device's patched view, indexed by node, slice and (driver, pool, device)."""
+
+    def __init__(
+        self,
+        cel: SelectorEngine,
+        *,
+        required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
+        on_problem: Callable[[Problem], None] | None = None,
+    ) -> None:
+        super().__init__(required=required, on_problem=on_problem)
+        self.cel = cel
+        self.classes: dict[str, DeviceClass] = {}
+        self.slices: dict[str, ResourceSlice] = {}
+        self.rules: dict[tuple[str, str], DeviceTaintRule] = {}  # (group, name)
+        self.patches: dict[str, ResourceSlicePatch] = {}
+
+        # slice -> device -> (attributes, capacity, version): the version names the device's
+        # content in CEL cache keys; it changes only when attributes or capacity do.
+        self._device_versions: dict[str, dict[str, tuple[object, object, int]]] = {}
+        self._raw_devices: dict[str, dict[str, tuple[Any, Any]]] = {}  # slice -> device -> (raw, parsed)
+        self._patch_versions: dict[str, int] = {}
+        self._version_counter = 0
+        self.slice_views: dict[str, SliceView] = {}
+        self.devices: dict[DeviceID, DeviceView] = {}
+        self._device_slice: dict[DeviceID, str] = {}
+        self._devices_by_key: dict[tuple[str | None, str | None, str | None], set[DeviceID]] = defaultdict(set)
+        self._node_slices: dict[str, set[str]] = defaultdict(set)  # node-local slices
+        self._shared_slices: set[str] = set()  # reachable from more than one node
+        self._rules_by_key: dict[tuple[str | None, str | None, str | None], set[tuple[str, str]]] = defaultdict(set)
+        self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
+        self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
+        self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
+
+    # ------------------------------------------------------------------ allocation state per node
+
+    def _slice_changed(self, node_name: str | None) -> None:
+        self._changed(node_name)
+
+    def _device_changed(self, did: DeviceID) -> None:
+        name = self._device_slice.get(did)
+        s = self.slices.get(name) if name is not None else None
+        node = s.node_name if s is not None else None
+        self._slice_changed(node)
+        if node is not None:
+            self._track_taken(node, did)
+
+    def _track_taken(self, node: str, did: DeviceID) -> None:
+        if self.ledger.is_taken(did):
+            self._taken_local[node].add(did)
+        else:
+            taken = self._taken_local.get(node)
+            if taken is not None:
+                taken.discard(did)
+                if not taken:
+                    del self._taken_local[node]
+
+    def taken_on_node(self, node_name: str) -> int:
+        """How many of the node's own (node-local) devices are allocated or in flight."""
+        taken = self._taken_local.get(node_name)
+        return len(taken) if taken else 0
+
+    # ------------------------------------------------------------------ the store's hooks
+
+    def _became_ready(self) -> None:
+        # Classes may have arrived after the slices: warm what is still cold.
+        self._warm(self.devices.values(), self.classes.values())
+
+    def _store(self, kind: str) -> Mapping[str, Any]:
+        if kind == ev.DEVICE_CLASS:
+            return self.classes
+        if kind == ev.RESOURCE_SLICE:
+            return self.slices
+        if kind == ev.RESOURCE_SLICE_PATCH:
+            return self.patches
+        return super()._store(kind)
+
+    def _keys_of(self, kind: str, group: str) -> set[str]:
+        if kind == ev.DEVICE_TAINT_RULE:
+            return {name for (g, name) in self.rules if g == group}
+        return super()._keys_of(kind, group)
+
+    def _holds(self, kind: str, group: str, key: str) -> bool:
+        if kind == ev.DEVICE_TAINT_RULE:
+            return (group, key) in self.rules
+        return super()._holds(kind, group, key)
+
+    def _uid_of(self, kind: str, group: str, name: str) -> str:
+        if kind == ev.DEVICE_TAINT_RULE:
+            rule = self.rules.get((group, name))
+            return rule.meta.uid if rule is not None else ""
+        return super()._uid_of(kind, group, name)
+
+    # ------------------------------------------------------------------ per-kind handlers
+
+    def _next_version(self) -> int:
+        self._version_counter += 1
+        return self._version_counter
+
+    def _selector_context(self) -> SelectorContext:
+        def report(kind: str, group: str, name: str, message: str) -> None:
+            self.report(Problem(kind, group, name, message))
+
+        return SelectorContext(self.cel, self.classes, report)
+
+    def _on_class(self, event: ev.ObjectEvent) -> None:
+        self._changed(None)
+        if event.type == "DELETED":
+            self.classes.pop(event.key, None)
+        else:
+            device_class = parse_device_class(event.object)
+            self.classes[event.key] = device_class
+            for i, expression in enumerate(device_class.selectors):
+                try:
+                    self.cel.compile(expression)
+                except ValueError as e:
+                    self.report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
+            if self.synced:
+                self._warm(self.devices.values(), [device_class])
+        # Rules and patches that select by this class see a different set now.
+        affected: set[DeviceID] = set()
+        for kind, name in self._class_dependents.get(event.key, ()):
+            if kind == "patch":
+                patch = self.patches.get(name)
+                if patch is not None:
+                    affected |= self._devices_matching(patch.filter.driver, patch.filter.pool, patch.filter.device)
+            else:
+                group, _, rule_name = name.partition("|")
+                rule = self.rules.get((group, rule_name))
+                if rule is not None and rule.selector is not None:
+                    s = rule.selector
+                    affected |= self._devices_matching(s.driver, s.pool, s.device)
+        self._recompute_devices(affected)
+
+    def _on_slice(self, event: ev.ObjectEvent) -> None:
+        name = event.key
+        old = self.slices.get(name)
+        if event.type == "DELETED":
+            if old is not None:
+                self._forget_cel(old, [d.name for d in old.devices], self._device_versions.get(name, {}))
+                self._unindex_slice(old)
+            self.slices.pop(name, None)
+            self.slice_views.pop(name, None)
+            self._device_versions.pop(name, None)
+            self._raw_devices.pop(name, None)
+            return
+        previous = None
+        if old is not None and old.driver == _spec_field(event.object, "driver"):
+            previous = self._raw_devices.get(name)
+        new = parse_resource_slice(event.object, previous=previous)
+        self._remember_devices(name, event.object, new)
+        self.slices[name] = new
+        if old is not None and _same_shape(old, new):
+            # Same devices in the same place (a taint, attribute or generation update): the
+            # indexes stand; only the views are computed again.
+            self._rebuild_slice_view(name)
+            return
+        if old is not None:
+            self._unindex_slice(old)
+        for device in new.devices:
+            did = DeviceID(new.driver, new.pool, device.name)
+            self._device_slice[did] = name
+            for k in _index_keys(did.driver, did.pool, did.device):
+                self._devices_by_key[k].add(did)
+        if new.node_name is not None:
+            self._node_slices[new.node_name].add(name)
+            for device in new.devices:
+                self._track_taken(new.node_name, DeviceID(new.driver, new.pool, device.name))
+        else:
+            self._shared_slices.add(name)
+        self._rebuild_slice_view(name)
+
+    def _remember_devices(self, name: str, raw: Mapping[str, Any], parsed: ResourceSlice) -> None:
+        """Raw and parsed devices (to parse only what an update changes) and per-device CEL versions.
+
+        A device keeps its version, and so its cached selector results, while
+        its attributes and capacity stay the same objects (see parse_resource_slice);
+        the CEL cache entries of versions that are gone are dropped.
+        """
+        raw_devices = (raw.get("spec") or {}).get("devices") or []
+        self._raw_devices[name] = {d.name: (rd, d) for rd, d in zip(raw_devices, parsed.devices, strict=False)}
+        old_versions = self._device_versions.get(name, {})
+        versions: dict[str, tuple[object, object, int]] = {}
+        for d in parsed.devices:
+            prev = old_versions.get(d.name)
+            if prev is not None and prev[0] is d.attributes and prev[1] is d.capacity:
+                versions[d.name] = prev
+            else:
+                versions[d.name] = (d.attributes, d.capacity, self._next_version())
+        self._device_versions[name] = versions
+        old = self.slices.get(name)
+        if old is not None:
+            gone = [d.name for d in old.devices if versions.get(d.name) is not old_versions.get(d.name)]
+            self._forget_cel(old, gone, old_versions)
+
+    def _forget_cel(self, old: ResourceSlice, devices: Iterable[str], versions: Mapping[str, tuple[object, object, int]]) -> None:
+        """Drop the CEL cache entries (activations, results) of device versions that are gone."""
+        forget = getattr(self.cel, "forget", None)
+        if forget is None:
+            return
+        view = self.slice_views.get(old.meta.name)
+        current = {d.id.device: d.cel_key for d in view.devices} if view is not None else {}
+        for device in devices:
+            if device in current:
+                forget(current[device])
+            version = versions.get(device)
+            if version is not None:
+                forget(("orig", old.meta.name, version[2], device))  # patched_view.original_view's key
+
+    def _unindex_slice(self, old: ResourceSlice) -> None:
+        for device in old.devices:
+            did = DeviceID(old.driver, old.pool, device.name)
+            if self._device_slice.get(did) == old.meta.name:
+                del self._device_slice[did]
+                self.devices.pop(did, None)
+                for k in _index_keys(did.driver, did.pool, did.device):
+                    bucket = self._devices_by_key.get(k)
+                    if bucket is not None:
+                        bucket.discard(did)
+                        if not bucket:
+                            del self._devices_by_key[k]
+        self._slice_changed(old.node_name)
+        if old.node_name is not None:
+            taken = self._taken_local.get(old.node_name)
+            if taken is not None:
+                taken.difference_update(DeviceID(old.driver, old.pool, d.name) for d in old.devices)
+                if not taken:
+                    del self._taken_local[old.node_name]
+            node_slices = self._node_slices.get(old.node_name)
+            if node_slices is not None:
+                node_slices.discard(old.meta.name)
+                if not node_slices:
+                    del self._node_slices[old.node_name]
+        else:
+            self._shared_slices.discard(old.meta.name)
+
+    def _on_rule(self, event: ev.ObjectEvent) -> None:
+        ident = (event.group, event.key)
+        affected: set[DeviceID] = set()
+        old = self.rules.get(ident)
+        if old is not None:
+            affected |= self._unindex_rule(ident, old)
+        if event.type == "DELETED":
+            self.rules.pop(ident, None)
+        else:
+            rule = parse_device_taint_rule(event.object, group=event.group or ev.GROUP_RESOURCE)
+            self.rules[ident] = rule
+            if rule.selector is not None:
+                s = rule.selector
+                self._rules_by_key[(s.driver, s.pool, s.device)].add(ident)
+                if s.device_class_name:
+                    self._class_dependents[s.device_class_name].add(("rule", f"{ident[0]}|{ident[1]}"))
+                affected |= self._devices_matching(s.driver, s.pool, s.device)
+        self._recompute_devices(affected)
+
+    def _unindex_rule(self, ident: tuple[str, str], rule: DeviceTaintRule) -> set[DeviceID]:
+        if rule.selector is None:
+            return set()
+        s = rule.selector
+        bucket = self._rules_by_key.get((s.driver, s.pool, s.device))
+        if bucket is not None:
+            bucket.discard(ident)
+        if s.device_class_name:
+            self._class_dependents[s.device_class_name].discard(("rule", f"{ident[0]}|{ident[1]}"))
+        return self._devices_matching(s.driver, s.pool, s.device)
+
+    def _on_patch(self, event: ev.ObjectEvent) -> None:
+        name = event.key
+        affected: set[DeviceID] = set()
+        old = self.patches.get(name)
+        if old is not None:
+            f = old.filter
+            self._patches_by_key[(f.driver, f.pool, f.device)].discard(name)
+            if f.device_class_name:
+                self._class_dependents[f.device_class_name].discard(("patch", name))
+            affected |= self._devices_matching(f.driver, f.pool, f.device)
+        if event.type == "DELETED":
+            self.patches.pop(name, None)
+            self._patch_versions.pop(name, None)
+        else:
+            patch = parse_resource_slice_patch(event.object)
+            self.patches[name] = patch
+            self._patch_versions[name] = self._next_version()
+            f = patch.filter
+            self._patches_by_key[(f.driver, f.pool, f.device)].add(name)
+            if f.device_class_name:
+                self._class_dependents[f.device_class_name].add(("patch", name))
+            affected |= self._devices_matching(f.driver, f.pool, f.device)
+        self._recompute_devices(affected)
+
+    _handlers: ClassVar[dict[str, Handler]] = {
+        **ObjectStore._handlers,
+        ev.DEVICE_CLASS: _on_class,
+        ev.RESOURCE_SLICE: _on_slice,
+        ev.DEVICE_TAINT_RULE: _on_rule,
+        ev.RESOURCE_SLICE_PATCH: _on_patch,
+    }
+
+    # ------------------------------------------------------------------ patched views
+
+    def _devices_matching(self, driver: str | None, pool: str | None, device: str | None) -> set[DeviceID]:
+        return set(self._devices_by_key.get((driver, pool, device), ()))
+
+    def _candidates(self, did: DeviceID) -> tuple[list[ResourceSlicePatch], list[DeviceTaintRule]]:
+        if not self.rules and not self.patches:
+            return [], []  # the common case: nothing to look up per device
+        patches = [self.patches[n] for k in _index_keys(did.driver, did.pool, did.device) for n in self._patches_by_key.get(k, ())]
+        rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
+        return patches, rules
+
+    def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext) -> DeviceView:
+        device = slice_.devices[index]
+        did = DeviceID(slice_.driver, slice_.pool, device.name)
+        patches, rules = self._candidates(did)
+        return effective_view(
+            ctx,
+            slice_,
+            device,
+            patches,
+            rules,
+            self.devices.get(did),
+            self._device_versions[slice_.meta.name][device.name][2],
+            self._patch_versions,
+        )
+
+    def _rebuild_slice_view(self, name: str) -> None:
+        s = self.slices[name]
+        ctx = self._selector_context()
+        views = []
+        for i in range(len(s.devices)):
+            view = self._compute_device(s, i, ctx)
+            if self._device_slice.get(view.id) == name:
+                self.devices[view.id] = view
+            views.append(view)
+        self._set_slice_view(s, tuple(views))
+        self._warm(views, self.classes.values())
+
+    def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
+        """Evaluate class selectors when devices or classes change, not on the scheduler's clock.
+
+        A cold selector costs hundreds of microseconds per device; paid here, a
+        filter over thousands of nodes is answered from the cache.
+        """
+        cel = self.cel
+        compiled = []
+        for device_class in classes:
+            for expression in device_class.selectors:
+                try:
+                    compiled.append(cel.compile(expression))
+                except ValueError:
+                    continue  # reported when the class arrived
+        if not compiled:
+            return
+        for device in devices:
+            for selector in compiled:
+                try:
+                    if not cel.evaluate(selector, device):
+                        break  # the class's later selectors are not needed for this device
+                except ValueError:
+                    break
+
+    def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
+        self._slice_changed(s.node_name)
+        self.slice_views[s.meta.name] = SliceView(
+            name=s.meta.name,
+            driver=s.driver,
+            pool=s.pool,
+            generation=s.generation,
+            resource_slice_count=s.resource_slice_count,
+            devices=views,
+            node_name=s.node_name,
+            node_selector=s.node_selector,
+            all_nodes=s.all_nodes,
+            per_device_node_selection=s.per_device_node_selection,
+        )
+
+    def _recompute_devices(self, affected: set[DeviceID]) -> None:
+        if not affected:
+            return
+        ctx = self._selector_context()
+        by_slice: dict[str, list[DeviceID]] = defaultdict(list)
+        for did in affected:
+            name = self._device_slice.get(did)
+            if name is not None:
+                by_slice[name].append(did)
+        for name, ids in by_slice.items():
+            s = self.slices[name]
+            view = self.slice_views[name]
+            wanted = {d.device for d in ids}
+            new_devices = list(view.devices)
+            changed = False
+            for i, d in enumerate(s.devices):
+                if d.name not in wanted:
+                    continue
+                nv = self._compute_device(s, i, ctx)
+                if nv is not new_devices[i]:
+                    before = new_devices[i].cel_key
+                    if before != nv.cel_key and isinstance(before, tuple) and before[:1] == ("patched",):
+                        forget = getattr(self.cel, "forget", None)
+                        if forget is not None:
+                            forget(before)  # a patched version replaced; the original's key stays in use
+                    new_devices[i] = nv
+                    self.devices[nv.id] = nv
+                    changed = True
+            if changed:
+                self._set_slice_view(s, tuple(new_devices))
+                self._warm(self.slice_views[name].devices, self.classes.values())
+
+    # ------------------------------------------------------------------ queries
+
+    def slices_for_node(self, node_name: str) -> list[SliceView]:
+        """Slices that may reach `node_name`: its own node-local ones and every shared one."""
+        names = list(self._node_slices.get(node_name, ()))
+        names.extend(self._shared_slices)
+        return [self.slice_views[n] for n in names if n in self.slice_views]
+
+    def device(self, did: DeviceID) -> DeviceView | None:
+        return self.devices.get(did)
+
+    def device_state_counts(self) -> dict[str, int]:
+        counts = {"free": 0, "allocated": 0, "tainted": 0}
+        for did, view in self.devices.items():
+            if did in self.allocated:
+                counts["allocated"] += 1
+            elif any(blocks_allocation(t) for t in view.taints):
+                counts["tainted"] += 1
+            else:
+                counts["free"] += 1
+        return counts

@@ -1,0 +1,434 @@
+"""The object store: what the sources deliver, parsed once, and readiness.
+
+Nodes, pods, claims, templates and volumes by key, with the raw claims and
+pods the binder writes against; the change log cached answers catch up
+from; which kinds have their initial state (`ready`); and Problems reported
+once per object. The devices the claims hold are recorded in the
+allocation ledger (tracker/ledger.py), the only writer of `allocated` and
+`inflight`. The patched device views (tracker/device_views.py) extend this
+store; tracker/state.py's ClusterState is the facade the extender uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import orjson
+
+from allocator.types import (
+    DeviceID,
+    Node,
+    Pod,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ValidationError,
+    parse_node,
+    parse_pod,
+    parse_resource_claim,
+    parse_resource_claim_template,
+)
+from tracker import events as ev
+from tracker.ledger import AllocationLedger
+from tracker.resources import REQUIRED_KINDS
+from tracker.volumes import VolumeIndex
+
+log = logging.getLogger("dra_extender.tracker")
+
+CHANGE_LOG_MAX = 200_000  # entries kept; a cache further behind starts over
+
+# Objects blamed with one Event per spec (docs/design.md#faulty-objects-and-warning-events: "one deduplicated Warning Event on
+# the object"), however many devices, claims or nodes their selectors fail for.
+_BLAMED_PER_SPEC = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something wrong with one object, to be reported as a Warning Event."""
+
+    kind: str
+    group: str
+    name: str  # namespace/name or name
+    message: str
+    uid: str = ""  # the object's, so the Event is found on it (kubectl describe matches involvedObject.uid)
+
+
+def _resource_version(raw: Mapping[str, Any] | None) -> int | None:
+    rv: Any = ((raw or {}).get("metadata") or {}).get("resourceVersion")  # a string, as the API sends it; anything else is no version
+    try:
+        return int(rv)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_older(new: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
+    a, b = _resource_version(new), _resource_version(current)
+    return a is not None and b is not None and a < b
+
+
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+def _generated_for(raw: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(owning pod uid, pod claim name) of a claim generated from a template, as the controller marks it."""
+    meta = (raw or {}).get("metadata") or {}
+    pod_claim = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    if not isinstance(pod_claim, str):
+        return None
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Pod" and isinstance(ref.get("uid"), str):
+            return ref["uid"], pod_claim
+    return None
+
+
+Handler = Callable[[Any, ev.ObjectEvent], None]  # an unbound per-kind handler of the store or a subclass
+
+
+class ObjectStore:
+    """Objects by key, their intake, readiness, the change log and Problems; DeviceViews builds on it."""
+
+    def __init__(
+        self,
+        *,
+        required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
+        on_problem: Callable[[Problem], None] | None = None,
+    ) -> None:
+        self.required = frozenset(required)
+        self.synced: set[tuple[str, str]] = set()
+        self.generation = 0  # bumped on every applied change
+        self.on_problem = on_problem
+        # (kind, group, name) -> what was reported: spec tokens for _BLAMED_PER_SPEC, else messages.
+        self._reported: dict[tuple[str, str, str], set[bytes | str]] = {}
+        self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
+
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}  # only pods with resource claims or PVC volumes
+        self.volumes = VolumeIndex()  # volume taints (tracker/volumes.py)
+        self.claims: dict[str, ResourceClaim] = {}
+        self.templates: dict[str, ResourceClaimTemplate] = {}
+        self.raw_claims: dict[str, dict[str, Any]] = {}
+        self.raw_pods: dict[str, dict[str, Any]] = {}
+        # Claims generated from templates, by owning pod uid and pod claim name: found before
+        # kube-controller-manager has written the pod's status.resourceClaimStatuses.
+        self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
+
+        # A log of what changed, so cached answers are dropped only where they depend on it:
+        # a node (its node-local slices, their devices' allocation state, the Node object),
+        # or everything (a shared pool reachable from many nodes, a DeviceClass). Entry i has
+        # sequence number change_log_base + i; None marks a change that concerns every node.
+        self.change_log: list[str | None] = []
+        self.change_log_base = 0
+        self.global_change_seq = 0
+        self.ledger = AllocationLedger(self._device_changed)
+        self.listeners: list[Callable[[ev.ObjectEvent], None]] = []
+        # resourceVersion of every object the view holds, per (kind, group): lets an
+        # operator (and the tests) compare the view with the API server's state.
+        self.versions: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+
+    # ------------------------------------------------------------------ versions
+
+    @property
+    def allocated(self) -> Mapping[DeviceID, str]:
+        return self.ledger.allocated
+
+    @property
+    def inflight(self) -> Mapping[DeviceID, str]:
+        return self.ledger.inflight
+
+    @property
+    def change_seq(self) -> int:
+        """The sequence number the next change will get."""
+        return self.change_log_base + len(self.change_log)
+
+    def changed_nodes_since(self, seq: int) -> list[str | None] | None:
+        """Nodes changed at or after `seq`; None when every node may have (or the log no longer reaches back)."""
+        if seq < self.change_log_base or self.global_change_seq > seq:
+            return None
+        return self.change_log[seq - self.change_log_base :]
+
+    def _changed(self, node_name: str | None) -> None:
+        if node_name is None:
+            self.global_change_seq = self.change_seq + 1  # one past this change's sequence number
+        self.change_log.append(node_name)
+        if len(self.change_log) > CHANGE_LOG_MAX:
+            half = len(self.change_log) // 2
+            del self.change_log[:half]
+            self.change_log_base += half
+
+    # ------------------------------------------------------------------ what a subclass adds
+
+    def _device_changed(self, did: DeviceID) -> None:
+        """A device was allocated, freed, reserved or released (the device views know its node)."""
+        self._changed(None)
+
+    def _became_ready(self) -> None:
+        """Every required kind has its initial state (the device views warm the CEL cache)."""
+
+    # ------------------------------------------------------------------ readiness
+
+    @property
+    def ready(self) -> bool:
+        return self.required <= self.synced
+
+    def missing(self) -> list[str]:
+        return sorted(f"{k}.{g}" if g else k for k, g in self.required - self.synced)
+
+    def mark_synced(self, kind: str, group: str) -> None:
+        if (kind, group) not in self.synced:
+            was_ready = self.ready
+            self.synced.add((kind, group))
+            log.info("initial state complete", extra={"kind": kind, "group": group})
+            if self.ready and not was_ready:
+                self._became_ready()
+
+    # ------------------------------------------------------------------ event intake
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        """A consistent full list of one kind: upsert all, delete what is not in it."""
+        keys = set()
+        for raw in objects:
+            key = ev.object_key(kind, raw)
+            keys.add(key)
+            self.apply(ev.ObjectEvent("MODIFIED", kind, group, key, raw))
+        for key in self._keys_of(kind, group) - keys:
+            self.apply(ev.ObjectEvent("DELETED", kind, group, key, {}))
+
+    def _store(self, kind: str) -> Mapping[str, Any]:
+        """The objects of `kind` held, by key (the device views add theirs)."""
+        stores: dict[str, Mapping[str, Any]] = {
+            ev.NODE: self.nodes,
+            ev.POD: self.raw_pods,
+            ev.RESOURCE_CLAIM: self.claims,
+            ev.RESOURCE_CLAIM_TEMPLATE: self.templates,
+            ev.PERSISTENT_VOLUME_CLAIM: self.volumes.pvcs,
+            ev.PERSISTENT_VOLUME: self.volumes.pvs,
+        }
+        return stores.get(kind, {})
+
+    def _keys_of(self, kind: str, group: str) -> set[str]:
+        return set(self._store(kind))
+
+    def _holds(self, kind: str, group: str, key: str) -> bool:
+        return key in self._store(kind)
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        handler = self._handlers.get(event.kind)
+        if handler is None:
+            return
+        if event.type != "DELETED" and self._is_echo(event):
+            return
+        if event.kind in _BLAMED_PER_SPEC:
+            self._track_spec(event)
+        try:
+            handler(self, event)
+        except ValidationError as e:
+            uid = str((event.object.get("metadata") or {}).get("uid") or "")
+            self.report(Problem(event.kind, event.group, event.key, str(e), uid))
+            log.warning(
+                "ignoring invalid object",
+                extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
+            )
+            return
+        self.generation += 1
+        versions = self.versions[(event.kind, event.group)]
+        if event.type == "DELETED" or not self._holds(event.kind, event.group, event.key):
+            versions.pop(event.key, None)
+        else:
+            # A claim keeps the newest of our write and its watch echo (see _on_claim).
+            held = self.raw_claims[event.key] if event.kind == ev.RESOURCE_CLAIM else event.object
+            versions[event.key] = str((held.get("metadata") or {}).get("resourceVersion") or "")
+        for listener in self.listeners:
+            listener(event)
+
+    def _is_echo(self, event: ev.ObjectEvent) -> bool:
+        """The watch bringing back a claim or pod at the version we already hold (our own write's echo)."""
+        held = self.raw_claims if event.kind == ev.RESOURCE_CLAIM else self.raw_pods if event.kind == ev.POD else None
+        if held is None:
+            return False
+        current = held.get(event.key)
+        if current is None:
+            return False
+        rv = (event.object.get("metadata") or {}).get("resourceVersion")
+        return bool(rv) and rv == (current.get("metadata") or {}).get("resourceVersion")
+
+    def _track_spec(self, event: ev.ObjectEvent) -> None:
+        ident = (event.kind, event.group, event.key)
+        if event.type == "DELETED":
+            self._spec_tokens.pop(ident, None)
+            self._reported.pop(ident, None)
+            return
+        meta = event.object.get("metadata") or {}
+        spec = event.object.get("spec")
+        if event.kind == ev.DEVICE_TAINT_RULE and isinstance(spec, dict) and isinstance(spec.get("taint"), dict):
+            # The eviction controller stamps timeAdded on our CRD rules: not a new selector to blame again.
+            spec = {**spec, "taint": {k: v for k, v in spec["taint"].items() if k != "timeAdded"}}
+        token = orjson.dumps([meta.get("uid"), spec], option=orjson.OPT_SORT_KEYS)
+        if self._spec_tokens.get(ident) != token:
+            self._spec_tokens[ident] = token
+            self._reported.pop(ident, None)
+
+    def report(self, problem: Problem) -> None:
+        """Report a faulty object once (an Event and a metric downstream).
+
+        Classes, rules and patches are reported once per spec (a new spec or a
+        re-created object may be reported again); other kinds once per message.
+        """
+        ident = (problem.kind, problem.group, problem.name)
+        token = self._spec_tokens.get(ident, problem.message)
+        seen = self._reported.setdefault(ident, set())
+        if token in seen:
+            return
+        seen.add(token)
+        if not problem.uid:
+            uid = self._uid_of(problem.kind, problem.group, problem.name)
+            problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid)
+        if self.on_problem is not None:
+            self.on_problem(problem)
+
+    def _uid_of(self, kind: str, group: str, name: str) -> str:
+        held: Any = self._store(kind).get(name)
+        meta = getattr(held, "meta", None)
+        return meta.uid if meta is not None else ""
+
+    # ------------------------------------------------------------------ per-kind handlers
+
+    def _on_node(self, event: ev.ObjectEvent) -> None:
+        self._changed(event.key)  # labels decide node selectors
+        if event.type == "DELETED":
+            self.nodes.pop(event.key, None)
+        else:
+            self.nodes[event.key] = parse_node(event.object)
+
+    def _on_pod(self, event: ev.ObjectEvent) -> None:
+        uses_volumes = self.volumes.set_pod(event.key, None if event.type == "DELETED" else event.object)
+        if event.type == "DELETED":
+            self.pods.pop(event.key, None)
+            self.raw_pods.pop(event.key, None)
+            return
+        pod = parse_pod(event.object)
+        if pod.resource_claims or uses_volumes:
+            self.pods[event.key] = pod
+            self.raw_pods[event.key] = event.object
+        else:
+            # Only pods with claims or PVCs matter; one that lost them is forgotten.
+            self.pods.pop(event.key, None)
+            self.raw_pods.pop(event.key, None)
+
+    def _on_volume(self, event: ev.ObjectEvent) -> None:
+        """A PVC or PV: keep its taints (and a PVC's bound volume); report a malformed annotation."""
+        self.volumes.set_volume(event.kind, event.key, None if event.type == "DELETED" else event.object)
+        held = self.volumes.pvcs.get(event.key) if event.kind == ev.PERSISTENT_VOLUME_CLAIM else self.volumes.pvs.get(event.key)
+        if held is not None and held.malformed is not None:
+            self.report(
+                Problem(
+                    event.kind, event.group, event.key, f"malformed volume taints, volume closed to every pod: {held.malformed}", held.uid
+                )
+            )
+
+    def _on_claim(self, event: ev.ObjectEvent) -> None:
+        old = self.claims.get(event.key)
+        if old is not None and event.type != "DELETED" and _is_older(event.object, self.raw_claims.get(event.key)):
+            # A write we applied ourselves is newer than this (late) watch event:
+            # going back would make allocated devices look free.
+            return
+        if old is not None:
+            self._release_allocation(old)
+            self._unindex_generated(event.key, self.raw_claims.get(event.key))
+        if event.type == "DELETED":
+            self.claims.pop(event.key, None)
+            self.raw_claims.pop(event.key, None)
+            return
+        claim = parse_resource_claim(event.object)
+        self.claims[event.key] = claim
+        self.raw_claims[event.key] = event.object
+        owner = _generated_for(event.object)
+        if owner is not None:
+            self.generated_claims[owner[0]][owner[1]] = event.key
+        if claim.allocation is not None:
+            for result in claim.allocation.results:
+                if result.admin_access:
+                    continue  # admin access does not take a device from others (as upstream)
+                holder = self.ledger.inflight.get(result.device_id)
+                if holder is not None and holder != claim.key:
+                    log.warning(
+                        "device allocated by another allocator while we were allocating it: only one allocator may manage a device pool",
+                        extra={"device": str(result.device_id), "claim": claim.key, "inflight_for": holder},
+                    )
+                other = self.ledger.allocated.get(result.device_id)
+                if other is not None and other != claim.key:
+                    log.warning(
+                        "device is allocated to two claims: only one allocator may manage a device pool",
+                        extra={"device": str(result.device_id), "claim": claim.key, "other": other},
+                    )
+                self.ledger.allocate(result.device_id, claim.key)
+
+    def _unindex_generated(self, key: str, raw: Mapping[str, Any] | None) -> None:
+        owner = _generated_for(raw)
+        if owner is None:
+            return
+        by_name = self.generated_claims.get(owner[0])
+        if by_name is not None and by_name.get(owner[1]) == key:
+            del by_name[owner[1]]
+            if not by_name:
+                del self.generated_claims[owner[0]]
+
+    def _release_allocation(self, claim: ResourceClaim) -> None:
+        if claim.allocation is None:
+            return
+        for result in claim.allocation.results:
+            self.ledger.free(result.device_id, claim.key)
+
+    def _on_template(self, event: ev.ObjectEvent) -> None:
+        if event.type == "DELETED":
+            self.templates.pop(event.key, None)
+        else:
+            self.templates[event.key] = parse_resource_claim_template(event.object)
+
+    _handlers: ClassVar[dict[str, Handler]] = {
+        ev.NODE: _on_node,
+        ev.POD: _on_pod,
+        ev.RESOURCE_CLAIM: _on_claim,
+        ev.RESOURCE_CLAIM_TEMPLATE: _on_template,
+        ev.PERSISTENT_VOLUME_CLAIM: _on_volume,
+        ev.PERSISTENT_VOLUME: _on_volume,
+    }
+
+    # ------------------------------------------------------------------ queries
+
+    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+        """The pod's claims in pod order, or why they cannot be resolved yet."""
+        out: list[ResourceClaim] = []
+        ns = pod.meta.namespace
+        for pc in pod.resource_claims:
+            if pc.resource_claim_name is not None:
+                name = pc.resource_claim_name
+            elif pc.name not in pod.claim_statuses:
+                # The controller creates the claim, then records it in the pod's status: the
+                # claim it owns may be here before that status (or the scheduler's copy of it).
+                owned = self.generated_claims.get(pod.meta.uid, {}).get(pc.name) if pod.meta.uid else None
+                if owned is not None and owned in self.claims:
+                    out.append(self.claims[owned])
+                    continue
+                return out, (
+                    f"pod {pod.key}: the claim for pod claim {pc.name!r} (template "
+                    f"{ns}/{pc.resource_claim_template_name}) has not been created yet"
+                )
+            else:
+                generated = pod.claim_statuses[pc.name]
+                if generated is None:
+                    continue  # no claim needed for this entry (upstream semantics)
+                name = generated
+            claim = self.claims.get(f"{ns}/{name}")
+            if claim is None:
+                return out, f"claim {ns}/{name} (pod claim {pc.name!r}) not found"
+            out.append(claim)
+        return out, None
+
+    def node(self, name: str) -> Node | None:
+        return self.nodes.get(name)
+
+    def is_taken(self, did: DeviceID) -> bool:
+        return self.ledger.is_taken(did)
