@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Query, Request, Response
@@ -38,6 +38,7 @@ def _bad_request(e: wire.BadRequest) -> Response:
     return _json(orjson.dumps({"error": str(e), "field": e.field}), 400)
 
 
+A = TypeVar("A")  # a verb's parsed arguments
 MAX_DEBUG_PAGE = 1000  # /debug/devices items per page: one page costs the loop a few ms
 METRICS_REFRESH_WAIT = 0.05  # /metrics waits this long for fresh gauges from the main loop
 
@@ -146,7 +147,21 @@ def create_app(
     if probes_only:
         return app
 
-    def timed(verb: str, handler: Callable[[bytes], object], on_error: Callable[[str], bytes]):
+    def timed(
+        verb: str,
+        parse: Callable[[bytes], A],
+        handler: Callable[[A], object],
+        on_error: Callable[[str], bytes],
+        quick: Callable[[A], bytes | None] | None = None,
+    ):
+        """The route of one verb: read and parse here (the HTTP thread), decide on the main loop.
+
+        `quick`, when given, may answer on the HTTP thread from the request
+        alone (a pod without claims) or from what the main loop prepared for
+        it (/prioritize after /filter): no hop to the main loop, so no wait
+        behind the binds and watch events it is busy with.
+        """
+
         async def route(request: Request) -> Response:
             start = time.perf_counter()
             try:
@@ -158,12 +173,26 @@ def create_app(
                 # The client went away: nothing to answer, no error, no latency sample.
                 log.debug("client disconnected before sending its request", extra={"verb": verb})
                 return Response(status_code=499)
-            return await bridge.call(lambda: answer(body, start))
+            try:
+                args = parse(body)
+                answered = quick(args) if quick is not None else None
+            except wire.BadRequest as e:
+                log.info("bad request", extra={"verb": verb, "err": str(e)})
+                metrics.observe(verb, time.perf_counter() - start, False)
+                return _bad_request(e)
+            except Exception as e:
+                log.exception("internal error", extra={"verb": verb})
+                metrics.observe(verb, time.perf_counter() - start, False)
+                return _json(on_error(f"internal error in dra-extender {verb}: {e}"))
+            if answered is not None:
+                metrics.observe(verb, time.perf_counter() - start, True)
+                return _json(answered)
+            return await bridge.call(lambda: answer(args, start))
 
-        async def answer(body: bytes, start: float) -> Response:
+        async def answer(args: A, start: float) -> Response:
             ok = False
             try:
-                result = handler(body)
+                result = handler(args)
                 if hasattr(result, "__await__"):
                     result = await result  # type: ignore[misc]
                 ok = True
@@ -179,16 +208,18 @@ def create_app(
 
         return route
 
-    async def do_filter(body: bytes) -> Response:
-        args = wire.parse_extender_args(body)
+    async def do_filter(args: wire.ExtenderArgs) -> Response:
         try:
             passed, failed = await service.filter(args, budget=filter_budget)
         except (NotReady, BudgetExceeded) as e:
             return _json(wire.error_filter_result(str(e)))
         return _json(wire.filter_result(args, passed, unresolvable=failed))
 
-    def do_prioritize(body: bytes) -> Response:
-        args = wire.parse_extender_args(body)
+    def quick_filter(args: wire.ExtenderArgs) -> bytes | None:
+        passed = service.filter_without_state(args)
+        return None if passed is None else wire.filter_result(args, passed, unresolvable={})
+
+    def do_prioritize(args: wire.ExtenderArgs) -> Response:
         try:
             scores = service.prioritize(args)
         except NotReady:
@@ -196,17 +227,21 @@ def create_app(
             scores = [(n, 0) for n in args.names]
         return _json(wire.priority_list(scores))
 
-    async def do_bind(body: bytes) -> Response:
-        args = wire.parse_binding_args(body)
+    def quick_prioritize(args: wire.ExtenderArgs) -> bytes | None:
+        scores = service.prioritize_without_state(args)
+        return None if scores is None else wire.priority_list(scores)
+
+    async def do_bind(args: wire.BindingArgs) -> Response:
         try:
             error = await service.bind(args)
         except NotReady as e:
             error = str(e)
         return _json(wire.binding_result(error))
 
-    app.add_api_route("/filter", timed("filter", do_filter, wire.error_filter_result), methods=["POST"])
-    app.add_api_route("/prioritize", timed("prioritize", do_prioritize, lambda _e: b"[]"), methods=["POST"])
-    app.add_api_route("/bind", timed("bind", do_bind, wire.binding_result), methods=["POST"])
+    parse_args = wire.parse_extender_args
+    app.add_api_route("/filter", timed("filter", parse_args, do_filter, wire.error_filter_result, quick_filter), methods=["POST"])
+    app.add_api_route("/prioritize", timed("prioritize", parse_args, do_prioritize, lambda _e: b"[]", quick_prioritize), methods=["POST"])
+    app.add_api_route("/bind", timed("bind", wire.parse_binding_args, do_bind, wire.binding_result), methods=["POST"])
 
     if not debug:
         return app

@@ -163,9 +163,14 @@ class OutcomeCache:
         claims: Sequence[ResourceClaim],
         nodes: Sequence[tuple[Node, Any]],
         score: Callable[[str, Outcome], int],
+        verdicts: Sequence[Outcome] | None = None,
     ) -> list[int]:
-        """`score(node, verdict)` per node, kept with the verdicts (and dropped with them)."""
-        verdicts = self.verdicts(signature, claims, nodes)
+        """`score(node, verdict)` per node, kept with the verdicts (and dropped with them).
+
+        `verdicts`: the nodes' verdicts when the caller has them already (they are looked up otherwise).
+        """
+        if verdicts is None:
+            verdicts = self.verdicts(signature, claims, nodes)
         cached = self._groups[signature].scores
         out = []
         for (node, token), outcome in zip(nodes, verdicts, strict=True):

@@ -16,8 +16,10 @@ already take no devices at /bind and are not waited for.
 
 A client that calls /filter without ever binding (a what-if tool, a test
 driver, a scheduler whose binds go elsewhere) would make every /filter wait
-out the bound. So after `STREAK_OFF` waits in a row that expired, the gate
-stops waiting until a /bind arrives for a pod it expected.
+out the bound. So the gate starts off and turns on with the first /bind of a
+pod it saw pass /filter; after `STREAK_OFF` waits in a row that expired, it
+is off again until such a /bind arrives. (The price: the pods filtered before
+the first /bind after a start are not held back from each other.)
 
 Most of the time no wait is needed at all: the gate remembers, for each
 placement, the nodes /filter offered it and the claims its /bind will
@@ -48,10 +50,13 @@ STREAK_OFF = 3  # expired waits in a row after which the gate waits no more unti
 
 
 class PlacementGate:
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, *, armed: bool = False) -> None:
         self.timeout = timeout
         self._pending: dict[str, Placement] = {}
-        self._expired_streak = 0
+        # Off until the first /bind of a pod it saw in /filter: a client that only asks
+        # /filter (a what-if tool, a test driver) gets every node that fits, never one
+        # held back for a bind that will not come.
+        self._expired_streak = 0 if armed else STREAK_OFF
 
     @property
     def waiting(self) -> bool:

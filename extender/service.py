@@ -48,6 +48,7 @@ MAX_RESERVED_FOR = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
 DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bind
 DEFAULT_CLAIM_WAIT = 1.0  # seconds a /filter waits for a claim generated from a template
 MAX_JOINT_PLACEMENTS = 4  # placed pods a /filter judges jointly with its own; beyond, it waits for their binds
+MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
 
 
 def pod_has_claims(pod: dict[str, Any]) -> bool:
@@ -90,6 +91,8 @@ class Service:
         self._claims_changed = asyncio.Event()
         state.listeners.append(self._notice_claims)
         self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
+        self._fits: dict[str, Outcome] = {}  # the last _fit's verdicts of the nodes that passed
+        self._scored: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
 
     @property
     def bind_lock(self) -> asyncio.Lock:
@@ -224,6 +227,7 @@ class Service:
         self._check_ready()
         pod = self._parse_pod(args.pod)
         self.placements.forget(pod.meta.uid)
+        self._scored.pop(pod.meta.uid, None)
         claims, problem = await self._claims_when_created(pod)
         if problem is None and has_pvc_volumes(args.pod):
             problem = self._volume_problem(args.pod)
@@ -256,12 +260,55 @@ class Service:
                     passed = kept
             if passed:
                 self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
+        if len(passed) > 1:
+            self._keep_scores(pod.meta.uid, claims, passed, raw_nodes)
         if self.requeuer is not None:
             if passed:
                 self.requeuer.placed(pod.meta.uid)
             elif names:
                 self.requeuer.rejected(pod.meta.uid, pod.key)
         return passed, failed
+
+    def _keep_scores(self, uid: str, claims: list[ResourceClaim], passed: list[str], raw_nodes: dict[Any, Any]) -> None:
+        """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
+
+        kube-scheduler calls /prioritize right after /filter, with the nodes
+        that passed; scores computed now differ from ones computed then only
+        by what changed in between (a few ms), and they only order nodes that
+        all fit.
+        """
+        nodes = self._nodes(passed, raw_nodes)
+        fits = self._fits
+        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes, self._score, [fits[n] for n in passed])
+        scored = self._scored
+        if len(scored) >= MAX_KEPT_SCORES:
+            del scored[next(iter(scored))]  # the oldest: its pod had one node left, or went away
+        scored[uid] = dict(zip(passed, scores, strict=True))
+
+    def filter_without_state(self, args: ExtenderArgs) -> list[str] | None:
+        """Every node for a pod with neither claims nor PVC volumes; else None. Thread-safe (reads the request only)."""
+        if pod_has_claims(args.pod) or has_pvc_volumes(args.pod):
+            return None
+        return list(args.names)
+
+    def prioritize_without_state(self, args: ExtenderArgs) -> list[tuple[str, int]] | None:
+        """Scores that need no look at the state: 0 for a pod without claims, or the ones its /filter kept.
+
+        None when the main loop must score. Thread-safe: reads the request
+        and takes one entry of `_scored` (a dict operation, atomic under the GIL).
+        """
+        names = args.names
+        if not pod_has_claims(args.pod):
+            return [(n, 0) for n in names]
+        meta = args.pod.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        kept = self._scored.pop(uid, None) if isinstance(uid, str) else None
+        if kept is None:
+            return None
+        try:
+            return [(n, kept[n]) for n in names]
+        except KeyError:  # not the nodes its /filter offered: score them on the main loop
+            return None
 
     def _fit(
         self,
@@ -282,9 +329,12 @@ class Service:
             set_cel_deadline(previous)
         passed: list[str] = []
         failed: dict[str, str] = {}
+        fits = self._fits
+        fits.clear()
         for name, outcome in zip(names, verdicts, strict=True):
             if outcome.failure is None:
                 passed.append(name)
+                fits[name] = outcome
             else:
                 failed[name] = outcome.failure.message
         return passed, failed

@@ -129,8 +129,10 @@ def micro_now() -> str:
 def live() -> Iterator[tuple[FakeApi, Extender, Extender]]:
     """The demo in a fake cluster, its cluster-mode extender, and a `--source` extender over the same manifests."""
     api = FakeApi(DEMO)
-    ext = cluster_extender(api)
-    offline = Extender("--source", str(DEMO))
+    # These tests ask /filter what-if questions and seldom bind: with the placement gate on,
+    # a pod filtered moments earlier would hold back nodes (or delay answers) for the next.
+    ext = cluster_extender(api, "--placement-wait", "0")
+    offline = Extender("--source", str(DEMO), "--placement-wait", "0")
     try:
         start(ext, offline)
         wait_converged(api, ext)
