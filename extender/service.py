@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from allocator.allocation import Allocator, Outcome
-from allocator.cel_library import DeadlineExceeded as CelDeadlineExceeded
-from allocator.cel_library import set_deadline as set_cel_deadline
+from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
+from allocator.cel.lib.budget import set_deadline as set_cel_deadline
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
     Node,

@@ -20,7 +20,9 @@ from typing import Any
 import lark
 from celpy.evaluation import celbytes, celstr
 
-from allocator.cel_library import COST_LIMIT, INT64_MAX, INT64_MIN, TYPE_NAMES, UINT64_MAX, compile_regex
+from allocator.cel.lib.budget import COST_LIMIT
+from allocator.cel.lib.regex import compile_regex
+from allocator.cel.lib.values import FALSE, INT64_MAX, INT64_MIN, TRUE, TYPE_NAMES, UINT64_MAX, mk_double, mk_int, mk_uint
 
 DYN = "dyn"
 DEVICE = "#device"
@@ -156,6 +158,24 @@ def literal_int(text: str) -> int:
     body = text[1:] if neg else text
     v = int(body[2:], 16) if body[:2].lower() == "0x" else int(body, 10)
     return -v if neg else v
+
+
+def literal_value(tok: lark.Token) -> Any:
+    """A literal token's CEL value (checked by `Checker`, so it decodes)."""
+    kind, text = tok.type, str(tok)
+    if kind == "INT_LIT":
+        return mk_int(literal_int(text))
+    if kind == "UINT_LIT":
+        return mk_uint(literal_int(text[:-1]))
+    if kind == "FLOAT_LIT":
+        return mk_double(float(text))
+    if kind in ("STRING_LIT", "MLSTRING_LIT"):
+        return str(celstr(tok))
+    if kind == "BYTES_LIT":
+        return celbytes(tok)
+    if kind == "BOOL_LIT":
+        return TRUE if text == "true" else FALSE
+    return None  # NULL_LIT
 
 
 def unwrap(node: Any) -> Any:

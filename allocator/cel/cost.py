@@ -1,6 +1,6 @@
 """The API server's *estimated* cost of a CRD validation rule, sized from the schema.
 
-`cel_check.estimate_cost` bounds device selectors with a flat unit per
+`allocator.cel.check.estimate_cost` bounds device selectors with a flat unit per
 operation. A CRD's `x-kubernetes-validations` rules are judged differently:
 the API server runs cel-go's cost estimator with the sizes the OpenAPI schema
 allows (`maxLength`, `maxItems`, `maxProperties`, or what fits in a 3 MiB
@@ -30,7 +30,7 @@ from typing import Any, Final
 import lark
 from celpy.evaluation import celstr
 
-from allocator.cel_check import unwrap
+from allocator.cel.check import unwrap
 
 U64_MAX: Final = 2**64 - 1
 
