@@ -19,6 +19,17 @@ from typing import Any, ClassVar
 import orjson
 
 from allocator.device_view import DeviceView, SliceView
+from allocator.parse import (
+    ValidationError,
+    parse_device_class,
+    parse_device_taint_rule,
+    parse_node,
+    parse_pod,
+    parse_resource_claim,
+    parse_resource_claim_template,
+    parse_resource_slice,
+    parse_resource_slice_patch,
+)
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
     DeviceClass,
@@ -30,15 +41,6 @@ from allocator.types import (
     ResourceClaimTemplate,
     ResourceSlice,
     ResourceSlicePatch,
-    ValidationError,
-    parse_device_class,
-    parse_device_taint_rule,
-    parse_node,
-    parse_pod,
-    parse_resource_claim,
-    parse_resource_claim_template,
-    parse_resource_slice,
-    parse_resource_slice_patch,
 )
 from tracker import events as ev
 from tracker.ledger import AllocationLedger
