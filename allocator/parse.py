@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from allocator.quantity import Quantity, QuantityError, parse_quantity
 from allocator.semver import SemverError, parse_semver
@@ -107,6 +107,12 @@ class _Reader:
         if required and not value:
             raise self.fail(path, "must not be empty")
         return value
+
+    @overload
+    def integer(self, value: Any, path: str, *, default: int) -> int: ...
+
+    @overload
+    def integer(self, value: Any, path: str, *, default: None = None) -> int | None: ...
 
     def integer(self, value: Any, path: str, *, default: int | None = None) -> int | None:
         if value is None:
@@ -252,7 +258,7 @@ def _parse_attribute(r: _Reader, raw: Any, path: str) -> AttributeValue:
     kind = kinds[0]
     value = a[kind]
     if kind == "int":
-        return r.integer(value, f"{path}.int")  # type: ignore[return-value]
+        return r.integer(value, f"{path}.int", default=0)  # value is set: the default is never used
     if kind == "bool":
         return r.boolean(value, f"{path}.bool")
     if kind == "string":
@@ -285,25 +291,26 @@ def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: st
         body, bpath = d, path
     old_body = _device_body(previous[0]) if previous is not None and isinstance(previous[0], Mapping) else None
     if (
-        isinstance(old_body, Mapping)
+        previous is not None
+        and isinstance(old_body, Mapping)
         and old_body.get("attributes") == body.get("attributes")
         and old_body.get("capacity") == body.get("capacity")
     ):
         # Only taints or node fields changed (the common driver update): keep the parsed
         # attributes and capacity, and with them the device's CEL identity.
-        attributes: dict[str, AttributeValue] = previous[1].attributes  # type: ignore[index,assignment]
-        capacity: dict[str, Quantity] = previous[1].capacity  # type: ignore[index,assignment]
+        attributes, capacity = previous[1].attributes, previous[1].capacity
     else:
-        attributes = {}
+        parsed_attributes: dict[str, AttributeValue] = {}
         for name, value in r.mapping(body.get("attributes"), f"{bpath}.attributes").items():
-            attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
-        capacity = {}
+            parsed_attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
+        parsed_capacity: dict[str, Quantity] = {}
         for name, value in r.mapping(body.get("capacity"), f"{bpath}.capacity").items():
             cp = f"{bpath}.capacity.{name}"
             if isinstance(value, Mapping):
-                capacity[qualify(name, driver)] = _parse_quantity(r, value.get("value"), f"{cp}.value")
+                parsed_capacity[qualify(name, driver)] = _parse_quantity(r, value.get("value"), f"{cp}.value")
             else:  # very old alpha shape: a bare quantity
-                capacity[qualify(name, driver)] = _parse_quantity(r, value, cp)
+                parsed_capacity[qualify(name, driver)] = _parse_quantity(r, value, cp)
+        attributes, capacity = parsed_attributes, parsed_capacity
     taints_raw = r.seq(body.get("taints"), f"{bpath}.taints")
     if len(taints_raw) > DEVICE_TAINTS_MAX:
         raise r.fail(f"{bpath}.taints", f"must have at most {DEVICE_TAINTS_MAX} items")
@@ -336,7 +343,7 @@ def parse_resource_slice(
     pool = r.mapping(spec.get("pool"), "spec.pool", required=True)
     prev = previous or {}
     devices = tuple(
-        _parse_device(r, d, f"spec.devices[{i}]", driver, default_time, prev.get(d.get("name")) if isinstance(d, Mapping) else None)
+        _parse_device(r, d, f"spec.devices[{i}]", driver, default_time, prev.get(d.get("name", "")) if isinstance(d, Mapping) else None)
         for i, d in enumerate(r.seq(spec.get("devices"), "spec.devices"))
     )
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None

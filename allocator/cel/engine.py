@@ -103,10 +103,20 @@ def _shorten(expression: str) -> str:
 class SelectorDevice(Protocol):
     """What a selector sees of a device."""
 
-    cel_key: Hashable  # identifies this device *version*; equal keys => identical content
-    driver: str
-    attributes: Mapping[str, int | bool | str | Semver]  # fully qualified names
-    capacity: Mapping[str, Quantity]  # fully qualified names
+    @property
+    def cel_key(self) -> Hashable:
+        """Identifies this device *version*: equal keys => identical content."""
+
+    @property
+    def driver(self) -> str: ...
+
+    @property
+    def attributes(self) -> Mapping[str, int | bool | str | Semver]:
+        """Fully qualified names."""
+
+    @property
+    def capacity(self) -> Mapping[str, Quantity]:
+        """Fully qualified names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +134,7 @@ _parser: lark.Lark | None = None
 _parser_lock = threading.Lock()
 
 
-def parse(text: str) -> lark.Tree:
+def parse(text: str) -> lark.Tree[lark.Token]:
     """Our own lark parser for celpy's grammar: celpy's CELParser is a process-wide
     singleton fixed to whichever tree class was asked for first."""
     global _parser
@@ -149,7 +159,7 @@ def parse(text: str) -> lark.Tree:
 def _syntax_reason(text: str, e: Exception) -> str:
     if isinstance(e, lark.exceptions.UnexpectedInput):
         where = f"line {e.line}, column {e.column}" if getattr(e, "line", -1) not in (None, -1) else "end of input"
-        if isinstance(e, lark.exceptions.UnexpectedCharacters):
+        if isinstance(e, lark.exceptions.UnexpectedCharacters) and e.pos_in_stream is not None:
             return f"syntax error at {where}: unexpected character {text[e.pos_in_stream : e.pos_in_stream + 1]!r}"
         if isinstance(e, lark.exceptions.UnexpectedEOF):
             return "syntax error: unexpected end of expression"
@@ -180,8 +190,8 @@ def _cel_value(name: str, v: Any) -> Any:
     raise ValueError(f"attribute {name}: unsupported value of type {type(v).__name__}")
 
 
-def _map(items: Mapping[Any, Any], cls: type[celtypes.MapType] = celtypes.MapType) -> celtypes.MapType:
-    m = cls()
+def _map(items: Mapping[Any, Any]) -> celtypes.MapType:
+    m = celtypes.MapType()
     dict.update(m, items)  # MapType() copies item by item in Python
     return m
 
@@ -195,7 +205,9 @@ def _grouped(values: Mapping[str, Any], driver: str) -> lib.DomainMap:
         if not sep:  # upstream: a name without a domain belongs to the driver
             domain, ident = driver, name
         domains.setdefault(domain, {})[ident] = _cel_value(name, v)
-    return _map({d: _map(m) for d, m in domains.items()}, lib.DomainMap)  # type: ignore[return-value]
+    grouped = lib.DomainMap()
+    dict.update(grouped, {d: _map(m) for d, m in domains.items()})
+    return grouped
 
 
 def device_value(device: SelectorDevice) -> celtypes.MapType:

@@ -225,11 +225,12 @@ def transpile(tree: Any) -> Callable[[Any], Any]:
     constants: dict[str, Any] = {}
     facade = SimpleNamespace(base_activation=Activation())
     _Phase1(facade, constants).visit(tree)
-    phase2 = Phase2Transpiler(facade)  # type: ignore[arg-type]
+    phase2 = Phase2Transpiler(facade)  # type: ignore[arg-type]  # a stand-in Transpiler: Phase 2 reads only facade.base_activation
     phase2.visit(tree)
     source = "\n".join(
         [*phase2._statements, f"def _cel(activation):\n    return {tree.transpiled}"]  # failures: caught by the caller
     )
     namespace = {**_BASE_GLOBALS, **constants, "_result": _result}
     exec(compile(source, "<cel>", "exec"), namespace)
-    return namespace["_cel"]
+    run: Callable[[Any], Any] = namespace["_cel"]
+    return run

@@ -3,21 +3,25 @@ libraries both define: one CEL function name, dispatched on the receiver's type.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from celpy import celtypes
 
 from allocator.cel.lib.values import FALSE, TRUE, kind, mk_int, no_overload
+from allocator.semver import PrecedenceKey
 
 
 def _cmp_values(fn: str, a: Any, b: Any) -> int:
     ka, kb = kind(a), kind(b)
     if ka == "Quantity" and kb == "Quantity":
-        x, y = a.key, b.key
-        return (x > y) - (x < y)
+        qx: int | Fraction = a.key
+        qy: int | Fraction = b.key
+        return (qx > qy) - (qx < qy)
     if ka == "Semver" and kb == "Semver":
-        x, y = a.key, b.key
-        return (x > y) - (x < y)
+        vx: PrecedenceKey = a.key
+        vy: PrecedenceKey = b.key
+        return (vx > vy) - (vx < vy)
     raise no_overload(fn, a, b)
 
 

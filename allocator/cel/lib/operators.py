@@ -58,7 +58,8 @@ def cel_equal(a: Any, b: Any) -> bool:
     ka, kb = kind(a), kind(b)
     if ka != kb:
         if ka in NUMERIC_KINDS and kb in NUMERIC_KINDS:
-            return _plain(a, ka) == _plain(b, kb)
+            equal: bool = _plain(a, ka) == _plain(b, kb)
+            return equal
         return False
     if ka == "list":
         if len(a) != len(b):
@@ -135,7 +136,7 @@ def op_ne(a: Any, b: Any) -> celtypes.BoolType:
 
 
 # Same-type comparisons through the builtin methods (celpy's IntType compares in Python).
-_BASES: dict[type, type] = {
+_BASES: dict[type, Any] = {
     celtypes.IntType: int, celtypes.UintType: int, celtypes.BoolType: int, bool: int,
     celtypes.DoubleType: float, float: float, celtypes.StringType: str, str: str,
 }  # fmt: skip
@@ -179,7 +180,8 @@ def op_ge(a: Any, b: Any) -> celtypes.BoolType:
 
 def compare(fn: str, a: Any, b: Any) -> int:
     x, y = _order_operands(fn, a, b)
-    return (x > y) - (x < y)
+    order: int = (x > y) - (x < y)
+    return order
 
 
 def op_in(item: Any, container: Any) -> celtypes.BoolType:
@@ -374,12 +376,12 @@ def op_div(a: Any, b: Any) -> Any:
             q = -q if (x < 0) != (y < 0) else q
             return mk_int(q) if ka == "int" else mk_uint(q)
         if ka == "double":
-            x, y = float(a), float(b)
-            if y == 0.0:
-                if x == 0.0 or math.isnan(x):
+            fx, fy = float(a), float(b)
+            if fy == 0.0:
+                if fx == 0.0 or math.isnan(fx):
                     return mk_double(math.nan)
-                return mk_double(math.copysign(math.inf, x) * math.copysign(1.0, y))
-            return mk_double(x / y)
+                return mk_double(math.copysign(math.inf, fx) * math.copysign(1.0, fy))
+            return mk_double(fx / fy)
     raise no_overload("_/_", a, b)
 
 

@@ -52,7 +52,8 @@ def _q(fn: str, *args: Any) -> None:
 def _q_operand(fn: str, a: Any, b: Any) -> Fraction:
     kb = kind(b)
     if kb == "Quantity":
-        return b.q.value
+        value: Fraction = b.q.value
+        return value
     if kb == "int":
         return Fraction(int(b))
     raise no_overload(fn, a, b)

@@ -61,4 +61,4 @@ def s_find_all(s: Any, pattern: Any, limit: Any = None) -> celtypes.ListType:
         out.append(str(m.group(0)))
         if 0 < n <= len(out):
             break
-    return celtypes.ListType(out)
+    return celtypes.ListType(out)  # type: ignore[arg-type]  # CEL strings are plain str here (values.py)

@@ -69,7 +69,7 @@ def s_split(s: Any, sep: Any, n: Any = None) -> celtypes.ListType:
         parts = chars if limit < 0 or limit >= len(chars) else [*chars[: limit - 1], "".join(chars[limit - 1 :])]
     else:
         parts = text.split(separator) if limit < 0 else text.split(separator, limit - 1)
-    return celtypes.ListType([str(p) for p in parts])
+    return celtypes.ListType([str(p) for p in parts])  # type: ignore[misc]  # CEL strings are plain str here (values.py)
 
 
 def l_join(items: Any, sep: Any = None) -> str:

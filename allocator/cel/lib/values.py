@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
@@ -216,14 +216,16 @@ def need_int(fn: str, *args: Any) -> None:
 
 # ---------------------------------------------------------------- literal memo
 
-_PARSED: dict[tuple[str, str], Any] = {}
+T = TypeVar("T")
+
+_PARSED: dict[tuple[str, str], Any] = {}  # (tag, text) -> parsed value or ValueError
 _PARSED_MAX = 4096
 
 
-def parse_once(tag: str, text: str, parse: Callable[[str], Any]) -> Any:
+def parse_once(tag: str, text: str, parse: Callable[[str], T]) -> T:
     """Selectors mostly parse literals (`quantity("10Gi")`): parse each text once."""
     key = (tag, text)
-    hit = _PARSED.get(key)
+    hit: T | ValueError | None = _PARSED.get(key)
     if hit is None:
         try:
             hit = parse(text)
