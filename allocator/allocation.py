@@ -16,7 +16,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
 from allocator.device_view import DeviceView, SliceView
 from allocator.node_selection import node_name_selector, node_selector_matches
@@ -28,11 +28,13 @@ from allocator.types import (
     AllocationResult,
     DeviceClass,
     DeviceID,
+    DeviceRequest,
     DeviceRequestAllocationResult,
     DeviceToleration,
     ExactRequest,
     Node,
     NodeSelector,
+    NodeSelectorRequirement,
     NodeSelectorTerm,
     ResourceClaim,
 )
@@ -58,12 +60,29 @@ DEFAULT_SEARCH_BUDGET = 200_000
 SELECTOR_MEMO_PER_SLICE = 64  # distinct (class, request) selector sets remembered per slice view
 
 
-class SelectorEngine(Protocol):
-    """The CEL interface the allocator needs (allocator.cel.CelEnvironment)."""
+class Selector(Protocol):
+    """A compiled selector; the allocator reads only its expression (its memo's key)."""
 
-    def compile(self, expression: str) -> object: ...
+    @property
+    def expression(self) -> str: ...
 
-    def evaluate(self, selector: object, device: DeviceView) -> bool: ...
+
+SelectorT = TypeVar("SelectorT", bound=Selector)
+
+
+class SelectorEngine(Protocol[SelectorT]):
+    """The CEL interface the allocator needs (allocator.cel.CelEnvironment).
+
+    Generic in the engine's selector type: an engine evaluates the selectors it compiled.
+    """
+
+    def compile(self, expression: str) -> SelectorT: ...
+
+    def evaluate(self, selector: SelectorT, device: DeviceView) -> bool: ...
+
+
+# (class selector expressions, request selector expressions) -> (in class, matches the request) per device
+_SelectorMemo = dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[bool, bool], ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,14 +212,14 @@ def _fewest_results(claim: ResourceClaim) -> int:
     return total
 
 
-class Allocator:
+class Allocator(Generic[SelectorT]):
     """Stateless apart from the selector engine, whose caches make repeated calls cheap."""
 
-    def __init__(self, selectors: SelectorEngine, *, search_budget: int = DEFAULT_SEARCH_BUDGET) -> None:
+    def __init__(self, selectors: SelectorEngine[SelectorT], *, search_budget: int = DEFAULT_SEARCH_BUDGET) -> None:
         self._cel = selectors
         self._budget = search_budget
         # slice view -> selector set -> (in class, matches) per device
-        self._selector_memo: weakref.WeakKeyDictionary[SliceView, dict[object, object]] = weakref.WeakKeyDictionary()
+        self._selector_memo: weakref.WeakKeyDictionary[SliceView, _SelectorMemo] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ entry point
 
@@ -303,7 +322,7 @@ class Allocator:
     # ------------------------------------------------------------------ per-request candidates
 
     def _selector_flags(
-        self, s: SliceView, class_selectors: Sequence[Any], request_selectors: Sequence[Any]
+        self, s: SliceView, class_selectors: Sequence[SelectorT], request_selectors: Sequence[SelectorT]
     ) -> tuple[tuple[bool, bool], ...] | None:
         """(in class, matches the request) per device of `s`; None if a selector fails on one of them."""
         # A filter asks the same question of every node's slices for each pod with the same
@@ -314,7 +333,7 @@ class Allocator:
             memo = self._selector_memo[s] = {}
         cached = memo.get(key)
         if cached is not None:
-            return cached  # type: ignore[return-value]
+            return cached
         flags = []
         evaluate = self._cel.evaluate
         try:
@@ -333,7 +352,7 @@ class Allocator:
         self,
         ci: int,
         claim: ResourceClaim,
-        request,
+        request: DeviceRequest,
         node: Node,
         pools: list[_Pool],
         classes: Mapping[str, DeviceClass],
@@ -632,8 +651,8 @@ class _Search:
 
 def _node_selector_for(devices: Sequence[DeviceView]) -> NodeSelector | None:
     """Upstream createNodeSelector: node-local wins; selectors merge into one term."""
-    expressions = []
-    fields_ = []
+    expressions: list[NodeSelectorRequirement] = []
+    fields_: list[NodeSelectorRequirement] = []
     for d in devices:
         if d.node_name is not None:
             return node_name_selector(d.node_name)

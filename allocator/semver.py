@@ -17,6 +17,9 @@ _SEMVER_RE = re.compile(
 )
 
 
+# (major, minor, patch, 1 for a release else 0, pre-release identifiers as (kind, number, text))
+PrecedenceKey = tuple[int, int, int, int, tuple[tuple[int, int, str], ...]]
+
 MAX_SEMVER_LENGTH = 256  # upstream allows 64 characters in a version attribute
 
 
@@ -40,12 +43,12 @@ class Semver:
             + (f"+{self.build}" if self.build else "")
         )
 
-    def _key(self) -> tuple:
+    def _key(self) -> PrecedenceKey:
         # A release (no pre-release) sorts after every pre-release of it.
-        pre: tuple = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in self.prerelease)
+        pre = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in self.prerelease)
         return (self.major, self.minor, self.patch, 0 if self.prerelease else 1, pre)
 
-    def precedence_key(self) -> tuple:
+    def precedence_key(self) -> PrecedenceKey:
         """A key that orders versions by semver precedence (equal keys: equal precedence)."""
         return self._key()
 

@@ -26,8 +26,9 @@ from typing import Any
 
 from celpy.evaluation import Activation
 
-from allocator import cel as celmod
-from allocator.cel import CelEnvironment, device_value
+from allocator.cel import CelEnvironment
+from allocator.cel.engine import device_value
+from allocator.cel.interpret import INTERP_FUNCTIONS
 from allocator.quantity import Quantity, parse_quantity
 from allocator.semver import Semver, parse_semver
 
@@ -122,7 +123,7 @@ def run(n: int) -> dict[str, Any]:
     # Activation build: the `device` value every selector reads, built once per device version.
     build_s, values = _best(3, lambda: [device_value(d) for d in devices])
     print(f"activation build: {_per(build_s, n)} us/device", flush=True)
-    celpy_build_s, _ = _best(1, lambda: [Activation(functions=celmod._INTERP_FUNCTIONS, vars={"device": v}) for v in values])
+    celpy_build_s, _ = _best(1, lambda: [Activation(functions=INTERP_FUNCTIONS, vars={"device": v}) for v in values])
     print(f"  + celpy Activation for the interpreter: {_per(celpy_build_s, n)} us/device", flush=True)
 
     # Cold start through the public API: the first selector on unseen devices pays the activations.
@@ -147,7 +148,7 @@ def run(n: int) -> dict[str, Any]:
                 run_s, _ = _best(repeats, lambda: [sel.run(a.act) for a in acts])  # noqa: B023
             else:
                 for a in acts:
-                    a.interp = Activation(functions=celmod._INTERP_FUNCTIONS, vars={"device": a.act.device})
+                    a.interp = Activation(functions=INTERP_FUNCTIONS, vars={"device": a.act.device})
                 run_s, _ = _best(repeats, lambda: [sel.run(a.interp) for a in acts])  # noqa: B023
 
             # Not cached yet for this selector; activations are.

@@ -1073,7 +1073,7 @@ def rule_cost_in_process(nodes: int, devices: int, events: int) -> dict[str, Any
     """A rule over one pool (8 devices) added and deleted on a `nodes` x `devices` ClusterState, and the next /filter's verdicts."""
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
-    from allocator.types import parse_pod
+    from allocator.parse import parse_pod
     from extender.outcomes import OutcomeCache
     from tracker import events as ev
     from tracker.state import ClusterState

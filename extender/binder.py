@@ -22,16 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.types import (
-    DELETE_PROTECTION_FINALIZER,
-    AllocationResult,
-    DeviceID,
-    Node,
-    Pod,
-    ResourceClaim,
-    ValidationError,
-    parse_pod,
-)
+from allocator.parse import ValidationError, parse_pod
+from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Node, Pod, ResourceClaim
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
 from extender.wire import BindingArgs

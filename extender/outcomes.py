@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from allocator.allocation import Allocator, Failure, Outcome
-from allocator.cel_library import DeadlineExceeded
+from allocator.cel.lib.budget import DeadlineExceeded
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
 from tracker.state import ClusterState
 

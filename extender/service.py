@@ -19,17 +19,11 @@ from typing import Any
 import orjson
 
 from allocator.allocation import Allocator, Outcome
-from allocator.cel_library import DeadlineExceeded as CelDeadlineExceeded
-from allocator.cel_library import set_deadline as set_cel_deadline
+from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
+from allocator.cel.lib.budget import set_deadline as set_cel_deadline
+from allocator.parse import ValidationError, parse_node, parse_pod
 from allocator.tolerations import blocks_allocation
-from allocator.types import (
-    Node,
-    Pod,
-    ResourceClaim,
-    ValidationError,
-    parse_node,
-    parse_pod,
-)
+from allocator.types import Node, Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.metrics import Metrics
 from extender.outcomes import OutcomeCache

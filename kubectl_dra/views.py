@@ -15,14 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.types import (
-    EFFECT_NONE,
-    DeviceID,
-    DeviceTaint,
-    Node,
-    ValidationError,
-    parse_pod,
-)
+from allocator.parse import ValidationError, parse_pod
+from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint, Node
 from extender.eviction.clock import parse_time
 from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from extender.eviction.rule_status import RuleCounts, condition

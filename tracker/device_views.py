@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from allocator.device_view import DeviceView, SliceView
+from allocator.parse import parse_device_class, parse_device_taint_rule, parse_resource_slice, parse_resource_slice_patch
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
     DeviceClass,
@@ -23,10 +24,6 @@ from allocator.types import (
     DeviceTaintRule,
     ResourceSlice,
     ResourceSlicePatch,
-    parse_device_class,
-    parse_device_taint_rule,
-    parse_resource_slice,
-    parse_resource_slice_patch,
 )
 from tracker import events as ev
 from tracker.patched_view import SelectorContext, effective_view
@@ -65,7 +62,7 @@ class DeviceViews(ObjectStore):
 
     def __init__(
         self,
-        cel: SelectorEngine,
+        cel: SelectorEngine[Any],
         *,
         required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
         on_problem: Callable[[Problem], None] | None = None,

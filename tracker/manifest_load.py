@@ -20,7 +20,7 @@ from typing import Any, Final
 import orjson
 import yaml
 
-from allocator.types import (
+from allocator.parse import (
     ValidationError,
     parse_device_class,
     parse_device_taint_rule,

@@ -1,6 +1,6 @@
 """The API server's structural checks that the allocator's parsers leave out.
 
-The parse functions in `allocator/types.py` check shapes and types; the API
+The parse functions in `allocator/parse.py` check shapes and types; the API
 server also checks names and formats, and our CRDs
 (`charts/dra-extender/crds/`) add schema and CEL rules. In `--source` mode
 nothing else enforces them, so the manifest loader calls these, and an
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from allocator.types import ValidationError
+from allocator.parse import ValidationError
 
 # apimachinery/pkg/util/validation.
 DNS1123_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

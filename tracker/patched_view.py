@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from allocator.device_view import DeviceView
 from allocator.quantity import Quantity
@@ -40,7 +40,7 @@ ProblemReporter = Callable[[str, str, str, str], None]
 class SelectorContext:
     """What selector evaluation needs: the CEL engine and the classes."""
 
-    cel: SelectorEngine  # allocator.cel.CelEnvironment
+    cel: SelectorEngine[Any]  # allocator.cel.CelEnvironment
     classes: Mapping[str, DeviceClass]
     report: ProblemReporter
 

@@ -20,7 +20,7 @@ The facade over three pieces, along upstream's seams:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracker.device_views import DeviceViews
 from tracker.resources import REQUIRED_KINDS
@@ -37,7 +37,7 @@ class ClusterState(DeviceViews):
 
     def __init__(
         self,
-        cel: SelectorEngine,
+        cel: SelectorEngine[Any],
         *,
         required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
         on_problem: Callable[[Problem], None] | None = None,

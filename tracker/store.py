@@ -19,17 +19,13 @@ from typing import Any, ClassVar
 
 import orjson
 
+from allocator.parse import ValidationError, parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
 from allocator.types import (
     DeviceID,
     Node,
     Pod,
     ResourceClaim,
     ResourceClaimTemplate,
-    ValidationError,
-    parse_node,
-    parse_pod,
-    parse_resource_claim,
-    parse_resource_claim_template,
 )
 from tracker import events as ev
 from tracker.ledger import AllocationLedger

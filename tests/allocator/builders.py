@@ -10,16 +10,8 @@ import itertools
 from typing import Any
 
 from allocator.device_view import DeviceView, SliceView
-from allocator.types import (
-    DeviceClass,
-    DeviceID,
-    DeviceTaint,
-    ResourceClaim,
-    ResourceSlice,
-    parse_device_class,
-    parse_resource_claim,
-    parse_resource_slice,
-)
+from allocator.parse import parse_device_class, parse_resource_claim, parse_resource_slice
+from allocator.types import DeviceClass, DeviceID, DeviceTaint, ResourceClaim, ResourceSlice
 
 DRIVER = "gpu.example.com"
 _versions = itertools.count()  # every built view is a new device version for the CEL caches

@@ -9,7 +9,8 @@ import pytest
 from allocator import allocation as A  # noqa: N812 - A.REASON_* reads as the module's table of reasons
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
-from allocator.types import DeviceClass, DeviceID, Node, ResourceClaim, parse_device_taint_rule
+from allocator.parse import parse_device_taint_rule
+from allocator.types import DeviceClass, DeviceID, Node, ResourceClaim
 from tests.allocator.builders import (
     DRIVER,
     claim,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from allocator.types import parse_pod
+from allocator.parse import parse_pod
 from extender.cli import build_parser
 from extender.metrics import Metrics
 from tests.chart.render import CHART, NAMESPACE, crds, helm, objects, one, render

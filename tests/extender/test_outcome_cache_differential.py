@@ -16,7 +16,7 @@ import pytest
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
-from allocator.types import parse_pod
+from allocator.parse import parse_pod
 from extender.metrics import Metrics
 from extender.service import Service
 from extender.wire import parse_extender_args

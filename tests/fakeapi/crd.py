@@ -2,7 +2,7 @@
 
 A CRD is checked when it is written (names, versions, a structural schema,
 every `x-kubernetes-validations` rule compiling, and each rule's *estimated*
-cost within the API server's budget, `allocator.cel_cost`); once stored it
+cost within the API server's budget, `allocator.cel.cost`); once stored it
 serves its kind, and every write of a custom resource is validated against
 the schema: null values of non-nullable fields and unknown fields are pruned,
 then OpenAPI (type, required, enum, pattern, min/max length, items,
@@ -23,16 +23,17 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from allocator import cel_library as lib
-from allocator.cel import _INTERP_FUNCTIONS, _interpreter, _parse  # the engine's own parser and runner
-from allocator.cel_check import DYN, Checker, CheckError
-from allocator.cel_cost import (
+from allocator.cel import lib
+from allocator.cel.check import DYN, Checker, CheckError
+from allocator.cel.cost import (
     STATIC_ESTIMATED_COST_LIMIT,
     STATIC_ESTIMATED_CRD_COST_LIMIT,
     cost_error_message,
     escape_property,
     schema_rule_costs,
 )
+from allocator.cel.engine import parse  # the engine's own parser
+from allocator.cel.interpret import INTERP_FUNCTIONS, interpreter  # and runner
 from tests.fakeapi.registry import STATUS, ResourceType
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -105,7 +106,7 @@ class CompiledRule:
 def compile_rule(rule: str) -> CompiledRule:
     """Parse and check a rule with the project's CEL engine; raises ValueError with the reason."""
     try:
-        tree = _parse(rule)
+        tree = parse(rule)
     except Exception as e:
         raise ValueError(f"compilation failed: {e}") from None
     try:
@@ -114,7 +115,7 @@ def compile_rule(rule: str) -> CompiledRule:
         raise ValueError(f"compilation failed: {e}") from None
     if t not in (DYN, "bool"):
         raise ValueError("cel expression must evaluate to a bool")
-    return CompiledRule(rule, "", "oldSelf" in rule, _interpreter(tree))
+    return CompiledRule(rule, "", "oldSelf" in rule, interpreter(tree))
 
 
 def _cel_value(schema: dict[str, Any] | None, value: Any) -> Any:
@@ -144,7 +145,7 @@ def _evaluate(rule: CompiledRule, schema: dict[str, Any], value: Any, old: Any) 
         variables["oldSelf"] = celpy.json_to_cel(_cel_value(schema, old))
     lib.reset_budget()
     try:
-        result = rule.run(celpy.Activation(functions=_INTERP_FUNCTIONS, vars=variables))
+        result = rule.run(celpy.Activation(functions=INTERP_FUNCTIONS, vars=variables))
     except lib.CostLimitExceeded as e:
         return str(e)
     if isinstance(result, celtypes.BoolType) or result is True or result is False:
@@ -431,7 +432,7 @@ def crd_errors(crd: dict[str, Any]) -> list[FieldError]:
         _structural_errors(schema, base, errors)
         if len(errors) > before:
             continue
-        for rc in schema_rule_costs(schema, _parse):
+        for rc in schema_rule_costs(schema, parse):
             where = f"{base}.{rc.path}"
             if rc.cost > STATIC_ESTIMATED_COST_LIMIT:
                 errors.append(

@@ -17,8 +17,7 @@ import aiohttp
 import pytest
 import yaml
 
-from allocator.cel import _parse
-from allocator.cel_cost import (
+from allocator.cel.cost import (
     MAX_REQUEST_SIZE_BYTES,
     STATIC_ESTIMATED_COST_LIMIT,
     STATIC_ESTIMATED_CRD_COST_LIMIT,
@@ -27,6 +26,7 @@ from allocator.cel_cost import (
     schema_decl_type,
     schema_rule_costs,
 )
+from allocator.cel.engine import parse
 from tests.fakeapi import FakeApiServer
 from tests.fakeapi.crd import crd_errors
 from tests.fakeapi.server import SHIPPED_CRDS
@@ -71,7 +71,7 @@ def test_estimate_reproduces_what_a_real_server_refused() -> None:
 def _rules() -> list[tuple[str, Any]]:
     out = []
     for name, crd in shipped().items():
-        for rc in schema_rule_costs(schema_of(crd), _parse):
+        for rc in schema_rule_costs(schema_of(crd), parse):
             out.append(pytest.param(rc, id=f"{name}:{rc.path}"))
     return out
 
@@ -85,7 +85,7 @@ def test_every_shipped_rule_is_within_the_budget(rc: Any) -> None:
 
 @pytest.mark.parametrize("name", sorted(shipped()))
 def test_every_shipped_crd_is_within_the_total_budget(name: str) -> None:
-    total = sum(rc.cost for rc in schema_rule_costs(schema_of(shipped()[name]), _parse))
+    total = sum(rc.cost for rc in schema_rule_costs(schema_of(shipped()[name]), parse))
     assert total <= STATIC_ESTIMATED_CRD_COST_LIMIT, cost_error_message(
         "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema", total, STATIC_ESTIMATED_CRD_COST_LIMIT
     )
@@ -126,7 +126,7 @@ COSTS = [
 def test_rule_costs_follow_cel_go(schema: dict[str, Any], rule: str, cost: int) -> None:
     decl = schema_decl_type(schema)
     assert decl is not None
-    assert estimate_rule_cost(_parse(rule), decl) == cost
+    assert estimate_rule_cost(parse(rule), decl) == cost
 
 
 def test_unbounded_cardinality_comes_from_the_request_size() -> None:
@@ -145,11 +145,11 @@ def test_unbounded_cardinality_comes_from_the_request_size() -> None:
             }
         },
     }
-    (rc,) = schema_rule_costs(schema, _parse)
+    (rc,) = schema_rule_costs(schema, parse)
     assert (rc.raw_cost, rc.bounded) == (3, False)
     assert rc.cardinality == MAX_REQUEST_SIZE_BYTES // (2 + len("n") + 1 + 4 + 1)  # {"n":0} plus a comma
     schema["properties"]["xs"]["maxItems"] = 7
-    (rc,) = schema_rule_costs(schema, _parse)
+    (rc,) = schema_rule_costs(schema, parse)
     assert (rc.cardinality, rc.cost, rc.bounded) == (7, 21, True)
 
 

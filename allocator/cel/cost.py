@@ -1,6 +1,6 @@
 """The API server's *estimated* cost of a CRD validation rule, sized from the schema.
 
-`cel_check.estimate_cost` bounds device selectors with a flat unit per
+`allocator.cel.check.estimate_cost` bounds device selectors with a flat unit per
 operation. A CRD's `x-kubernetes-validations` rules are judged differently:
 the API server runs cel-go's cost estimator with the sizes the OpenAPI schema
 allows (`maxLength`, `maxItems`, `maxProperties`, or what fits in a 3 MiB
@@ -30,7 +30,7 @@ from typing import Any, Final
 import lark
 from celpy.evaluation import celstr
 
-from allocator.cel_check import unwrap
+from allocator.cel.check import unwrap
 
 U64_MAX: Final = 2**64 - 1
 
@@ -132,7 +132,7 @@ class DeclType:
 
 def _string_max(schema: dict[str, Any]) -> int:
     """estimateMaxStringLengthPerRequest: format-bounded, else the request size minus the quotes."""
-    fmt = schema.get("format")
+    fmt = schema.get("format", "")
     if schema.get("x-kubernetes-int-or-string"):
         return MAX_REQUEST_SIZE_BYTES - 2
     return {"duration": MAX_DURATION_SIZE_JSON, "date": JSON_DATE_SIZE, "date-time": MAX_DATETIME_SIZE_JSON}.get(
@@ -312,7 +312,7 @@ class RuleCostEstimator:
 
     # ------------------------------------------------------------ entry point
 
-    def estimate(self, tree: lark.Tree) -> int:
+    def estimate(self, tree: lark.Tree[lark.Token]) -> int:
         return self.visit(tree).cost
 
     def visit(self, node: Any) -> Est:
@@ -320,7 +320,8 @@ class RuleCostEstimator:
         method = getattr(self, "c_" + node.data, None)
         if method is None:
             raise ValueError(f"cannot estimate the cost of {node.data}")
-        return method(node)
+        est: Est = method(node)
+        return est
 
     def _lookup(self, name: str) -> _Var | None:
         for scope in reversed(self.scopes):
@@ -564,7 +565,7 @@ class RuleCostEstimator:
         return Est(_add(base, _add(1, arg_cost)), t)
 
 
-def estimate_rule_cost(tree: lark.Tree, self_type: DeclType) -> int:
+def estimate_rule_cost(tree: lark.Tree[lark.Token], self_type: DeclType) -> int:
     """The rule's estimated cost (cel-go `EstimateCost(...).Max`) with `self` of the given declared type."""
     return RuleCostEstimator(self_type).estimate(tree)
 

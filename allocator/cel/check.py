@@ -20,7 +20,9 @@ from typing import Any
 import lark
 from celpy.evaluation import celbytes, celstr
 
-from allocator.cel_library import COST_LIMIT, INT64_MAX, INT64_MIN, TYPE_NAMES, UINT64_MAX, compile_regex
+from allocator.cel.lib.budget import COST_LIMIT
+from allocator.cel.lib.regex import compile_regex
+from allocator.cel.lib.values import FALSE, INT64_MAX, INT64_MIN, TRUE, TYPE_NAMES, UINT64_MAX, mk_double, mk_int, mk_uint
 
 DYN = "dyn"
 DEVICE = "#device"
@@ -114,7 +116,8 @@ def estimate_cost(node: Any) -> int:
             size = len(inner.children[0].children) if inner.children else 0
         else:
             size = ASSUMED_RANGE_SIZE
-        return estimate_cost(target) + size * macro[2]
+        step_cost: int = macro[2]
+        return estimate_cost(target) + size * step_cost
     children = [c for c in node.children if isinstance(c, lark.Tree)]
     own = 0 if len(children) == 1 and len(node.children) == 1 else 1  # wrappers are free
     return own + sum(estimate_cost(c) for c in children)
@@ -158,6 +161,24 @@ def literal_int(text: str) -> int:
     return -v if neg else v
 
 
+def literal_value(tok: lark.Token) -> Any:
+    """A literal token's CEL value (checked by `Checker`, so it decodes)."""
+    kind, text = tok.type, str(tok)
+    if kind == "INT_LIT":
+        return mk_int(literal_int(text))
+    if kind == "UINT_LIT":
+        return mk_uint(literal_int(text[:-1]))
+    if kind == "FLOAT_LIT":
+        return mk_double(float(text))
+    if kind in ("STRING_LIT", "MLSTRING_LIT"):
+        return str(celstr(tok))
+    if kind == "BYTES_LIT":
+        return celbytes(tok)
+    if kind == "BOOL_LIT":
+        return TRUE if text == "true" else FALSE
+    return None  # NULL_LIT
+
+
 def unwrap(node: Any) -> Any:
     """The innermost node of a chain of single-child expression wrappers."""
     while isinstance(node, lark.Tree) and node.data in _CHAIN and len(node.children) == 1:
@@ -165,7 +186,7 @@ def unwrap(node: Any) -> Any:
     return node
 
 
-def depth(tree: lark.Tree) -> int:
+def depth(tree: lark.Tree[lark.Token]) -> int:
     """Tree depth, computed without recursion (a deep tree must not crash the checker)."""
     best = 0
     stack: list[tuple[Any, int]] = [(tree, 1)]
@@ -184,7 +205,7 @@ class Checker:
     def __init__(self) -> None:
         self.scopes: list[dict[str, str]] = []
 
-    def check(self, tree: lark.Tree) -> str:
+    def check(self, tree: lark.Tree[lark.Token]) -> str:
         t = self.visit(tree)
         if t not in (DYN, "bool"):
             raise CheckError(f"must evaluate to bool or the unknown type, not {_shown(t)}")
@@ -211,7 +232,8 @@ class Checker:
         method = getattr(self, "t_" + node.data, None)
         if method is None:
             raise CheckError(f"unsupported syntax: {node.data}")
-        return method(node)
+        t: str = method(node)
+        return t
 
     def _call(self, name: str, recv: str | None, args: list[str], node: Any) -> str:
         sigs = SIGNATURES.get(name)
@@ -235,9 +257,10 @@ class Checker:
         if pos is None or not exprs:
             return
         lit = unwrap(exprs[pos])
-        if isinstance(lit, lark.Tree) and lit.data == "literal" and lit.children[0].type in ("STRING_LIT", "MLSTRING_LIT"):
+        tok = lit.children[0] if isinstance(lit, lark.Tree) and lit.data == "literal" else None
+        if isinstance(tok, lark.Token) and tok.type in ("STRING_LIT", "MLSTRING_LIT"):
             try:
-                compile_regex(str(celstr(lit.children[0])))
+                compile_regex(str(celstr(tok)))
             except ValueError as e:
                 raise CheckError(str(e)) from None
 
