@@ -25,6 +25,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy allocator tracker extender kubectl_dra
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,bench]'

@@ -385,7 +385,12 @@ class Binder:
             status = raw.get("status") or {}
             reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != uid]
             allocation = status.get("allocation")
-            ours = bool(allocation) and _allocation_devices(allocation) == record.allocated and bool(record.allocated)
+            ours = (
+                isinstance(allocation, dict)
+                and bool(allocation)
+                and _allocation_devices(allocation) == record.allocated
+                and bool(record.allocated)
+            )
             deallocate = ours and not reserved
             try:
                 if len(reserved) != len(status.get("reservedFor") or []) or deallocate:

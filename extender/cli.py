@@ -10,8 +10,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("dra_extender")
 
@@ -264,10 +265,16 @@ async def serve(args: argparse.Namespace) -> int:
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     source_status = getattr(source, "sync_status", None)
-    common = {"limits": limits, "source_status": source_status}
-    apps = [(create_app(service, bridge, debug=not args.no_debug, filter_budget=args.filter_timeout, **common), *listen)]
+    apps = [
+        (
+            create_app(
+                service, bridge, debug=not args.no_debug, filter_budget=args.filter_timeout, limits=limits, source_status=source_status
+            ),
+            *listen,
+        )
+    ]
     if probe is not None:
-        apps.append((create_app(service, bridge, probes_only=True, **common), *probe))
+        apps.append((create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status), *probe))
     http = HttpThread(apps, limits)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -324,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import uvloop
 
-        runner = uvloop.run
+        runner: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     try:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -113,7 +113,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     connection was made or the request began.
     """
 
-    header_timeout: float = Limits.header_timeout
+    headers_within: ClassVar[float] = Limits().header_timeout  # seconds; set per server by HttpThread (a subclass per limit)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -121,7 +121,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm_header_timer(self) -> None:
         if self._header_timer is None:
-            self._header_timer = self.loop.call_later(self.header_timeout, self._headers_too_slow)
+            self._header_timer = self.loop.call_later(self.headers_within, self._headers_too_slow)
 
     def _disarm_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -152,7 +152,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 def _protocol_class(header_timeout: float) -> type[GuardedHttpToolsProtocol]:
-    return type("GuardedHttpTools", (GuardedHttpToolsProtocol,), {"header_timeout": header_timeout})
+    return type("GuardedHttpTools", (GuardedHttpToolsProtocol,), {"headers_within": header_timeout})
 
 
 class _Server(uvicorn.Server):
@@ -193,7 +193,7 @@ class HttpThread:
         try:
             import uvloop
 
-            loop = uvloop.new_event_loop()
+            loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:  # pragma: no cover
             loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)

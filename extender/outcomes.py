@@ -133,7 +133,7 @@ class OutcomeCache:
                     raise DeadlineExceeded()
                 outcome = self.allocator.allocate(node, claims, state.slices_for_node(name), state.classes, state.is_taken, state.device)
             except DeadlineExceeded as e:
-                e.nodes_done = len(out)  # type: ignore[attr-defined] - read by the caller's message
+                e.nodes_done = len(out)
                 raise
             self.on_computed(outcome)
             if entry is None:

@@ -334,7 +334,7 @@ class Service:
         return passed, failed
 
     def _out_of_budget(self, e: CelDeadlineExceeded, claims: list[ResourceClaim], names: list[str], budget: float | None) -> BudgetExceeded:
-        done = getattr(e, "nodes_done", 0)
+        done = e.nodes_done
         step = f"evaluating CEL expression {_short(e.expression)!r}" if e.expression else "allocating devices"
         return BudgetExceeded(
             f"claim {', '.join(_claims_with(claims, e.expression))}: /filter ran out of its time budget of "
@@ -408,7 +408,8 @@ class Service:
             return None
         _tolerations, malformed = pod_tolerations(raw_pod)
         if malformed is not None:
-            meta = raw_pod.get("metadata") if isinstance(raw_pod.get("metadata"), dict) else {}
+            found = raw_pod.get("metadata")
+            meta: dict[str, Any] = found if isinstance(found, dict) else {}
             name = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
             self.state.report(
                 Problem(

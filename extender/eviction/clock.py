@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -69,7 +69,8 @@ class FakeClock:
         self._waiters.append(entry)
         woken = asyncio.ensure_future(wake.wait())
         try:
-            await asyncio.wait([fut, woken], return_when=asyncio.FIRST_COMPLETED)
+            either: list[asyncio.Future[Any]] = [fut, woken]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             woken.cancel()
             self._waiters.remove(entry)

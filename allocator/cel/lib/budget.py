@@ -43,6 +43,7 @@ class DeadlineExceeded(BaseException):
     """
 
     expression: str = ""
+    nodes_done: int = 0  # set by whoever tells the caller how far it got (the /filter verdict loop)
 
 
 class _Budget(threading.local):
