@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -79,6 +79,9 @@ class SelectorEngine(Protocol[SelectorT]):
     def compile(self, expression: str) -> SelectorT: ...
 
     def evaluate(self, selector: SelectorT, device: DeviceView) -> bool: ...
+
+    def forget(self, cel_key: Hashable) -> None:
+        """Drop what is cached for a device version that is gone (the tracker calls it)."""
 
 
 # (class selector expressions, request selector expressions) -> (in class, matches the request) per device

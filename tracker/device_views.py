@@ -254,9 +254,7 @@ class DeviceViews(ObjectStore):
 
     def _forget_cel(self, old: ResourceSlice, devices: Iterable[str], versions: Mapping[str, tuple[object, object, int]]) -> None:
         """Drop the CEL cache entries (activations, results) of device versions that are gone."""
-        forget = getattr(self.cel, "forget", None)
-        if forget is None:
-            return
+        forget = self.cel.forget
         view = self.slice_views.get(old.meta.name)
         current = {d.id.device: d.cel_key for d in view.devices} if view is not None else {}
         for device in devices:
@@ -455,9 +453,7 @@ class DeviceViews(ObjectStore):
                 if nv is not new_devices[i]:
                     before = new_devices[i].cel_key
                     if before != nv.cel_key and isinstance(before, tuple) and before[:1] == ("patched",):
-                        forget = getattr(self.cel, "forget", None)
-                        if forget is not None:
-                            forget(before)  # a patched version replaced; the original's key stays in use
+                        self.cel.forget(before)  # a patched version replaced; the original's key stays in use
                     new_devices[i] = nv
                     self.devices[nv.id] = nv
                     changed = True

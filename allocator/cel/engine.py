@@ -428,3 +428,15 @@ class CelEnvironment:
         if isinstance(value, CELEvalError):
             return CelRuntimeError(selector.expression, lib.reason(value))
         return CelRuntimeError(selector.expression, f"expression must evaluate to bool, got {lib.kind(value)}")
+
+    # ------------------------------------------------------------ forget
+
+    def forget(self, cel_key: Hashable) -> None:
+        """Drop the cached activation and results of a device version that is gone."""
+        try:
+            with self._lock:
+                entry = self._devices.pop(cel_key, None)
+                if entry is not None:
+                    self._n_results -= len(entry.results)
+        except TypeError:  # an unhashable key was never cached
+            return

@@ -384,6 +384,21 @@ def test_result_is_cached_per_expression_and_device_version() -> None:
     assert env.stats["evaluations"] == 2
 
 
+def test_forget_drops_results_and_activation() -> None:
+    env = CelEnvironment()
+    dev = Dev()
+    sels = [env.compile('device.driver == "gpu.example.com"'), env.compile("true")]
+    for sel in sels:
+        env.evaluate(sel, dev)
+    assert env.stats["cached_results"] == 2 and env.stats["cached_devices"] == 1
+    env.forget(dev.cel_key)
+    assert env.stats["cached_results"] == 0 and env.stats["cached_devices"] == 0
+    env.evaluate(sels[0], dev)
+    assert env.stats["evaluations"] == 3
+    env.forget(("never", "seen"))
+    env.forget(["unhashable"])  # type: ignore[arg-type]
+
+
 def test_cached_error_is_reraised() -> None:
     env = CelEnvironment()
     sel = env.compile(f"{A}.nope == 1")
@@ -407,6 +422,8 @@ def test_result_cache_is_bounded_and_evicts_oldest() -> None:
     env.evaluate(sel, devs[0])  # evicted: evaluated again
     assert env.stats["evaluations"] == 6
     assert env.stats["cached_results"] == 3
+    env.forget(devs[0].cel_key)  # the index of results per device stays consistent
+    assert env.stats["cached_results"] == 2
 
 
 def test_device_cache_is_bounded() -> None:
@@ -665,6 +682,7 @@ def test_fuzz_random_devices_raise_only_cel_errors(driver: Any, attributes: dict
         for expression in _DEVICE_SELECTORS:
             with contextlib.suppress(CelRuntimeError):
                 assert env.evaluate(env.compile(expression), dev) in (True, False)
+        env.forget(dev.cel_key)
 
 
 def test_semver_values_are_semver() -> None:
