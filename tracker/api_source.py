@@ -235,12 +235,12 @@ class ApiSource(ApiWrites):
             while True:
                 unknown: list[str] = []
                 try:
-                    upstream = await discover_upstream_rules(self.request)
+                    upstream = await discover_upstream_rules(self)
                     served_by[ev.GROUP_RESOURCE] = [upstream] if upstream is not None else []
                     self.rule_resources = served_by[ev.GROUP_RESOURCE]
                 except DiscoveryUnknown as e:
                     unknown.append(str(e))
-                own = await served(self.request, ev.GROUP_EXTENDER, OWN_RULES.version)
+                own = await served(self, ev.GROUP_EXTENDER, OWN_RULES.version)
                 if own is None:
                     unknown.append(f"{ev.GROUP_EXTENDER}/{OWN_RULES.version}")
                 else:

@@ -52,6 +52,19 @@ def _same_shape(old: ResourceSlice, new: ResourceSlice) -> bool:
     )
 
 
+def _same_reach(old: ResourceSlice, new: ResourceSlice) -> bool:
+    """The slice-level fields a device view is made of are unchanged."""
+    return (
+        old.meta.name == new.meta.name
+        and old.driver == new.driver
+        and old.pool == new.pool
+        and old.node_name == new.node_name
+        and old.node_selector == new.node_selector
+        and old.all_nodes == new.all_nodes
+        and old.per_device_node_selection == new.per_device_node_selection
+    )
+
+
 def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
     """Every (driver, pool, device) wildcard bucket a device falls into."""
     return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
@@ -211,8 +224,8 @@ class DeviceViews(ObjectStore):
         self.slices[name] = new
         if old is not None and _same_shape(old, new):
             # Same devices in the same place (a taint, attribute or generation update): the
-            # indexes stand; only the views are computed again.
-            self._rebuild_slice_view(name)
+            # indexes stand; only the views of devices that changed are computed again.
+            self._rebuild_slice_view(name, old)
             return
         if old is not None:
             self._unindex_slice(old)
@@ -380,17 +393,27 @@ class DeviceViews(ObjectStore):
             self._patch_versions,
         )
 
-    def _rebuild_slice_view(self, name: str) -> None:
+    def _rebuild_slice_view(self, name: str, old: ResourceSlice | None = None) -> None:
+        """The slice's device views; with `old` (the slice's last version, same shape), a device
+        parsed to the very same object as before keeps its view: nothing it depends on changed
+        (rules, patches and classes recompute views themselves when they change)."""
         s = self.slices[name]
         ctx = self._selector_context()
+        before = self.slice_views.get(name) if old is not None and _same_reach(old, s) else None
+        kept = before.devices if before is not None and old is not None and len(before.devices) == len(s.devices) else None
         views = []
-        for i in range(len(s.devices)):
-            view = self._compute_device(s, i, ctx)
+        fresh = []
+        for i, device in enumerate(s.devices):
+            if kept is not None and old is not None and device is old.devices[i] and kept[i].id.device == device.name:
+                view = kept[i]
+            else:
+                view = self._compute_device(s, i, ctx)
+                fresh.append(view)
             if self._device_slice.get(view.id) == name:
                 self.devices[view.id] = view
             views.append(view)
         self._set_slice_view(s, tuple(views))
-        self._warm(views, self.classes.values())
+        self._warm(fresh, self.classes.values())
 
     def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
         """Evaluate class selectors when devices or classes change, not on the scheduler's clock.

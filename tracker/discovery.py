@@ -8,7 +8,6 @@ on a transient error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
 from typing import Any, Protocol
 
 import aiohttp
@@ -22,10 +21,10 @@ log = logging.getLogger("dra_extender.source")
 DISCOVERY_TIMEOUT_SECONDS = 10.0
 
 
-class Requester(Protocol):
-    """One request on the API server's authenticated session: (HTTP status, body)."""
+class Transport(Protocol):
+    """The API server's authenticated session, as discovery and the reflectors use it."""
 
-    def __call__(
+    async def request(
         self,
         method: str,
         path: str,
@@ -34,7 +33,7 @@ class Requester(Protocol):
         body: Any = None,
         content_type: str | None = None,
         timeout: float | None = 30.0,
-    ) -> Awaitable[tuple[int, bytes]]: ...
+    ) -> tuple[int, bytes]: ...
 
 
 class DiscoveryUnknown(Exception):
@@ -53,11 +52,11 @@ def parse_resource_list(body: bytes) -> set[str]:
         raise ValueError("not an APIResourceList") from e
 
 
-async def served(request: Requester, group: str, version: str) -> set[str] | None:
+async def served(transport: Transport, group: str, version: str) -> set[str] | None:
     """The resources served at group/version: empty when not served (404), None when unknown (an error)."""
     path = group_version_path(group, version)
     try:
-        status, body = await request("GET", path, timeout=DISCOVERY_TIMEOUT_SECONDS)
+        status, body = await transport.request("GET", path, timeout=DISCOVERY_TIMEOUT_SECONDS)
     except (TimeoutError, OSError, aiohttp.ClientError) as e:
         log.warning("discovery failed", extra={"path": path, "err": str(e) or type(e).__name__})
         return None
@@ -73,10 +72,10 @@ async def served(request: Requester, group: str, version: str) -> set[str] | Non
         return None
 
 
-async def discover_upstream_rules(request: Requester) -> Resource | None:
+async def discover_upstream_rules(transport: Transport) -> Resource | None:
     """resource.k8s.io DeviceTaintRule at the newest served version; None if none; DiscoveryUnknown on errors."""
     for version in UPSTREAM_RULE_VERSIONS:
-        names = await served(request, ev.GROUP_RESOURCE, version)
+        names = await served(transport, ev.GROUP_RESOURCE, version)
         if names is None:
             raise DiscoveryUnknown(f"{ev.GROUP_RESOURCE}/{version}")  # a newer version may be served: don't guess
         if UPSTREAM_RULES_PLURAL in names:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import orjson
 
 from tracker import events as ev
+from tracker.discovery import Transport
 from tracker.events import EventSink
 from tracker.resources import Resource
 from tracker.source import SourceError, status_error
@@ -259,20 +260,11 @@ class WatchResponse(Protocol):
 
     def release(self) -> Any: ...
 
+    async def open_watch(self, path: str, query: list[tuple[str, str]], timeout: float) -> WatchResponse: ...
 
-class Transport(Protocol):
-    """The API server as a reflector needs it."""
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> tuple[int, bytes]: ...
+class WatchTransport(Transport, Protocol):
+    """The API server as a reflector needs it: requests, and watches it reads line by line."""
 
     async def open_watch(self, path: str, query: list[tuple[str, str]], timeout: float) -> WatchResponse: ...
 
@@ -287,7 +279,7 @@ class Reflector:
         self,
         res: Resource,
         sink: EventSink,
-        transport: Transport,
+        transport: WatchTransport,
         *,
         freshness: Freshness,
         stats: dict[str, int],
