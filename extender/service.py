@@ -85,7 +85,6 @@ class Service:
         self._claims_changed = asyncio.Event()
         state.listeners.append(self._notice_claims)
         self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
-        self._fits: dict[str, Outcome] = {}  # the last _fit's verdicts of the nodes that passed
         self._scored: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
 
     @property
@@ -228,7 +227,7 @@ class Service:
         if problem is not None:
             return [], {n: problem for n in names}
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
-        passed, failed = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+        passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
         to_allocate = tuple(c.key for c in claims if c.allocation is None)
         if passed and to_allocate:
             placed = self.placements.in_flight()
@@ -244,7 +243,7 @@ class Service:
                     claims, problem = self._claims_for(pod)
                     if problem is not None:
                         return [], {n: problem for n in names}
-                    passed, failed = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+                    passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
                 elif withheld:
                     self.metrics.placement_nodes_withheld.inc(len(withheld))
                     kept = [n for n in passed if n not in withheld]
@@ -255,7 +254,7 @@ class Service:
             if passed:
                 self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
         if len(passed) > 1:
-            self._keep_scores(pod.meta.uid, claims, passed, raw_nodes)
+            self._keep_scores(pod.meta.uid, claims, passed, [fits[n] for n in passed], raw_nodes)
         if self.requeuer is not None:
             if passed:
                 self.requeuer.placed(pod.meta.uid)
@@ -263,7 +262,9 @@ class Service:
                 self.requeuer.rejected(pod.meta.uid, pod.key)
         return passed, failed
 
-    def _keep_scores(self, uid: str, claims: list[ResourceClaim], passed: list[str], raw_nodes: dict[Any, Any]) -> None:
+    def _keep_scores(
+        self, uid: str, claims: list[ResourceClaim], passed: list[str], verdicts: list[Outcome], raw_nodes: dict[Any, Any]
+    ) -> None:
         """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
 
         kube-scheduler calls /prioritize right after /filter, with the nodes
@@ -272,8 +273,7 @@ class Service:
         all fit.
         """
         nodes = self._nodes(passed, raw_nodes)
-        fits = self._fits
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes, self._score, [fits[n] for n in passed])
+        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes, self._score, verdicts)
         scored = self._scored
         if len(scored) >= MAX_KEPT_SCORES:
             del scored[next(iter(scored))]  # the oldest: its pod had one node left, or went away
@@ -312,8 +312,8 @@ class Service:
         raw_nodes: dict[Any, Any],
         deadline: float | None,
         budget: float | None,
-    ) -> tuple[list[str], dict[str, str]]:
-        """(nodes where the claims fit, why not elsewhere) against allocated and in-flight devices."""
+    ) -> tuple[list[str], dict[str, str], dict[str, Outcome]]:
+        """(nodes where the claims fit, why not elsewhere, the fitting nodes' verdicts) against allocated and in-flight devices."""
         previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
         try:
             verdicts = self._verdicts(pod, claims, names, raw_nodes, deadline)
@@ -323,15 +323,14 @@ class Service:
             set_cel_deadline(previous)
         passed: list[str] = []
         failed: dict[str, str] = {}
-        fits = self._fits
-        fits.clear()
+        fits: dict[str, Outcome] = {}
         for name, outcome in zip(names, verdicts, strict=True):
             if outcome.failure is None:
                 passed.append(name)
                 fits[name] = outcome
             else:
                 failed[name] = outcome.failure.message
-        return passed, failed
+        return passed, failed, fits
 
     def _out_of_budget(self, e: CelDeadlineExceeded, claims: list[ResourceClaim], names: list[str], budget: float | None) -> BudgetExceeded:
         done = e.nodes_done

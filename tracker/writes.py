@@ -8,6 +8,7 @@ SourceError (NotFound, Conflict, Invalid, or one with the HTTP status).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import orjson
@@ -25,15 +26,16 @@ _POD = KIND_RESOURCES[ev.POD]
 _CLAIM = KIND_RESOURCES[ev.RESOURCE_CLAIM]
 
 
-class ApiWrites:
+class ApiWrites(ABC):
     """Writes over `send`; `rule_resources` holds upstream's DeviceTaintRule as discovered (empty: not served or not yet known)."""
 
     rule_resources: list[Resource]
 
+    @abstractmethod
     async def send(
         self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
     ) -> tuple[int, bytes]:
-        raise NotImplementedError  # ApiSource sends on the client's session
+        """One request on the API server's session: (HTTP status, body). ApiSource sends on its client's session."""
 
     def _resource(self, kind: str, group: str | None = None) -> Resource:
         upstream = self.rule_resources[0].version if self.rule_resources else None
