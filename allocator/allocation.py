@@ -271,7 +271,10 @@ class Allocator(Generic[SelectorT]):
                 )
         pools = gather_pools(node, slices)
         slots: list[_Slot] = []
-        for ci, claim in enumerate(pending):
+        first = self._first_fit(pending, node, pools, classes, is_allocated)
+        if first is not None:
+            slots.append(first)
+        for ci, claim in enumerate(pending if first is None else ()):
             for request in claim.requests:
                 slot_or_failure = self._build_slot(ci, claim, request, node, pools, classes, is_allocated)
                 if isinstance(slot_or_failure, Failure):
@@ -323,6 +326,65 @@ class Allocator(Generic[SelectorT]):
         return None
 
     # ------------------------------------------------------------------ per-request candidates
+
+    def _first_fit(
+        self,
+        pending: Sequence[ResourceClaim],
+        node: Node,
+        pools: list[_Pool],
+        classes: Mapping[str, DeviceClass],
+        is_allocated: Callable[[DeviceID], bool],
+    ) -> _Slot | None:
+        """The slot of a pod's lone request, found as upstream's allocateOne does; None: take the full pass.
+
+        One claim with one `exactly` request (ExactCount, no constraints, no
+        admin access) is answered by its first `count` usable devices in pool
+        order, which is what the search would pick from the full candidate
+        list. So, as upstream, evaluate the selectors one device at a time
+        and stop there: a never-seen request selector then costs a device or
+        two per node instead of every device of every slice. Anything else,
+        too few devices, or a selector error takes the full pass, which finds
+        the same answer and explains a failure.
+        """
+        if len(pending) != 1:
+            return None
+        claim = pending[0]
+        if len(claim.requests) != 1 or claim.constraints:
+            return None
+        request = claim.requests[0]
+        req = request.exactly
+        if req is None or req.allocation_mode == MODE_ALL or req.admin_access or req.count < 1:
+            return None
+        device_class = classes.get(req.device_class_name)
+        if device_class is None:
+            return None
+        try:
+            class_selectors = [self._cel.compile(e) for e in device_class.selectors]
+            request_selectors = [self._cel.compile(e) for e in req.selectors]
+        except ValueError:
+            return None
+        evaluate = self._cel.evaluate
+        candidates: list[DeviceView] = []
+        for pool in pools:
+            if pool.incomplete or pool.invalid:
+                continue
+            for s in pool.slices:
+                for device in s.devices:
+                    if (s.per_device_node_selection and not device.reachable_from(node)) or is_allocated(device.id):
+                        continue  # "in use" first, as upstream: a device in use is never evaluated
+                    try:
+                        if not all(evaluate(sel, device) for sel in class_selectors):
+                            continue
+                        if not all(evaluate(sel, device) for sel in request_selectors):
+                            continue
+                    except ValueError:
+                        return None
+                    if untolerated_blocking_taints(device.taints, req.tolerations):
+                        continue
+                    candidates.append(device)
+                    if len(candidates) == req.count:
+                        return _Slot(0, request.name, [_Alternative(request.name, req, device_class, req.count, candidates)])
+        return None
 
     def _selector_flags(
         self, s: SliceView, class_selectors: Sequence[SelectorT], request_selectors: Sequence[SelectorT]
