@@ -29,6 +29,9 @@ from tests.e2e.harness import DEMO, Extender, filter_args, free_port
 
 GPU = "gpu.example.com"
 HEAVY = next(c.expression for c in HOSTILE_CEL if c.name == "replace-in-comprehension")  # ~20 ms, within the budget
+# The same work, false on every device: the search evaluates it on each one (a selector that
+# matches would end a one-device request's search at the first device, as upstream's does).
+HEAVY_NOWHERE = f"!({HEAVY})"
 ATTACK = next(c.expression for c in HOSTILE_CEL if c.name == "findAll-in-comprehension")  # the reported attack
 
 
@@ -166,7 +169,7 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
     """A selector that is legal but slow (~20 ms per device) over 256 devices: /filter stops at its
     budget with an Error naming the claim and the expression, never a partial node list, while
     /readyz on both ports keeps answering at once."""
-    nodes = write_cluster(tmp_path / "c", nodes=4, devices=64, claims={"heavy": HEAVY})
+    nodes = write_cluster(tmp_path / "c", nodes=4, devices=64, claims={"heavy": HEAVY_NOWHERE})
     ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "1")
     try:
         ext.wait_ready()
@@ -195,7 +198,7 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
 def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
     """With a generous filter budget the slow selector holds the loop for seconds: /livez (both
     ports) fails past --livez-stall-threshold, and passes again once the loop turns."""
-    nodes = write_cluster(tmp_path / "c", nodes=2, devices=64, claims={"heavy": HEAVY})
+    nodes = write_cluster(tmp_path / "c", nodes=2, devices=64, claims={"heavy": HEAVY_NOWHERE})
     ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "60", "--livez-stall-threshold", "1")
     try:
         ext.wait_ready()
