@@ -43,7 +43,19 @@ import aiohttp
 import httpx
 import orjson
 
-from bench.common import RESULTS, Cpu, device_class, free_port, machine, pct, proc_status_mb, start_extender, start_fake_api, stop_process
+from bench.common import (
+    RESULTS,
+    Cpu,
+    device_class,
+    free_port,
+    machine,
+    node_slice,
+    pct,
+    proc_status_mb,
+    start_extender,
+    start_fake_api,
+    stop_process,
+)
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -74,17 +86,7 @@ def resource_slice(i: int, devices: int, revision: int = 0) -> dict[str, Any]:
         if j == 0 and i % 10 == 0:
             d["taints"] = [{"key": f"{DRIVER}/unmonitored", "effect": "None"}]
         devs.append(d)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devs,
-        },
-    }
+    return node_slice(node, DRIVER, devs)
 
 
 def cluster(slices: int, devices: int, pods: int) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import RESULTS, free_port, pct, proc_status_mb, start_extender, stop_process
+from bench.common import RESULTS, free_port, node_slice, pct, proc_status_mb, start_extender, stop_process
 
 DRIVER = "gpu.example.com"
 
@@ -56,19 +56,7 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
             if j == 0 and i % 10 == 0:
                 d["taints"] = [{"key": f"{DRIVER}/unmonitored", "effect": "None"}]
             devs.append(d)
-        docs.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-{DRIVER}"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devs,
-                },
-            }
-        )
+        docs.append(node_slice(node, DRIVER, devs))
     for i in range(tainted_pools):
         docs.append(
             {

@@ -69,6 +69,7 @@ from bench.common import (
     ROOT,
     device_class,
     free_port,
+    node_slice,
     pct,
     proc_status_mb,
     start_extender,
@@ -156,29 +157,19 @@ def base_objects(nodes: int, devices: int, *, taint_all: bool = False) -> list[d
 
 
 def resource_slice(i: int, devices: int, revision: int = 0) -> dict[str, Any]:
-    node = node_name(i)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"instance-{j}",
-                    "attributes": {
-                        "model": {"string": "large" if j == 0 else "standard"},
-                        "index": {"int": j},
-                        "firmware": {"string": f"rev-{revision}"},
-                    },
-                    "capacity": {"memory": {"value": "80Gi"}},
-                }
-                for j in range(devices)
-            ],
-        },
-    }
+    devs = [
+        {
+            "name": f"instance-{j}",
+            "attributes": {
+                "model": {"string": "large" if j == 0 else "standard"},
+                "index": {"int": j},
+                "firmware": {"string": f"rev-{revision}"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for j in range(devices)
+    ]
+    return node_slice(node_name(i), DRIVER, devs)
 
 
 @dataclass

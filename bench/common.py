@@ -30,6 +30,21 @@ def device_class(name: str, driver: str) -> dict[str, Any]:
     }
 
 
+def node_slice(node: str, driver: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """A node-local ResourceSlice: one pool per node, named after it, generation 1, one slice."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

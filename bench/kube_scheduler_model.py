@@ -82,7 +82,7 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
-from bench.common import RESULTS, Cpu, device_class, free_port, machine, pct, start_fake_api, start_server, stop_process
+from bench.common import RESULTS, Cpu, device_class, free_port, machine, node_slice, pct, start_fake_api, start_server, stop_process
 
 NAMESPACE = "perf"
 DRIVER = "dra.example.com"
@@ -1058,19 +1058,7 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
                 "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
             }
         )
-        objs.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-{DRIVER}"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{"name": f"instance-{j}"} for j in range(w.devices_per_node)],
-                },
-            }
-        )
+        objs.append(node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(w.devices_per_node)]))
     objs += taint_rules(w)
     return objs
 
