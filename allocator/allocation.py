@@ -12,14 +12,22 @@ an admin can act on.
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Generic, Protocol, TypeVar
 
+from allocator import capacity as cap
+from allocator import constraints as cons
+from allocator.allocated_state import AllocatedState, DedicatedOnly, SharesFolded
+from allocator.counters import CounterTally, Tally, describe_short
 from allocator.device_view import DeviceView, SliceView
+from allocator.features import DEFAULT_FEATURES, Features
 from allocator.node_selection import node_name_selector, node_selector_matches
+from allocator.pools import Pool, PoolSlices, gather_pools
 from allocator.tolerations import untolerated_blocking_taints, untolerated_no_execute_taints
 from allocator.types import (
     ALLOCATION_RESULTS_MAX_SIZE,
@@ -53,6 +61,12 @@ REASON_NODE_MISMATCH = "node_mismatch"
 REASON_NO_EXECUTE = "no_execute_taint"
 REASON_CLAIM_UNUSABLE = "claim_unusable"
 REASON_SEARCH_LIMIT = "search_limit"
+REASON_COUNTERS = "counters_exhausted"
+REASON_CAPACITY = "capacity_exhausted"
+REASON_POOL_INVALID = "pool_invalid"
+REASON_FEATURE_DISABLED = "feature_disabled"
+
+__all__ = ["Allocator", "Failure", "Outcome", "SelectorEngine", "gather_pools"]
 
 # Upper bound on backtracking steps per node, so a pathological constraint
 # set cannot hold the scheduler past its extender timeout.
@@ -118,48 +132,23 @@ class Outcome:
 
 
 @dataclass(slots=True)
-class _Pool:
-    driver: str
-    name: str
-    generation: int
-    slice_count: int
-    slices: list[SliceView]
-    incomplete: bool = False
-    invalid: str = ""
-
-
-def gather_pools(node: Node, slices: Iterable[SliceView]) -> list[_Pool]:
-    """Upstream GatherPools: newest generation per pool among slices reaching `node`."""
-    pools: dict[tuple[str, str], _Pool] = {}
-    for s in slices:
-        if not s.reachable_from(node):
-            continue
-        key = (s.driver, s.pool)
-        pool = pools.get(key)
-        if pool is None or s.generation > pool.generation:
-            pools[key] = _Pool(s.driver, s.pool, s.generation, s.resource_slice_count, [s])
-        elif s.generation == pool.generation:
-            pool.slices.append(s)
-    out = sorted(pools.values(), key=lambda p: (p.driver, p.name))
-    for pool in out:
-        pool.slices.sort(key=lambda s: s.name)
-        pool.incomplete = len(pool.slices) != pool.slices[0].resource_slice_count
-        seen: set[str] = set()
-        for s in pool.slices:
-            for d in s.devices:
-                if d.name in seen:
-                    pool.invalid = f"duplicate device name {d.name!r}"
-                seen.add(d.name)
-    return out
-
-
-@dataclass(slots=True)
 class _Slot:
     """One request of one claim (with its alternatives for firstAvailable)."""
 
     claim_index: int
     request_name: str
     alternatives: list[_Alternative]
+
+
+@dataclass(slots=True)
+class _Candidate:
+    """A device a request may take, with what taking it involves."""
+
+    device: DeviceView
+    pool: Pool | None = None  # set when the device consumes counters (and DRAPartitionableDevices is on)
+    shared: bool = False  # allows multiple allocations (and DRAConsumableCapacity is on)
+    amounts: cap.Amounts | None = None  # what the request consumes of its capacities (DRAConsumableCapacity)
+    blocked: bool = False  # an untolerated taint: never taken, but its counters are charged first, as upstream
 
 
 @dataclass(slots=True)
@@ -170,8 +159,12 @@ class _Alternative:
     request: ExactRequest
     device_class: DeviceClass
     count: int
-    candidates: list[DeviceView]  # usable devices, pool order
+    candidates: list[_Candidate]  # pool order; `usable` of them are not blocked
     all_mode: bool = False
+
+    @property
+    def usable(self) -> int:
+        return sum(1 for c in self.candidates if not c.blocked)
 
 
 @dataclass(slots=True)
@@ -185,6 +178,8 @@ class _Tally:
     taints: Counter[str] = field(default_factory=Counter)
     incomplete_pools: list[str] = field(default_factory=list)
     invalid_pools: list[str] = field(default_factory=list)
+    counters_short: list[str] = field(default_factory=list)  # why, per device short of counters (first few)
+    capacity_short: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         parts = []
@@ -195,6 +190,14 @@ class _Tally:
             parts.append(f"{self.counts[REASON_ALLOCATED]} allocated")
         if self.counts[REASON_SELECTOR]:
             parts.append(f"{self.counts[REASON_SELECTOR]} not matching the request's selectors")
+        if self.counts[REASON_COUNTERS]:
+            why = "; ".join(self.counters_short[:3])
+            parts.append(f"{self.counts[REASON_COUNTERS]} short of shared counters ({why})")
+        if self.counts[REASON_CAPACITY]:
+            why = "; ".join(self.capacity_short[:3])
+            parts.append(f"{self.counts[REASON_CAPACITY]} without enough capacity left ({why})")
+        if self.counts[REASON_FEATURE_DISABLED]:
+            parts.append(f"{self.counts[REASON_FEATURE_DISABLED]} consuming shared counters, but DRAPartitionableDevices is disabled")
         if self.incomplete_pools:
             parts.append(f"pool {', '.join(self.incomplete_pools)} incomplete (being updated)")
         if self.invalid_pools:
@@ -218,9 +221,16 @@ def _fewest_results(claim: ResourceClaim) -> int:
 class Allocator(Generic[SelectorT]):
     """Stateless apart from the selector engine, whose caches make repeated calls cheap."""
 
-    def __init__(self, selectors: SelectorEngine[SelectorT], *, search_budget: int = DEFAULT_SEARCH_BUDGET) -> None:
+    def __init__(
+        self,
+        selectors: SelectorEngine[SelectorT],
+        *,
+        search_budget: int = DEFAULT_SEARCH_BUDGET,
+        features: Features = DEFAULT_FEATURES,
+    ) -> None:
         self._cel = selectors
         self._budget = search_budget
+        self.features = features
         # slice view -> selector set -> (in class, matches) per device
         self._selector_memo: weakref.WeakKeyDictionary[SliceView, _SelectorMemo] = weakref.WeakKeyDictionary()
 
@@ -232,18 +242,26 @@ class Allocator(Generic[SelectorT]):
         claims: Sequence[ResourceClaim],
         slices: Iterable[SliceView],
         classes: Mapping[str, DeviceClass],
-        allocated: Callable[[DeviceID], bool] | frozenset[DeviceID] | set[DeviceID],
+        allocated: AllocatedState | Callable[[DeviceID], bool] | frozenset[DeviceID] | set[DeviceID],
         lookup: Callable[[DeviceID], DeviceView | None] = lambda _id: None,
         *,
         timestamp: str = "",
+        pool_slices: PoolSlices | None = None,
     ) -> Outcome:
         """Decide whether `claims` (one pod's, in pod order) fit on `node`.
 
-        `allocated` says which devices other claims hold (or have in flight);
-        `lookup` finds the current view of an already-allocated device so its
-        taints can be checked.
+        `allocated` says which devices other claims hold (or have in flight),
+        whole or shared; `lookup` finds the current view of an already-allocated
+        device so its taints can be checked; `pool_slices` every slice of a pool,
+        for pools only partly reachable from the node.
         """
-        is_allocated = allocated if callable(allocated) else allocated.__contains__
+        state: AllocatedState
+        if isinstance(allocated, AllocatedState):
+            state = allocated
+        else:
+            state = DedicatedOnly(allocated if callable(allocated) else allocated.__contains__)
+        if not self.features.consumable_capacity:
+            state = SharesFolded(state)
         used: list[DeviceView] = []
         # Already-allocated claims: they fit or they do not; never re-allocated.
         for claim in claims:
@@ -269,26 +287,33 @@ class Allocator(Generic[SelectorT]):
                         claim.key,
                     )
                 )
-        pools = gather_pools(node, slices)
+            if not self.features.consumable_capacity:
+                disabled = _capacity_requests_disabled(claim)
+                if disabled is not None:
+                    return Outcome(disabled)
+        pools = gather_pools(node, slices, self.features, pool_slices)
         slots: list[_Slot] = []
-        first = self._first_fit(pending, node, pools, classes, is_allocated)
+        first = self._first_fit(pending, node, pools, classes, state)
         if first is not None:
             slots.append(first)
         for ci, claim in enumerate(pending if first is None else ()):
             for request in claim.requests:
-                slot_or_failure = self._build_slot(ci, claim, request, node, pools, classes, is_allocated)
+                slot_or_failure = self._build_slot(ci, claim, request, node, pools, classes, state)
                 if isinstance(slot_or_failure, Failure):
-                    return Outcome(slot_or_failure)
+                    return Outcome(_with_invalid_pools(slot_or_failure, pools))
                 slots.append(slot_or_failure)
-        search = _Search(pending, slots, self._budget)
+        search = _Search(pending, slots, self._budget, state, any(p.counter_sets for p in pools))
         solution = search.run()
         if solution is None:
-            return Outcome(search.failure())
+            return Outcome(_with_invalid_pools(search.failure(), pools))
         allocations: dict[str, AllocationResult] = {}
         for ci, claim in enumerate(pending):
             picks = solution[ci]
-            allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp)
-            used.extend(d for _, d, _ in picks)
+            selector = _node_selector_for([p.candidate.device for p in picks], node.name)
+            if isinstance(selector, Failure):
+                return Outcome(replace(selector, message=f"claim {claim.key}: {selector.message}", claim=claim.key))
+            allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp, selector)
+            used.extend(p.candidate.device for p in picks)
         return Outcome(None, allocations, tuple(used))
 
     # ------------------------------------------------------------------ allocated claims
@@ -331,20 +356,21 @@ class Allocator(Generic[SelectorT]):
         self,
         pending: Sequence[ResourceClaim],
         node: Node,
-        pools: list[_Pool],
+        pools: list[Pool],
         classes: Mapping[str, DeviceClass],
-        is_allocated: Callable[[DeviceID], bool],
+        state: AllocatedState,
     ) -> _Slot | None:
         """The slot of a pod's lone request, found as upstream's allocateOne does; None: take the full pass.
 
         One claim with one `exactly` request (ExactCount, no constraints, no
-        admin access) is answered by its first `count` usable devices in pool
-        order, which is what the search would pick from the full candidate
-        list. So, as upstream, evaluate the selectors one device at a time
-        and stop there: a never-seen request selector then costs a device or
-        two per node instead of every device of every slice. Anything else,
-        too few devices, or a selector error takes the full pass, which finds
-        the same answer and explains a failure.
+        admin access, no capacity requests) is answered by its first `count`
+        usable devices in pool order, which is what the search would pick
+        from the full candidate list. So, as upstream, evaluate the selectors
+        one device at a time and stop there: a never-seen request selector
+        then costs a device or two per node instead of every device of every
+        slice. Anything else, too few devices, a selector error, or a device
+        whose counters or shares make the picks depend on each other takes the
+        full pass, which finds the same answer and explains a failure.
         """
         if len(pending) != 1:
             return None
@@ -353,7 +379,7 @@ class Allocator(Generic[SelectorT]):
             return None
         request = claim.requests[0]
         req = request.exactly
-        if req is None or req.allocation_mode == MODE_ALL or req.admin_access or req.count < 1:
+        if req is None or req.allocation_mode == MODE_ALL or req.admin_access or req.count < 1 or req.capacity_requests:
             return None
         device_class = classes.get(req.device_class_name)
         if device_class is None:
@@ -364,14 +390,18 @@ class Allocator(Generic[SelectorT]):
         except ValueError:
             return None
         evaluate = self._cel.evaluate
-        candidates: list[DeviceView] = []
+        is_taken = state.is_taken
+        shares = self.features.consumable_capacity
+        candidates: list[_Candidate] = []
         for pool in pools:
             if pool.incomplete or pool.invalid:
                 continue
             for s in pool.slices:
                 for device in s.devices:
-                    if (s.per_device_node_selection and not device.reachable_from(node)) or is_allocated(device.id):
+                    if (s.per_device_node_selection and not device.reachable_from(node)) or is_taken(device.id):
                         continue  # "in use" first, as upstream: a device in use is never evaluated
+                    if device.consumes_counters or (shares and device.allow_multiple_allocations):
+                        return None  # picks interact through counters or shares: the full search decides
                     try:
                         if not all(evaluate(sel, device) for sel in class_selectors):
                             continue
@@ -381,7 +411,7 @@ class Allocator(Generic[SelectorT]):
                         return None
                     if untolerated_blocking_taints(device.taints, req.tolerations):
                         continue
-                    candidates.append(device)
+                    candidates.append(_Candidate(device))
                     if len(candidates) == req.count:
                         return _Slot(0, request.name, [_Alternative(request.name, req, device_class, req.count, candidates)])
         return None
@@ -419,16 +449,16 @@ class Allocator(Generic[SelectorT]):
         claim: ResourceClaim,
         request: DeviceRequest,
         node: Node,
-        pools: list[_Pool],
+        pools: list[Pool],
         classes: Mapping[str, DeviceClass],
-        is_allocated: Callable[[DeviceID], bool],
+        state: AllocatedState,
     ) -> _Slot | Failure:
         subs = [request.exactly] if request.exactly is not None else list(request.first_available)
         alternatives: list[_Alternative] = []
         failures: list[tuple[str, Failure]] = []
         for sub in subs:
             result_name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-            alt = self._build_alternative(claim, result_name, sub, node, pools, classes, is_allocated)
+            alt = self._build_alternative(claim, result_name, sub, node, pools, classes, state)
             if isinstance(alt, Failure):
                 if alt.code in (REASON_SELECTOR_ERROR, REASON_CLASS_MISSING) and request.exactly is not None:
                     return alt
@@ -453,9 +483,9 @@ class Allocator(Generic[SelectorT]):
         result_name: str,
         req: ExactRequest,
         node: Node,
-        pools: list[_Pool],
+        pools: list[Pool],
         classes: Mapping[str, DeviceClass],
-        is_allocated: Callable[[DeviceID], bool],
+        state: AllocatedState,
     ) -> _Alternative | Failure:
         where = f"claim {claim.key}, request {result_name}"
         device_class = classes.get(req.device_class_name)
@@ -476,20 +506,24 @@ class Allocator(Generic[SelectorT]):
         except ValueError as e:
             return Failure(REASON_SELECTOR_ERROR, f"{where}: {e}", claim.key, result_name)
         tally = _Tally(class_name=device_class.meta.name)
-        candidates: list[DeviceView] = []
+        candidates: list[_Candidate] = []
         all_mode = req.allocation_mode == MODE_ALL
+        partitionable = self.features.partitionable_devices
+        shares = self.features.consumable_capacity
+        counters = CounterTally(state)  # availability only: charges happen in the search
         for pool in pools:
             if pool.incomplete or pool.invalid:
                 if all_mode:
-                    state = "is being updated (incomplete)" if pool.incomplete else f"is invalid: {pool.invalid}"
+                    state_text = "is currently being updated" if pool.incomplete else f"is currently invalid ({pool.invalid})"
                     return Failure(
-                        REASON_POOL_INCOMPLETE,
-                        f"{where}: asks for all devices, but pool {pool.driver}/{pool.name} {state}",
+                        REASON_POOL_INCOMPLETE if pool.incomplete else REASON_POOL_INVALID,
+                        f"{where}: asks for all devices, but resource pool {pool.id} {state_text}",
                         claim.key,
                         result_name,
                     )
-                (tally.incomplete_pools if pool.incomplete else tally.invalid_pools).append(f"{pool.driver}/{pool.name}")
+                (tally.incomplete_pools if pool.incomplete else tally.invalid_pools).append(pool.id)
                 continue
+            available: Tally | None = None
             for s in pool.slices:
                 flags = self._selector_flags(s, class_selectors, request_selectors)
                 for index, device in enumerate(s.devices):
@@ -519,30 +553,66 @@ class Allocator(Generic[SelectorT]):
                         tally.counts[REASON_SELECTOR] += 1
                         continue
                     tally.matched += 1
-                    bad = untolerated_blocking_taints(device.taints, req.tolerations)
-                    if bad:
-                        tally.counts[REASON_TAINTED] += 1
-                        tally.taints.update(str(t) for t in bad)
+                    shared = shares and device.allow_multiple_allocations
+                    amounts: cap.Amounts | None = None
+                    if shares:
+                        amounts = cap.request_amounts(req.capacity_requests, device.driver, device.capacity, device.capacity_policies)
+                        committed = state.consumed_capacity(device.id)
+                        if amounts is None or not cap.fits(amounts, device.capacity, device.capacity_policies, committed, None):
+                            # Upstream skips such a device, in mode All too (it is then not part of "all").
+                            tally.counts[REASON_CAPACITY] += 1
+                            if len(tally.capacity_short) < 3:
+                                tally.capacity_short.append(
+                                    f"{device.id}: lacks a requested capacity"
+                                    if amounts is None
+                                    else f"{device.id}: {cap.left(device.capacity, committed)}"
+                                )
+                            continue
+                    if device.consumes_counters and not partitionable:
+                        tally.counts[REASON_FEATURE_DISABLED] += 1
                         if not all_mode:
                             continue
-                    elif not req.admin_access and is_allocated(device.id):
+                    bad = untolerated_blocking_taints(device.taints, req.tolerations)
+                    in_use = not req.admin_access and state.is_taken(device.id)
+                    if in_use:
                         tally.counts[REASON_ALLOCATED] += 1
                         if not all_mode:
                             continue
-                    candidates.append(device)
+                    elif bad:
+                        tally.counts[REASON_TAINTED] += 1
+                        tally.taints.update(str(t) for t in bad)
+                    counted = device.consumes_counters and partitionable
+                    if counted and not all_mode and not (shared and state.consumed_capacity(device.id) is not None):
+                        if available is None:
+                            available = counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices])
+                        if not counters.would_fit_alone(pool.name, available, device.consumes_counters):
+                            if not bad:
+                                tally.counts[REASON_COUNTERS] += 1
+                                if len(tally.counters_short) < 3:
+                                    tally.counters_short.append(f"{device.id}: {describe_short(available, device.consumes_counters)}")
+                            continue
+                    if bad and not all_mode:
+                        if counted:
+                            # Never taken, but upstream charges its counters before it looks at taints.
+                            candidates.append(_Candidate(device, pool, shared, amounts, blocked=True))
+                        continue
+                    candidates.append(_Candidate(device, pool if counted else None, shared, amounts))
         if all_mode:
-            if tally.counts[REASON_TAINTED] or tally.counts[REASON_ALLOCATED] or not tally.matched:
+            bad_count = tally.counts[REASON_TAINTED] + tally.counts[REASON_ALLOCATED] + tally.counts[REASON_FEATURE_DISABLED]
+            if bad_count or not candidates:
                 code = (
                     REASON_TAINTED
                     if tally.counts[REASON_TAINTED]
                     else REASON_ALLOCATED
                     if tally.counts[REASON_ALLOCATED]
+                    else REASON_FEATURE_DISABLED
+                    if tally.counts[REASON_FEATURE_DISABLED]
                     else REASON_NO_DEVICES
                 )
                 return Failure(
                     code,
                     f"{where}: asks for all {tally.matched} matching devices, "
-                    f"{tally.matched - tally.counts[REASON_TAINTED] - tally.counts[REASON_ALLOCATED]} available: "
+                    f"{len(candidates) - bad_count} available: "
                     f"{tally.describe() if tally.matched or tally.counts else 'no matching devices on this node'}",
                     claim.key,
                     result_name,
@@ -556,24 +626,66 @@ class Allocator(Generic[SelectorT]):
                     result_name,
                 )
             return _Alternative(result_name, req, device_class, len(candidates), candidates, all_mode=True)
-        if len(candidates) < req.count:
+        usable = sum(1 for c in candidates if not c.blocked)
+        if usable < req.count:
             if tally.counts[REASON_TAINTED]:
                 code = REASON_TAINTED
             elif tally.counts[REASON_ALLOCATED]:
                 code = REASON_ALLOCATED
+            elif tally.counts[REASON_COUNTERS]:
+                code = REASON_COUNTERS
+            elif tally.counts[REASON_CAPACITY]:
+                code = REASON_CAPACITY
             elif tally.incomplete_pools or tally.invalid_pools:
                 code = REASON_POOL_INCOMPLETE
             elif tally.counts[REASON_SELECTOR]:
                 code = REASON_SELECTOR
+            elif tally.counts[REASON_FEATURE_DISABLED]:
+                code = REASON_FEATURE_DISABLED
             else:
                 code = REASON_NO_DEVICES
             return Failure(
                 code,
-                f"{where}: {len(candidates)} of {req.count} devices available: {tally.describe()}",
+                f"{where}: {usable} of {req.count} devices available: {tally.describe()}",
                 claim.key,
                 result_name,
             )
         return _Alternative(result_name, req, device_class, req.count, candidates)
+
+
+def _capacity_requests_disabled(claim: ResourceClaim) -> Failure | None:
+    """Upstream refuses a claim with capacity requests outright when DRAConsumableCapacity is off."""
+    for request in claim.requests:
+        if request.exactly is not None and request.exactly.capacity_requests:
+            return Failure(
+                REASON_FEATURE_DISABLED,
+                f"claim {claim.key}, request {request.name}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
+                claim.key,
+                request.name,
+            )
+        for sub in request.first_available:
+            if sub.capacity_requests:
+                return Failure(
+                    REASON_FEATURE_DISABLED,
+                    f"claim {claim.key}, subrequest {sub.name}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
+                    claim.key,
+                    f"{request.name}/{sub.name}",
+                )
+    return None
+
+
+def _with_invalid_pools(failure: Failure, pools: Sequence[Pool]) -> Failure:
+    """Upstream: no allocation on a node where some pool is invalid says so, whatever else failed."""
+    if failure.code in (REASON_CLASS_MISSING, REASON_SELECTOR_ERROR, REASON_POOL_INVALID, REASON_CLAIM_UNUSABLE):
+        return failure
+    invalid = [f"{p.id}: {p.invalid}" for p in pools if p.invalid]
+    if not invalid:
+        return failure
+    return replace(
+        failure,
+        code=REASON_POOL_INVALID,
+        message=f"invalid resource pools were encountered ({'; '.join(invalid)}); {failure.message}",
+    )
 
 
 def _spec_tolerations(claim: ResourceClaim, result_request: str) -> tuple[DeviceToleration, ...]:
@@ -590,23 +702,45 @@ def _spec_tolerations(claim: ResourceClaim, result_request: str) -> tuple[Device
     return ()
 
 
-class _Search:
-    """Depth-first search with backtracking over all slots of all pending claims."""
+@dataclass(slots=True)
+class _Pick:
+    result_name: str
+    candidate: _Candidate
+    request: ExactRequest
 
-    def __init__(self, claims: Sequence[ResourceClaim], slots: list[_Slot], budget: int) -> None:
+
+class _Search:
+    """Depth-first search with backtracking over all slots of all pending claims.
+
+    Counters, shared capacity and constraints are tracked as picks are made
+    and taken back, in upstream's order: in use, capacity, counters (charged),
+    taints, constraints.
+    """
+
+    def __init__(
+        self, claims: Sequence[ResourceClaim], slots: list[_Slot], budget: int, state: AllocatedState, counters_in_play: bool
+    ) -> None:
         self.claims = claims
         self.slots = slots
         self.budget = budget
+        self.state = state
         self.steps = 0
-        # per claim: (result name, device, request) in pick order
-        self.picks: list[list[tuple[str, DeviceView, ExactRequest]]] = [[] for _ in claims]
+        self.picks: list[list[_Pick]] = [[] for _ in claims]
         self.classes_used: list[list[tuple[str, DeviceClass]]] = [[] for _ in claims]
-        self.picked: dict[DeviceID, int] = {}  # device -> claim index
+        self.picked: dict[DeviceID, int] = {}  # device taken whole -> claim index
+        self.constraints = [cons.build(c.constraints) for c in claims]
+        self.counters = CounterTally(state)
+        self.available: dict[int, Tally] = {}  # id(pool) -> its availability
+        self.allocating: dict[DeviceID, dict[str, Fraction]] = {}  # shared device -> capacity taken in this call
+        # With counters, every candidate is tried (upstream has no early cut-off, and charges leak).
+        self.exhaustive = counters_in_play
         self.constraint_blocked = 0
+        self.counter_blocked = 0
+        self.capacity_blocked = 0
         self.shortage: tuple[_Slot, _Alternative] | None = None
         self.exhausted = False
 
-    def run(self) -> list[list[tuple[str, DeviceView, ExactRequest]]] | None:
+    def run(self) -> list[list[_Pick]] | None:
         return [list(p) for p in self.picks] if self._slot(0) else None
 
     def _slot(self, i: int) -> bool:
@@ -630,56 +764,85 @@ class _Search:
         if len(picks) >= ALLOCATION_RESULTS_MAX_SIZE:
             return False
         candidates = alt.candidates
-        # Not enough candidates left to finish this request from here on.
-        for pos in range(start, len(candidates) - (alt.count - n) + 1):
+        admin = alt.request.admin_access
+        parent, _, sub = alt.result_name.partition("/")
+        constraints = self.constraints[ci]
+        # Without counters, stop where too few candidates are left to finish the request.
+        end = len(candidates) if self.exhaustive else len(candidates) - (alt.count - n) + 1
+        for pos in range(start, end):
             self.steps += 1
             if self.steps > self.budget:
                 self.exhausted = True
                 return False
-            device = candidates[pos]
-            owner = self.picked.get(device.id)
-            if owner is not None and (not alt.request.admin_access or owner == ci):
-                continue
-            if not self._constraints_ok(ci, alt.result_name, device):
+            candidate = candidates[pos]
+            device = candidate.device
+            did = device.id
+            shared = candidate.shared
+            if not shared:
+                owner = self.picked.get(did)
+                if owner is not None and (not admin or owner == ci):
+                    continue
+            else:
+                owner = None
+            allocating = self.allocating.get(did) if shared else None
+            if candidate.amounts is not None and allocating is not None:
+                committed = self.state.consumed_capacity(did)
+                if not cap.fits(candidate.amounts, device.capacity, device.capacity_policies, committed, allocating):
+                    self.capacity_blocked += 1
+                    continue
+            pool = candidate.pool
+            charged = False
+            if pool is not None and not (shared and (allocating is not None or self.state.consumed_capacity(did) is not None)):
+                available = self.available.get(id(pool))
+                if available is None:
+                    available = self.available[id(pool)] = self.counters.available(
+                        pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices]
+                    )
+                if not self.counters.charge(pool.name, available, device.consumes_counters):
+                    self.counter_blocked += 1
+                    continue
+                charged = True
+            if candidate.blocked:
+                continue  # tainted: its counters stay charged for the rest of the call, as upstream's do
+            added = 0
+            for c in constraints:
+                if not c.add(parent, sub, device):
+                    break
+                added += 1
+            if added < len(constraints):
+                for c in constraints[:added]:
+                    c.remove(parent, sub, device)
                 self.constraint_blocked += 1
-                continue
-            picks.append((alt.result_name, device, alt.request))
-            fresh = owner is None
+                continue  # counters charged above stay charged, as upstream's do
+            picks.append(_Pick(alt.result_name, candidate, alt.request))
+            fresh = not shared and owner is None
             if fresh:
-                self.picked[device.id] = ci
+                self.picked[did] = ci
+            if shared:
+                taken = self.allocating.setdefault(did, {})
+                for name, amount in (candidate.amounts or {}).items():
+                    taken[name] = taken.get(name, Fraction(0)) + amount
             if self._pick(i, slot, alt, n + 1, pos + 1):
                 return True
             picks.pop()
+            for c in constraints:
+                c.remove(parent, sub, device)
             if fresh:
-                del self.picked[device.id]
+                del self.picked[did]
+            if shared:
+                if candidate.amounts:  # upstream leaves an empty entry behind for a device without capacity
+                    taken = self.allocating[did]
+                    for name, amount in candidate.amounts.items():
+                        taken[name] -= amount
+                    if all(v == 0 for v in taken.values()):
+                        del self.allocating[did]
+            elif charged and pool is not None:
+                self.counters.release(pool.name, device.consumes_counters)
             if self.exhausted:
                 return False
         if self.shortage is None and not self.constraint_blocked:
             self.shortage = (slot, alt)
         return False
-
-    def _constraints_ok(self, ci: int, result_name: str, device: DeviceView) -> bool:
-        claim = self.claims[ci]
-        if not claim.constraints:
-            return True
-        parent = result_name.split("/", 1)[0]
-        for c in claim.constraints:
-            if c.requests and parent not in c.requests and result_name not in c.requests:
-                continue
-            attr = c.match_attribute or c.distinct_attribute
-            assert attr is not None
-            value = device.attributes.get(attr)
-            if value is None:
-                return False  # upstream: a device without the attribute cannot satisfy the constraint
-            for name, other, _ in self.picks[ci]:
-                if c.requests and name.split("/", 1)[0] not in c.requests and name not in c.requests:
-                    continue
-                other_value = other.attributes.get(attr)
-                if c.match_attribute is not None and (other_value != value or type(other_value) is not type(value)):
-                    return False
-                if c.distinct_attribute is not None and other_value == value and type(other_value) is type(value):
-                    return False
-        return True
 
     def failure(self) -> Failure:
         if self.exhausted:
@@ -704,9 +867,25 @@ class _Search:
         if self.shortage is not None:
             slot, alt = self.shortage
             claim = self.claims[slot.claim_index]
+            if self.counter_blocked:
+                return Failure(
+                    REASON_COUNTERS,
+                    f"claim {claim.key}, request {alt.result_name}: {alt.usable} devices usable, but the shared "
+                    f"counters of their pools do not cover {alt.count} of them together with the other picks of this pod",
+                    claim.key,
+                    alt.result_name,
+                )
+            if self.capacity_blocked:
+                return Failure(
+                    REASON_CAPACITY,
+                    f"claim {claim.key}, request {alt.result_name}: {alt.usable} devices usable, but not enough "
+                    f"capacity is left on them for {alt.count} together with the other picks of this pod",
+                    claim.key,
+                    alt.result_name,
+                )
             return Failure(
                 REASON_ALLOCATED,
-                f"claim {claim.key}, request {alt.result_name}: {len(alt.candidates)} devices usable, but "
+                f"claim {claim.key}, request {alt.result_name}: {alt.usable} devices usable, but "
                 f"not enough left for {alt.count} after the devices picked for other requests of this pod",
                 claim.key,
                 alt.result_name,
@@ -714,17 +893,26 @@ class _Search:
         return Failure(REASON_NO_DEVICES, "no allocation found for the pod's claims on this node")
 
 
-def _node_selector_for(devices: Sequence[DeviceView]) -> NodeSelector | None:
-    """Upstream createNodeSelector: node-local wins; selectors merge into one term."""
+def _same_requirement(a: NodeSelectorRequirement, b: NodeSelectorRequirement) -> bool:
+    return a.key == b.key and a.operator == b.operator and set(a.values) == set(b.values)
+
+
+def _node_selector_for(devices: Sequence[DeviceView], node_name: str) -> NodeSelector | Failure | None:
+    """Upstream createNodeSelector: a node-local device pins the node; selectors merge into one term."""
     expressions: list[NodeSelectorRequirement] = []
     fields_: list[NodeSelectorRequirement] = []
     for d in devices:
         if d.node_name is not None:
-            return node_name_selector(d.node_name)
-        if d.node_selector is not None and d.node_selector.terms:
-            term = d.node_selector.terms[0]
-            expressions.extend(term.match_expressions)
-            fields_.extend(term.match_fields)
+            return node_name_selector(node_name)
+        if d.node_selector is not None:
+            terms = d.node_selector.terms
+            if len(terms) > 1:
+                return Failure(REASON_NO_DEVICES, f"create NodeSelector: unsupported ResourceSlice.NodeSelector with {len(terms)} terms")
+            if terms:
+                for into, reqs in ((fields_, terms[0].match_fields), (expressions, terms[0].match_expressions)):
+                    for q in reqs:
+                        if not any(_same_requirement(q, have) for have in into):
+                            into.append(q)
     if expressions or fields_:
         return NodeSelector((NodeSelectorTerm(tuple(expressions), tuple(fields_)),))
     return None
@@ -732,26 +920,33 @@ def _node_selector_for(devices: Sequence[DeviceView]) -> NodeSelector | None:
 
 def _result(
     claim: ResourceClaim,
-    picks: list[tuple[str, DeviceView, ExactRequest]],
+    picks: list[_Pick],
     classes_used: list[tuple[str, DeviceClass]],
     timestamp: str,
+    node_selector: NodeSelector | None,
 ) -> AllocationResult:
-    results = tuple(
-        DeviceRequestAllocationResult(
-            request=name,
-            driver=d.id.driver,
-            pool=d.id.pool,
-            device=d.id.device,
-            admin_access=True if req.admin_access else None,
-            # Copied so NoExecute tolerations survive scheduling (kubernetes#134434).
-            tolerations=req.tolerations,
+    results = []
+    for p in picks:
+        d = p.candidate.device
+        shared = p.candidate.shared
+        amounts = p.candidate.amounts
+        results.append(
+            DeviceRequestAllocationResult(
+                request=p.result_name,
+                driver=d.id.driver,
+                pool=d.id.pool,
+                device=d.id.device,
+                admin_access=True if p.request.admin_access else None,
+                # Copied so NoExecute tolerations survive scheduling (kubernetes#134434).
+                tolerations=p.request.tolerations,
+                share_id=str(uuid.uuid4()) if shared else None,
+                consumed_capacity=cap.as_quantities(amounts) if shared and amounts else None,
+            )
         )
-        for name, d, req in picks
-    )
     config: list[AllocatedConfig] = []
     for name, device_class in classes_used:
         for c in device_class.config:
             config.append(AllocatedConfig("FromClass", c.opaque, (name,)))
     for c in claim.config:
         config.append(AllocatedConfig("FromClaim", c.opaque, c.requests))
-    return AllocationResult(results, tuple(config), _node_selector_for([d for _, d, _ in picks]), timestamp)
+    return AllocationResult(tuple(results), tuple(config), node_selector, timestamp)

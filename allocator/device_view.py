@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 
 from allocator.node_selection import node_selector_matches
 from allocator.quantity import Quantity
-from allocator.types import AttributeValue, DeviceID, DeviceTaint, Node, NodeSelector
+from allocator.types import (
+    AttributeValue,
+    CapacityRequestPolicy,
+    CounterConsumption,
+    CounterSet,
+    DeviceID,
+    DeviceTaint,
+    Node,
+    NodeSelector,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +37,9 @@ class DeviceView:
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    allow_multiple_allocations: bool = False
+    capacity_policies: Mapping[str, CapacityRequestPolicy] = field(default_factory=dict)
 
     @property
     def driver(self) -> str:
@@ -66,6 +78,7 @@ class SliceView:
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
     per_device_node_selection: bool = False
+    shared_counters: tuple[CounterSet, ...] = ()
 
     def reachable_from(self, node: Node) -> bool:
         """Whether this slice takes part in pool gathering for `node` (upstream GatherPools)."""

@@ -9,6 +9,7 @@ normalised to fully qualified names, as upstream does.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any, overload
@@ -17,14 +18,22 @@ from allocator.quantity import Quantity, QuantityError, parse_quantity
 from allocator.semver import SemverError, parse_semver
 from allocator.types import (
     ALLOCATION_RESULTS_MAX_SIZE,
+    CAPACITY_VALID_VALUES_MAX,
+    DEVICE_MAX_COUNTER_CONSUMPTIONS,
+    DEVICE_MAX_COUNTERS_PER_CONSUMPTION,
     DEVICE_TAINTS_MAX,
     MODE_ALL,
     MODE_EXACT_COUNT,
     REMOVE,
+    RESOURCE_SLICE_MAX_COUNTERS_PER_SET,
+    RESOURCE_SLICE_MAX_SHARED_COUNTERS,
     TOLERATIONS_ANNOTATION,
     AllocatedConfig,
     AllocationResult,
     AttributeValue,
+    CapacityRequestPolicy,
+    CounterConsumption,
+    CounterSet,
     Device,
     DeviceClass,
     DeviceConfig,
@@ -299,23 +308,32 @@ def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: st
         # Only taints or node fields changed (the common driver update): keep the parsed
         # attributes and capacity, and with them the device's CEL identity.
         attributes, capacity = previous[1].attributes, previous[1].capacity
+        policies = previous[1].capacity_policies
     else:
         parsed_attributes: dict[str, AttributeValue] = {}
         for name, value in r.mapping(body.get("attributes"), f"{bpath}.attributes").items():
             parsed_attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
         parsed_capacity: dict[str, Quantity] = {}
+        parsed_policies: dict[str, CapacityRequestPolicy] = {}
         for name, value in r.mapping(body.get("capacity"), f"{bpath}.capacity").items():
             cp = f"{bpath}.capacity.{name}"
             if isinstance(value, Mapping):
                 parsed_capacity[qualify(name, driver)] = _parse_quantity(r, value.get("value"), f"{cp}.value")
+                if value.get("requestPolicy") is not None:
+                    parsed_policies[qualify(name, driver)] = _parse_request_policy(
+                        r, value.get("requestPolicy"), f"{cp}.requestPolicy", parsed_capacity[qualify(name, driver)]
+                    )
             else:  # very old alpha shape: a bare quantity
                 parsed_capacity[qualify(name, driver)] = _parse_quantity(r, value, cp)
-        attributes, capacity = parsed_attributes, parsed_capacity
+        attributes, capacity, policies = parsed_attributes, parsed_capacity, parsed_policies
     taints_raw = r.seq(body.get("taints"), f"{bpath}.taints")
     if len(taints_raw) > DEVICE_TAINTS_MAX:
         raise r.fail(f"{bpath}.taints", f"must have at most {DEVICE_TAINTS_MAX} items")
     taints = tuple(parse_taint(r, t, f"{bpath}.taints[{i}]", default_time=default_time) for i, t in enumerate(taints_raw))
     node_selector = body.get("nodeSelector")
+    allow_multiple = r.boolean(body.get("allowMultipleAllocations"), f"{bpath}.allowMultipleAllocations")
+    if policies and not allow_multiple:
+        raise r.fail(f"{bpath}.capacity.{next(iter(policies)).rpartition('/')[2]}.requestPolicy", "allowMultipleAllocations must be true")
     return Device(
         name=r.string(d.get("name"), f"{path}.name", required=True),
         attributes=attributes,
@@ -324,7 +342,93 @@ def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: st
         node_name=r.string(body.get("nodeName"), f"{bpath}.nodeName") or None,
         node_selector=parse_node_selector(r, node_selector, f"{bpath}.nodeSelector") if node_selector else None,
         all_nodes=r.boolean(body.get("allNodes"), f"{bpath}.allNodes"),
+        consumes_counters=_parse_consumptions(r, body.get("consumesCounters"), f"{bpath}.consumesCounters"),
+        allow_multiple_allocations=allow_multiple,
+        capacity_policies=policies,
     )
+
+
+def _parse_counters(r: _Reader, raw: Any, path: str, limit: int) -> dict[str, Quantity]:
+    counters = r.mapping(raw, path)
+    if len(counters) > limit:
+        raise r.fail(path, f"must have at most {limit} counters")
+    out: dict[str, Quantity] = {}
+    for name, value in counters.items():
+        c = r.mapping(value, f"{path}.{name}", required=True)
+        out[str(name)] = _parse_quantity(r, c.get("value"), f"{path}.{name}.value")
+    return out
+
+
+def _parse_consumptions(r: _Reader, raw: Any, path: str) -> tuple[CounterConsumption, ...]:
+    items = r.seq(raw, path)
+    if len(items) > DEVICE_MAX_COUNTER_CONSUMPTIONS:
+        raise r.fail(path, f"must have at most {DEVICE_MAX_COUNTER_CONSUMPTIONS} items")
+    out = []
+    for i, item in enumerate(items):
+        ip = f"{path}[{i}]"
+        m = r.mapping(item, ip, required=True)
+        out.append(
+            CounterConsumption(
+                r.string(m.get("counterSet"), f"{ip}.counterSet", required=True),
+                _parse_counters(r, m.get("counters"), f"{ip}.counters", DEVICE_MAX_COUNTERS_PER_CONSUMPTION),
+            )
+        )
+    return tuple(out)
+
+
+def _parse_shared_counters(r: _Reader, raw: Any, path: str) -> tuple[CounterSet, ...]:
+    items = r.seq(raw, path)
+    if len(items) > RESOURCE_SLICE_MAX_SHARED_COUNTERS:
+        raise r.fail(path, f"must have at most {RESOURCE_SLICE_MAX_SHARED_COUNTERS} items")
+    out = []
+    for i, item in enumerate(items):
+        ip = f"{path}[{i}]"
+        m = r.mapping(item, ip, required=True)
+        counters = _parse_counters(r, m.get("counters"), f"{ip}.counters", RESOURCE_SLICE_MAX_COUNTERS_PER_SET)
+        if not counters:
+            raise r.fail(f"{ip}.counters", "must have at least one counter")
+        out.append(CounterSet(r.string(m.get("name"), f"{ip}.name", required=True), counters))
+    return tuple(out)
+
+
+def _parse_request_policy(r: _Reader, raw: Any, path: str, value: Quantity) -> CapacityRequestPolicy:
+    """A capacity's requestPolicy, with the API server's checks (at most one of validValues, validRange)."""
+    p = r.mapping(raw, path)
+    default = _parse_quantity(r, p.get("default"), f"{path}.default") if p.get("default") is not None else None
+    values_raw = r.seq(p.get("validValues"), f"{path}.validValues")
+    range_raw = p.get("validRange")
+    if values_raw and range_raw is not None:
+        raise r.fail(path, "at most one of validValues, validRange may be set")
+    if default is not None and default > value:
+        raise r.fail(f"{path}.default", f"must not exceed the capacity's value {value}")
+    if (values_raw or range_raw is not None) and default is None:
+        raise r.fail(f"{path}.default", "required when validValues or validRange is defined")
+    if values_raw:
+        if len(values_raw) > CAPACITY_VALID_VALUES_MAX:
+            raise r.fail(f"{path}.validValues", f"must have at most {CAPACITY_VALID_VALUES_MAX} items")
+        values = tuple(_parse_quantity(r, v, f"{path}.validValues[{i}]") for i, v in enumerate(values_raw))
+        if any(b <= a for a, b in itertools.pairwise(values)):
+            raise r.fail(f"{path}.validValues", "must be sorted in ascending order without duplicates")
+        if default is not None and default not in values:
+            raise r.fail(f"{path}.default", "must be one of validValues")
+        return CapacityRequestPolicy(default=default, valid_values=values)
+    if range_raw is not None:
+        vr = r.mapping(range_raw, f"{path}.validRange")
+        if vr.get("min") is None:
+            raise r.fail(f"{path}.validRange.min", "required")
+        low = _parse_quantity(r, vr.get("min"), f"{path}.validRange.min")
+        high = _parse_quantity(r, vr.get("max"), f"{path}.validRange.max") if vr.get("max") is not None else None
+        step = _parse_quantity(r, vr.get("step"), f"{path}.validRange.step") if vr.get("step") is not None else None
+        if step is not None and step.value <= 0:
+            raise r.fail(f"{path}.validRange.step", "must be greater than zero")
+        if high is not None and high < low:
+            raise r.fail(f"{path}.validRange.max", "must not be less than min")
+        if low > value or (high is not None and high > value):
+            raise r.fail(f"{path}.validRange", f"must lie within the capacity's value {value}")
+        if default is not None and (default < low or (high is not None and default > high)):
+            raise r.fail(f"{path}.default", "must lie within validRange")
+        return CapacityRequestPolicy(default=default, valid_range_min=low, valid_range_max=high, valid_range_step=step)
+    return CapacityRequestPolicy(default=default)
 
 
 def parse_resource_slice(
@@ -346,6 +450,14 @@ def parse_resource_slice(
         _parse_device(r, d, f"spec.devices[{i}]", driver, default_time, prev.get(d.get("name", "")) if isinstance(d, Mapping) else None)
         for i, d in enumerate(r.seq(spec.get("devices"), "spec.devices"))
     )
+    shared_counters = _parse_shared_counters(r, spec.get("sharedCounters"), "spec.sharedCounters")
+    if shared_counters and devices:
+        raise r.fail("spec", "only one of sharedCounters or devices is allowed")
+    set_names: set[str] = set()
+    for i, cs in enumerate(shared_counters):
+        if cs.name in set_names:
+            raise r.fail(f"spec.sharedCounters[{i}].name", f"duplicate counter set name {cs.name!r}")
+        set_names.add(cs.name)
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None
     node_selector = spec.get("nodeSelector")
     all_nodes = r.boolean(spec.get("allNodes"), "spec.allNodes")
@@ -379,6 +491,7 @@ def parse_resource_slice(
         node_selector=parse_node_selector(r, node_selector, "spec.nodeSelector") if node_selector else None,
         all_nodes=all_nodes,
         per_device_node_selection=per_device,
+        shared_counters=shared_counters,
     )
 
 
@@ -448,7 +561,16 @@ def _parse_exact(
         count=count or 0,
         admin_access=r.boolean(raw.get("adminAccess"), f"{path}.adminAccess"),
         tolerations=parse_tolerations(r, raw.get("tolerations"), f"{path}.tolerations") + extra_tolerations,
+        capacity_requests=_parse_capacity_requests(r, raw.get("capacity"), f"{path}.capacity"),
     )
+
+
+def _parse_capacity_requests(r: _Reader, raw: Any, path: str) -> dict[str, Quantity]:
+    """`capacity.requests`; names stay as written (qualified against each device's driver when compared)."""
+    if raw is None:
+        return {}
+    c = r.mapping(raw, path)
+    return {str(k): _parse_quantity(r, v, f"{path}.requests.{k}") for k, v in r.mapping(c.get("requests"), f"{path}.requests").items()}
 
 
 def _annotation_tolerations(r: _Reader, meta: ObjectMeta) -> dict[str, tuple[DeviceToleration, ...]]:
@@ -538,6 +660,8 @@ def _parse_allocation(r: _Reader, raw: Any, path: str) -> AllocationResult | Non
                 device=r.string(x.get("device"), f"{xp}.device", required=True),
                 admin_access=r.boolean(admin, f"{xp}.adminAccess") if admin is not None else None,
                 tolerations=parse_tolerations(r, x.get("tolerations"), f"{xp}.tolerations"),
+                share_id=r.string(x.get("shareID"), f"{xp}.shareID") or None,
+                consumed_capacity=_parse_consumed_capacity(r, x, xp),
             )
         )
     configs = []
@@ -557,6 +681,17 @@ def _parse_allocation(r: _Reader, raw: Any, path: str) -> AllocationResult | Non
         parse_node_selector(r, ns, f"{path}.nodeSelector") if ns else None,
         r.string(a.get("allocationTimestamp"), f"{path}.allocationTimestamp"),
     )
+
+
+def _parse_consumed_capacity(r: _Reader, result: Mapping[str, Any], path: str) -> dict[str, Quantity] | None:
+    raw = result.get("consumedCapacity")
+    if raw is None:
+        return None
+    driver = r.string(result.get("driver"), f"{path}.driver")
+    return {
+        qualify(str(k), driver): _parse_quantity(r, v, f"{path}.consumedCapacity.{k}")
+        for k, v in r.mapping(raw, f"{path}.consumedCapacity").items()
+    }
 
 
 def parse_resource_claim(raw: Mapping[str, Any]) -> ResourceClaim:

@@ -20,6 +20,11 @@ AttributeValue = int | bool | str | Semver
 # Upstream limits (resource.k8s.io/v1).
 ALLOCATION_RESULTS_MAX_SIZE: Final = 32
 DEVICE_TAINTS_MAX: Final = 16
+RESOURCE_SLICE_MAX_SHARED_COUNTERS: Final = 8  # counter sets per slice
+RESOURCE_SLICE_MAX_COUNTERS_PER_SET: Final = 32
+DEVICE_MAX_COUNTER_CONSUMPTIONS: Final = 2  # consumesCounters entries per device
+DEVICE_MAX_COUNTERS_PER_CONSUMPTION: Final = 32
+CAPACITY_VALID_VALUES_MAX: Final = 10
 
 EFFECT_NONE: Final = "None"
 EFFECT_NO_SCHEDULE: Final = "NoSchedule"
@@ -36,6 +41,12 @@ TOLERATIONS_ANNOTATION: Final = "resource.dra-extender.io/tolerations"
 def qualify(name: str, driver: str) -> str:
     """Fully qualified attribute/capacity name; unqualified names take the driver's domain."""
     return name if "/" in name else f"{driver}/{name}"
+
+
+def unqualify(name: str, driver: str) -> str:
+    """The short name of a name in the driver's own domain (as drivers publish them)."""
+    domain, slash, short = name.partition("/")
+    return short if slash and domain == driver else name
 
 
 # --------------------------------------------------------------------------- metadata
@@ -168,6 +179,37 @@ class DeviceID:
 
 
 @dataclass(frozen=True, slots=True)
+class CounterSet:
+    """A slice's `sharedCounters` entry: named counters that devices of the pool draw from."""
+
+    name: str
+    counters: Mapping[str, Quantity] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    """A device's `consumesCounters` entry: what allocating it takes from one counter set."""
+
+    counter_set: str
+    counters: Mapping[str, Quantity] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRequestPolicy:
+    """How a request for a share of a device's capacity is rounded and bounded (DRAConsumableCapacity)."""
+
+    default: Quantity | None = None
+    valid_values: tuple[Quantity, ...] = ()  # ascending
+    valid_range_min: Quantity | None = None  # set when validRange is
+    valid_range_max: Quantity | None = None
+    valid_range_step: Quantity | None = None
+
+    @property
+    def has_valid_range(self) -> bool:
+        return self.valid_range_min is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """One device as its driver published it (attributes fully qualified)."""
 
@@ -178,6 +220,10 @@ class Device:
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    allow_multiple_allocations: bool = False
+    # capacity name (fully qualified) -> its requestPolicy, for capacities that have one
+    capacity_policies: Mapping[str, CapacityRequestPolicy] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +238,7 @@ class ResourceSlice:
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
     per_device_node_selection: bool = False
+    shared_counters: tuple[CounterSet, ...] = ()
 
 
 # --------------------------------------------------------------------------- DeviceClass
@@ -232,6 +279,8 @@ class ExactRequest:
     count: int = 1
     admin_access: bool = False
     tolerations: tuple[DeviceToleration, ...] = ()
+    # `capacity.requests`: capacity name (fully qualified) -> the amount of a shared device wanted
+    capacity_requests: Mapping[str, Quantity] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +305,8 @@ class DeviceRequestAllocationResult:
     device: str
     admin_access: bool | None = None
     tolerations: tuple[DeviceToleration, ...] = ()
+    share_id: str | None = None  # a share of a device that allows multiple allocations
+    consumed_capacity: Mapping[str, Quantity] | None = None  # capacity name (fully qualified) -> amount
 
     @property
     def device_id(self) -> DeviceID:
@@ -267,6 +318,11 @@ class DeviceRequestAllocationResult:
             d["adminAccess"] = self.admin_access
         if self.tolerations:
             d["tolerations"] = [t.to_api() for t in self.tolerations]
+        if self.share_id is not None:
+            d["shareID"] = self.share_id
+        if self.consumed_capacity is not None:
+            # Written with the names the driver published: its own domain is implied.
+            d["consumedCapacity"] = {unqualify(k, self.driver): str(v) for k, v in self.consumed_capacity.items()}
         return d
 
 

@@ -452,6 +452,7 @@ class DeviceViews(ObjectStore):
             node_selector=s.node_selector,
             all_nodes=s.all_nodes,
             per_device_node_selection=s.per_device_node_selection,
+            shared_counters=s.shared_counters,
         )
 
     def _recompute_devices(self, affected: set[DeviceID]) -> None:

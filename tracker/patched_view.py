@@ -62,6 +62,9 @@ def original_view(slice_: ResourceSlice, device: Device, version: int) -> Device
         node_name=node_name,
         node_selector=node_selector,
         all_nodes=all_nodes,
+        consumes_counters=device.consumes_counters,
+        allow_multiple_allocations=device.allow_multiple_allocations,
+        capacity_policies=device.capacity_policies,
     )
 
 
@@ -190,6 +193,9 @@ def effective_view(
         node_name=original.node_name,
         node_selector=original.node_selector,
         all_nodes=original.all_nodes,
+        consumes_counters=original.consumes_counters,
+        allow_multiple_allocations=original.allow_multiple_allocations,
+        capacity_policies=original.capacity_policies,
     )
     taints: list[DeviceTaint] = list(device.taints)
     sources: list[str] = ["slice"] * len(device.taints)
@@ -207,6 +213,9 @@ def effective_view(
         node_name=patched.node_name,
         node_selector=patched.node_selector,
         all_nodes=patched.all_nodes,
+        consumes_counters=patched.consumes_counters,
+        allow_multiple_allocations=patched.allow_multiple_allocations,
+        capacity_policies=patched.capacity_policies,
     )
     if previous is not None and previous == view:
         return previous

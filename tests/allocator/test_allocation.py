@@ -206,7 +206,7 @@ CASES = [
         [view(slice_("s1", [dev("gpu-0")], count=2))],
         [claim("c", req("r", mode="All"))],
         code=A.REASON_POOL_INCOMPLETE,
-        fail="is being updated",
+        fail="is currently being updated",
     ),
     Case(
         "exact-count-skips-incomplete-pool",
@@ -562,7 +562,8 @@ SEARCH_BOUND_CASES = [
     # name, numa of device i, constraint, expected failure code
     # Every device on its own NUMA node: matchAttribute fails at the second pick, quickly.
     ("match-fails-fast", lambda i: i, "matchAttribute", A.REASON_CONSTRAINTS),
-    # 8 distinct values wanted among 7: every combination of 7 is tried before giving up.
+    # 8 distinct values wanted among 7 (8 requests: upstream keys distinctAttribute values by
+    # request, so only different requests are kept apart): every combination is tried before giving up.
     ("distinct-explodes", lambda i: i % 7, "distinctAttribute", A.REASON_SEARCH_LIMIT),
 ]
 
@@ -571,7 +572,7 @@ SEARCH_BOUND_CASES = [
 def test_search_budget_bounds_pathological_constraints(numa, constraint: str, code: str) -> None:
     devices = [dev(f"d{i}", {"numa": numa(i)}) for i in range(30)]
     s = view(slice_("s1", devices))
-    c = claim("c", req("a", count=8), constraints=[{constraint: f"{DRIVER}/numa"}])
+    c = claim("c", *(req(f"r{k}") for k in range(8)), constraints=[{constraint: f"{DRIVER}/numa"}])
     out = Allocator(CelEnvironment(), search_budget=2_000).allocate(NODE, [c], [s], CLASSES, set())
     assert out.failure is not None and out.failure.code == code, out.failure
 

@@ -1,0 +1,63 @@
+"""What other claims already hold, as the allocator asks it (upstream's AllocatedState).
+
+Three questions, because consumable capacity lets several claims share one
+device: is a device held whole (dedicated), is it held at all (whole or a
+share: its counters are spent), and how much of its capacity do the shares
+use. Allocations in flight (a /bind writing them) count as held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+from allocator.quantity import Quantity
+from allocator.types import DeviceID
+
+
+@runtime_checkable
+class AllocatedState(Protocol):
+    def is_taken(self, did: DeviceID) -> bool:
+        """Held whole by another claim: a result without a shareID."""
+
+    def is_allocated(self, did: DeviceID) -> bool:
+        """Held whole or shared (upstream `IsDeviceAllocated`): its counters are in use."""
+
+    def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
+        """The capacity all shares of `did` consume together; None when no share records any."""
+
+
+class DedicatedOnly:
+    """An AllocatedState from a plain "is this device taken" test (no shares)."""
+
+    __slots__ = ("_taken",)
+
+    def __init__(self, taken: Callable[[DeviceID], bool]) -> None:
+        self._taken = taken
+
+    def is_taken(self, did: DeviceID) -> bool:
+        return self._taken(did)
+
+    def is_allocated(self, did: DeviceID) -> bool:
+        return self._taken(did)
+
+    def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
+        return None
+
+
+class SharesFolded:
+    """With DRAConsumableCapacity off upstream folds shared results into dedicated ones."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: AllocatedState) -> None:
+        self._state = state
+
+    def is_taken(self, did: DeviceID) -> bool:
+        return self._state.is_allocated(did)
+
+    def is_allocated(self, did: DeviceID) -> bool:
+        return self._state.is_allocated(did)
+
+    def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
+        return None

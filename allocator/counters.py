@@ -1,0 +1,109 @@
+"""Shared counters of partitionable devices (DRAPartitionableDevices), within one allocation call.
+
+Mirrors upstream's incubating allocator (`checkAvailableCounters`,
+`deallocateCountersForDevice`), quirks included, so a node fits exactly when
+kube-scheduler 1.36's in-tree plugin would say it does:
+
+- What is available in a pool is its counter sets minus what every device of
+  the pool that is allocated (whole or shared, in flight included) consumes,
+  whichever node that device is on. It can be negative.
+- Picks of this call add up; a candidate is charged first, then every
+  counter of the pool is compared, so an over-committed pool refuses every
+  device that consumes counters.
+- Both tallies are keyed by the pool's *name* only (not the driver).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+
+from allocator.allocated_state import AllocatedState
+from allocator.device_view import DeviceView, SliceView
+from allocator.quantity import Quantity, format_quantity
+from allocator.types import CounterConsumption
+
+Tally = dict[str, dict[str, Fraction]]  # counter set -> counter -> value
+
+
+class CounterTally:
+    """Available and consumed counters per pool name for one allocation call."""
+
+    __slots__ = ("_available", "_consumed", "_state")
+
+    def __init__(self, state: AllocatedState) -> None:
+        self._state = state
+        self._available: dict[str, Tally] = {}
+        self._consumed: dict[str, Tally] = {}
+
+    def available(self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Iterable[SliceView]) -> Tally:
+        """The pool's counters left by allocated devices (computed once per pool name, as upstream)."""
+        tally = self._available.get(pool)
+        if tally is None:
+            tally = {name: {c: q.value for c, q in counters.items()} for name, counters in counter_sets.items()}
+            is_allocated = self._state.is_allocated
+            for s in slices:
+                for device in s.devices:
+                    if device.consumes_counters and is_allocated(device.id):
+                        for use in device.consumes_counters:
+                            left = tally.get(use.counter_set)
+                            if left is None:
+                                continue
+                            for name, q in use.counters.items():
+                                if name in left:
+                                    left[name] -= q.value
+            self._available[pool] = tally
+        return tally
+
+    def charge(self, pool: str, available: Tally, consumption: tuple[CounterConsumption, ...]) -> bool:
+        """Add a candidate's consumption; undo it and answer False if any counter of the pool is then short."""
+        consumed = self._consumed.setdefault(pool, {})
+        for use in consumption:
+            counters = consumed.setdefault(use.counter_set, {})
+            for name, q in use.counters.items():
+                counters[name] = counters.get(name, Fraction(0)) + q.value
+        for set_name, counters in available.items():
+            used = consumed.get(set_name, {})
+            for name, value in counters.items():
+                if value < used.get(name, 0):
+                    self.release(pool, consumption)
+                    return False
+        return True
+
+    def release(self, pool: str, consumption: tuple[CounterConsumption, ...]) -> None:
+        consumed = self._consumed.get(pool, {})
+        for use in consumption:
+            counters = consumed.get(use.counter_set)
+            if counters is None:
+                continue
+            for name, q in use.counters.items():
+                counters[name] = counters.get(name, Fraction(0)) - q.value
+
+    def would_fit_alone(self, pool: str, available: Tally, consumption: tuple[CounterConsumption, ...]) -> bool:
+        """Whether the device could be charged with nothing else picked (a device that cannot never will)."""
+        own: dict[tuple[str, str], Fraction] = {}
+        for use in consumption:
+            for name, q in use.counters.items():
+                own[(use.counter_set, name)] = own.get((use.counter_set, name), Fraction(0)) + q.value
+        return all(value >= own.get((s, c), 0) for s, counters in available.items() for c, value in counters.items())
+
+
+def describe_short(available: Tally, consumption: tuple[CounterConsumption, ...]) -> str:
+    """`counter set gpu-0: memory 0 of ... left`: the counters a device needs that are short."""
+    parts = []
+    for use in consumption:
+        left = available.get(use.counter_set, {})
+        for name, q in sorted(use.counters.items()):
+            have = left.get(name)
+            if have is not None and have < q.value:
+                parts.append(f"{use.counter_set}/{name}: {format_quantity(max(have, Fraction(0)))} left, {q} needed")
+    if not parts:
+        negative = [f"{s}/{c}" for s, counters in available.items() for c, v in counters.items() if v < 0]
+        if negative:
+            return f"the pool's counters are over-committed ({', '.join(sorted(negative))})"
+        return "the pool's counters are used up"
+    return ", ".join(parts)
+
+
+def consumes(device: DeviceView) -> bool:
+    return bool(device.consumes_counters)
