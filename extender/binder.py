@@ -188,16 +188,15 @@ class Binder:
             claims,
             self.state.slices_for_node(node_name),
             self.state.classes,
-            self.state.is_taken,
+            self.state.ledger,
             self.state.device,
             timestamp=now_rfc3339(),
+            pool_slices=self.state.pool_slices,
         )
         if not outcome.ok:
             self.metrics.binds.labels("unschedulable").inc()
             raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
-        hold = self.state.ledger.reserve(
-            {r.device_id: claim_key for claim_key, alloc in outcome.allocations.items() for r in alloc.results if not r.admin_access}
-        )
+        hold = self.state.ledger.reserve_results(outcome.allocations)
         self.metrics.inflight.set(len(self.state.inflight))
         return claims, dict(outcome.allocations), hold
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from allocator.features import Features
+
 log = logging.getLogger("dra_extender")
 
 
@@ -151,7 +153,32 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
     )
+    gates = serve.add_argument_group(
+        "DRA features (Kubernetes feature gates; set each as the cluster's kube-scheduler has it, default: on, as in 1.36)"
+    )
+    gates.add_argument(
+        "--feature-partitionable-devices",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="DRAPartitionableDevices: shared counters and per-device node selection; off: devices that consume "
+        "counters are never allocated (default: on)",
+    )
+    gates.add_argument(
+        "--feature-consumable-capacity",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="DRAConsumableCapacity: devices shared by several claims, capacity requests; off: shared results count "
+        "as whole devices and claims with capacity requests are refused (default: on)",
+    )
     return parser
+
+
+def features_from(args: argparse.Namespace) -> Features:
+    """The allocator's feature switches from the serve flags."""
+    return Features(
+        partitionable_devices=args.feature_partitionable_devices,
+        consumable_capacity=args.feature_consumable_capacity,
+    )
 
 
 def _pick_source(args: argparse.Namespace):
@@ -235,7 +262,7 @@ async def serve(args: argparse.Namespace) -> int:
     service = Service(
         state,
         source,
-        Allocator(cel),
+        Allocator(cel, features=features_from(args)),
         metrics,
         is_leader=is_leader,
         placement_wait=args.placement_wait,

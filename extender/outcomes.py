@@ -131,7 +131,9 @@ class OutcomeCache:
             try:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
-                outcome = self.allocator.allocate(node, claims, state.slices_for_node(name), state.classes, state.is_taken, state.device)
+                outcome = self.allocator.allocate(
+                    node, claims, state.slices_for_node(name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
+                )
             except DeadlineExceeded as e:
                 e.nodes_done = len(out)
                 raise

@@ -12,7 +12,7 @@ Built on the object store (tracker/store.py).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from allocator.device_view import DeviceView, SliceView
@@ -103,17 +103,58 @@ class DeviceViews(ObjectStore):
         self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
         self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
+        self._pools: dict[tuple[str, str], set[str]] = defaultdict(set)  # (driver, pool) -> slice names
 
     # ------------------------------------------------------------------ allocation state per node
 
     def _slice_changed(self, node_name: str | None) -> None:
         self._changed(node_name)
 
+    def _pool_changed(self, s: ResourceSlice) -> None:
+        """A slice changed: the nodes whose verdicts may depend on it must decide again.
+
+        In a pool with shared counters a device on one node spends counters a
+        device on another node may need: every node of the pool is affected.
+        """
+        if not s.shared_counters and not self._has_counters(s.driver, s.pool):
+            self._slice_changed(s.node_name)
+            return
+        for node in self._pool_nodes(s.driver, s.pool, also=s.node_name):
+            self._slice_changed(node)
+
+    def _has_counters(self, driver: str, pool: str) -> bool:
+        for name in self._pools.get((driver, pool), ()):
+            other = self.slices.get(name)
+            if other is not None and other.shared_counters:
+                return True
+        return False
+
+    def _pool_nodes(self, driver: str, pool: str, also: str | None = None) -> Sequence[str | None]:
+        """The nodes a pool's slices are local to; [None] (every node) if one of them is not node-local."""
+        nodes: set[str] = set()
+        for name in self._pools.get((driver, pool), ()):
+            other = self.slices.get(name)
+            if other is None:
+                continue
+            if other.node_name is None:
+                return [None]
+            nodes.add(other.node_name)
+        if also is None and not nodes:
+            return [None]
+        if also is not None:
+            nodes.add(also)
+        return sorted(nodes)
+
     def _device_changed(self, did: DeviceID) -> None:
         name = self._device_slice.get(did)
         s = self.slices.get(name) if name is not None else None
         node = s.node_name if s is not None else None
-        self._slice_changed(node)
+        view = self.devices.get(did)
+        if s is not None and view is not None and view.consumes_counters:
+            for other in self._pool_nodes(s.driver, s.pool, also=node):
+                self._slice_changed(other)
+        else:
+            self._slice_changed(node)
         if node is not None:
             self._track_taken(node, did)
 
@@ -234,6 +275,7 @@ class DeviceViews(ObjectStore):
             self._device_slice[did] = name
             for k in _index_keys(did.driver, did.pool, did.device):
                 self._devices_by_key[k].add(did)
+        self._pools[(new.driver, new.pool)].add(name)
         if new.node_name is not None:
             self._node_slices[new.node_name].add(name)
             for device in new.devices:
@@ -289,7 +331,12 @@ class DeviceViews(ObjectStore):
                         bucket.discard(did)
                         if not bucket:
                             del self._devices_by_key[k]
-        self._slice_changed(old.node_name)
+        self._pool_changed(old)
+        members = self._pools.get((old.driver, old.pool))
+        if members is not None:
+            members.discard(old.meta.name)
+            if not members:
+                del self._pools[(old.driver, old.pool)]
         if old.node_name is not None:
             taken = self._taken_local.get(old.node_name)
             if taken is not None:
@@ -440,7 +487,7 @@ class DeviceViews(ObjectStore):
                     break
 
     def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
-        self._slice_changed(s.node_name)
+        self._pool_changed(s)
         self.slice_views[s.meta.name] = SliceView(
             name=s.meta.name,
             driver=s.driver,
@@ -495,6 +542,10 @@ class DeviceViews(ObjectStore):
 
     def device(self, did: DeviceID) -> DeviceView | None:
         return self.devices.get(did)
+
+    def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
+        """Every slice of a pool, whichever nodes it reaches (for pools only partly reachable from a node)."""
+        return [self.slice_views[n] for n in self._pools.get((driver, pool), ()) if n in self.slice_views]
 
     def device_state_counts(self) -> dict[str, int]:
         counts = {"free": 0, "allocated": 0, "tainted": 0}

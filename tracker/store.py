@@ -347,6 +347,9 @@ class ObjectStore:
             for result in claim.allocation.results:
                 if result.admin_access:
                     continue  # admin access does not take a device from others (as upstream)
+                if result.share_id is not None:
+                    self.ledger.allocate_share(result.device_id, result.share_id, claim.key, result.consumed_capacity)
+                    continue
                 holder = self.ledger.inflight.get(result.device_id)
                 if holder is not None and holder != claim.key:
                     log.warning(
@@ -375,7 +378,10 @@ class ObjectStore:
         if claim.allocation is None:
             return
         for result in claim.allocation.results:
-            self.ledger.free(result.device_id, claim.key)
+            if result.share_id is not None:
+                self.ledger.free_share(result.device_id, result.share_id, claim.key)
+            else:
+                self.ledger.free(result.device_id, claim.key)
 
     def _on_template(self, event: ev.ObjectEvent) -> None:
         if event.type == "DELETED":

@@ -177,7 +177,7 @@ class World:
                 [claim],
                 self.state.slices_for_node(node),
                 self.state.classes,
-                self.state.is_taken,
+                self.state.ledger,
                 self.state.device,
             )
             if outcome.ok:
@@ -195,7 +195,13 @@ class World:
             want_passed, want_failed, want_scores = [], {}, []
             for n in NODES:
                 outcome = self.reference.allocate(
-                    state.nodes[n], claims, state.slices_for_node(n), state.classes, state.is_taken, state.device
+                    state.nodes[n],
+                    claims,
+                    state.slices_for_node(n),
+                    state.classes,
+                    state.ledger,
+                    state.device,
+                    pool_slices=state.pool_slices,
                 )
                 if outcome.ok:
                     want_passed.append(n)
