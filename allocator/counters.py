@@ -95,8 +95,10 @@ def describe_short(available: Tally, consumption: tuple[CounterConsumption, ...]
         left = available.get(use.counter_set, {})
         for name, q in sorted(use.counters.items()):
             have = left.get(name)
-            if have is not None and have < q.value:
-                parts.append(f"{use.counter_set}/{name}: {format_quantity(max(have, Fraction(0)))} left, {q} needed")
+            if have is not None and have < 0:
+                parts.append(f"{use.counter_set}/{name}: over-committed by {format_quantity(-have)}, {q} needed")
+            elif have is not None and have < q.value:
+                parts.append(f"{use.counter_set}/{name}: {format_quantity(have)} left, {q} needed")
     if not parts:
         negative = [f"{s}/{c}" for s, counters in available.items() for c, v in counters.items() if v < 0]
         if negative:

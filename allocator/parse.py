@@ -423,8 +423,6 @@ def _parse_request_policy(r: _Reader, raw: Any, path: str, value: Quantity) -> C
             raise r.fail(f"{path}.validRange.step", "must be greater than zero")
         if high is not None and high < low:
             raise r.fail(f"{path}.validRange.max", "must not be less than min")
-        if low > value or (high is not None and high > value):
-            raise r.fail(f"{path}.validRange", f"must lie within the capacity's value {value}")
         if default is not None and (default < low or (high is not None and default > high)):
             raise r.fail(f"{path}.default", "must lie within validRange")
         return CapacityRequestPolicy(default=default, valid_range_min=low, valid_range_max=high, valid_range_step=step)

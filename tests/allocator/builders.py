@@ -84,6 +84,9 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
                 node_name=reach[0],
                 node_selector=reach[1],
                 all_nodes=reach[2],
+                consumes_counters=d.consumes_counters,
+                allow_multiple_allocations=d.allow_multiple_allocations,
+                capacity_policies=d.capacity_policies,
             )
         )
     return SliceView(
@@ -97,6 +100,7 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
         s.node_selector,
         s.all_nodes,
         s.per_device_node_selection,
+        s.shared_counters,
     )
 
 
