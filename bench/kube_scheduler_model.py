@@ -502,6 +502,8 @@ class FitOracle:
             spec = s.get("spec") or {}
             driver, pool = spec.get("driver"), (spec.get("pool") or {}).get("name")
             for d in spec.get("devices") or []:
+                if d.get("consumesCounters") or d.get("allowMultipleAllocations"):
+                    continue  # not a whole device: the yardstick does not count partitions or shares
                 if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in d.get("taints") or []):
                     continue
                 if any(self._selects(r, driver, pool, d.get("name")) for r in rules):
@@ -1014,10 +1016,15 @@ class Workload:
     taint_removal: bool = False  # fill every untainted device, one more pod, then delete the rules
     timeout: float = 600.0
     settle: float = 3.0  # after the expected pods are bound: time to see any extra bind
+    # "plain": devices_per_node whole devices; "partitions": per device a 40Gi GPU with partitions of
+    # 10, 10, 10, 10, 20, 20, 40 Gi drawing on its shared counters (4 pods fit per GPU); "shares":
+    # per device one 40Gi device shared by claims asking 10Gi each (4 pods fit per device).
+    kind: str = "plain"
 
     @property
     def capacity(self) -> int:
-        return (self.nodes - self.tainted_nodes) * self.devices_per_node
+        per = 1 if self.kind == "plain" else 4
+        return (self.nodes - self.tainted_nodes) * self.devices_per_node * per
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -1037,7 +1044,49 @@ def node_name(i: int) -> str:
     return f"perf-node-{i}"
 
 
+PARTITIONS_GI = (10, 10, 10, 10, 20, 20, 40)  # first-fit takes the four 10Gi ones; then the counters are spent
+GPU_GI = 40
+
+
+def _partitioned_devices(w: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    devices, counter_sets = [], []
+    for g in range(w.devices_per_node):
+        counter_sets.append({"name": f"gpu-{g}", "counters": {"memory": {"value": f"{GPU_GI}Gi"}}})
+        for p, size in enumerate(PARTITIONS_GI):
+            devices.append(
+                {
+                    "name": f"gpu-{g}-part-{p}",
+                    "capacity": {"memory": {"value": f"{size}Gi"}},
+                    "consumesCounters": [{"counterSet": f"gpu-{g}", "counters": {"memory": {"value": f"{size}Gi"}}}],
+                }
+            )
+    return devices, counter_sets
+
+
+def _node_slices(w: Workload, node: str) -> list[dict[str, Any]]:
+    if w.kind == "plain":
+        return [node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(w.devices_per_node)])]
+    if w.kind == "shares":
+        shared = [
+            {"name": f"shared-{j}", "allowMultipleAllocations": True, "capacity": {"memory": {"value": f"{GPU_GI}Gi"}}}
+            for j in range(w.devices_per_node)
+        ]
+        return [node_slice(node, DRIVER, shared)]
+    devices, counter_sets = _partitioned_devices(w)
+    dev_slice = node_slice(node, DRIVER, devices)
+    dev_slice["spec"]["pool"]["resourceSliceCount"] = 2
+    counters = node_slice(node, DRIVER, [])
+    counters["metadata"]["name"] = f"{node}-counters"
+    del counters["spec"]["devices"]
+    counters["spec"]["sharedCounters"] = counter_sets
+    counters["spec"]["pool"]["resourceSliceCount"] = 2
+    return [dev_slice, counters]
+
+
 def cluster_objects(w: Workload) -> list[dict[str, Any]]:
+    request: dict[str, Any] = {"deviceClassName": CLASS}
+    if w.kind == "shares":
+        request["capacity"] = {"requests": {"memory": f"{GPU_GI // 4}Gi"}}
     objs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         device_class(CLASS, DRIVER),
@@ -1045,7 +1094,7 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
-            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": CLASS}}]}}},
+            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}}},
         },
     ]
     for i in range(w.nodes):
@@ -1058,7 +1107,7 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
                 "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
             }
         )
-        objs.append(node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(w.devices_per_node)]))
+        objs += _node_slices(w, node)
     objs += taint_rules(w)
     return objs
 
@@ -1283,14 +1332,31 @@ def _measure(w: Workload, model: KubeSchedulerModel, created_at: dict[str, float
     }
 
 
+def _gi(q: str) -> int:
+    return int(q[:-2]) if q.endswith("Gi") else int(q) // 1024**3
+
+
+def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    return (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+
+
 async def _read_back(api: Api, w: Workload, http_timeout: float) -> dict[str, Any]:
     """Every claim and pod from the API server: devices allocated twice, bound pods without an allocated claim."""
     claims, _ = await api.list("/apis/resource.k8s.io/v1/resourceclaims") or ([], "")
     pods, _ = await api.list("/api/v1/pods") or ([], "")
     devices: Counter[tuple[str, str, str]] = Counter()
+    shared_gi: Counter[tuple[str, str, str]] = Counter()
     for c in claims:
         for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+            if r.get("shareID"):
+                shared_gi[(r.get("driver"), r.get("pool"), r.get("device"))] += _gi((r.get("consumedCapacity") or {}).get("memory", "0"))
+                continue
             devices[(r.get("driver"), r.get("pool"), r.get("device"))] += 1
+    counters_gi: Counter[tuple[str, str]] = Counter()  # (pool, counter set) -> Gi consumed by allocated partitions
+    for (_d, pool, device), _n in devices.items():
+        if device.startswith("gpu-") and "-part-" in device:
+            gpu, _, part = device.rpartition("-part-")
+            counters_gi[(pool, gpu)] += PARTITIONS_GI[int(part)]
     by_name = {key_of(c): c for c in claims}
     bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
     without = [key_of(p) for p in bound if not claim_allocated(by_name, p)]
@@ -1307,6 +1373,9 @@ async def _read_back(api: Api, w: Workload, http_timeout: float) -> dict[str, An
         "claims_allocated": sum(1 for c in claims if (c.get("status") or {}).get("allocation")),
         "devices_allocated": sum(devices.values()),
         "devices_allocated_twice": sum(1 for n in devices.values() if n > 1),
+        "shares": sum(1 for c in claims for r in _results(c) if r.get("shareID")),
+        "counter_sets_over_committed": sum(1 for gi in counters_gi.values() if gi > GPU_GI),
+        "shared_devices_over_committed": sum(1 for gi in shared_gi.values() if gi > GPU_GI),
         "pods_bound": len(bound),
         "bound_pods_without_allocated_claim": len(without),
         "allocations_on_another_node": reserved_elsewhere,

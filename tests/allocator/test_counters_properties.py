@@ -51,11 +51,19 @@ def cluster(draw):
             {
                 "name": f"shared-{s}",
                 "allowMultipleAllocations": True,
-                "capacity": {"memory": {"value": str(40 * GI), "requestPolicy": {"default": str(10 * GI), "validRange": {"min": str(10 * GI), "step": str(10 * GI)}}}},
+                "capacity": {
+                    "memory": {
+                        "value": str(40 * GI),
+                        "requestPolicy": {"default": str(10 * GI), "validRange": {"min": str(10 * GI), "step": str(10 * GI)}},
+                    }
+                },
             }
         )
     slices = [
-        {"metadata": {"name": "devices"}, "spec": {"driver": D, "nodeName": "node-1", "pool": {"name": "p", "resourceSliceCount": 2}, "devices": devices}},
+        {
+            "metadata": {"name": "devices"},
+            "spec": {"driver": D, "nodeName": "node-1", "pool": {"name": "p", "resourceSliceCount": 2}, "devices": devices},
+        },
         {
             "metadata": {"name": "counters"},
             "spec": {

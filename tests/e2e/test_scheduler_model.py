@@ -71,3 +71,27 @@ def test_forty_pods_competing_for_ten_devices_bind_exactly_ten() -> None:
     if wrong:
         missed.append(f"unbound pods rejected for another reason than allocated devices: {wrong}")
     assert not missed, "\n".join(missed)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        # 3 nodes x 2 GPUs, each GPU with partitions 10, 10, 10, 10, 20, 20, 40 Gi of 40Gi shared counters:
+        # exactly 4 partitions per GPU fit, whatever pod gets there first.
+        "partitions",
+        # 3 nodes x 2 devices of 40Gi that allow multiple allocations; every claim asks 10Gi: 4 shares each.
+        "shares",
+    ],
+)
+def test_pods_racing_for_partitions_and_shares_never_over_commit(kind: str) -> None:
+    w = Workload(f"e2e-{kind}", nodes=3, devices_per_node=2, pods=40, timeout=30, settle=2, kind=kind)
+    r = run_workload(w, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=3), claims=ClaimControllerConfig(delay=0.2), progress=0)
+    rb = r["readback"]
+    missed = missed_targets(r, expected_bound=24)
+    if rb["counter_sets_over_committed"] or rb["shared_devices_over_committed"]:
+        missed.append(
+            f"over-committed: {rb['counter_sets_over_committed']} counter sets, {rb['shared_devices_over_committed']} shared devices"
+        )
+    if kind == "shares" and rb["shares"] != 24:
+        missed.append(f"{rb['shares']} shares allocated, want 24")
+    assert not missed, "\n".join(missed)

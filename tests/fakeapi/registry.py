@@ -92,6 +92,49 @@ def _validate_immutable_spec(old: dict[str, Any] | None, new: dict[str, Any]) ->
     return None
 
 
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _validate_resource_slice(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    """The API server's ResourceSlice validation, as far as the parser knows it (limits, counters, policies)."""
+    from allocator.parse import ValidationError, parse_resource_slice
+
+    try:
+        parse_resource_slice(new)
+    except ValidationError as e:
+        return f"{e.field}: Invalid value: {e.message}"
+    return None
+
+
+def _validate_claim(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    """Immutable spec, and allocation results as the API server checks them (shareID, consumedCapacity)."""
+    why = _validate_immutable_spec(old, new)
+    if why is not None:
+        return why
+    from allocator.quantity import QuantityError, parse_quantity
+
+    allocation = (new.get("status") or {}).get("allocation") or {}
+    results = (allocation.get("devices") or {}).get("results") or []
+    if len(results) > 32:
+        return "status.allocation.devices.results: Too many: must have at most 32 items"
+    seen: set[tuple[str, str, str, str]] = set()
+    for i, r in enumerate(results):
+        path = f"status.allocation.devices.results[{i}]"
+        share = r.get("shareID")
+        if share is not None and not _UUID.match(str(share)):
+            return f"{path}.shareID: Invalid value: {share!r}: must be a lowercase UUID"
+        key = (r.get("driver", ""), r.get("pool", ""), r.get("device", ""), share or "")
+        if key in seen:
+            return f"{path}: Duplicate value: the same device{' share' if share else ''} twice"
+        seen.add(key)
+        for name, q in (r.get("consumedCapacity") or {}).items():
+            try:
+                parse_quantity(q)
+            except QuantityError as e:
+                return f"{path}.consumedCapacity.{name}: Invalid value: {e}"
+    return None
+
+
 def default_types(
     *,
     resource_versions: Iterable[str] = ("v1", "v1beta2"),
@@ -182,6 +225,7 @@ def default_types(
                 (),
                 {},
                 META_FIELDS | {"spec.nodeName", "spec.driver"},
+                validate=_validate_resource_slice,
             ),
             ResourceType(
                 "resource.k8s.io",
@@ -192,7 +236,7 @@ def default_types(
                 "resourceclaim",
                 (),
                 {"status": STATUS},
-                validate=_validate_immutable_spec,
+                validate=_validate_claim,
             ),
             ResourceType(
                 "resource.k8s.io",
