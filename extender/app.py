@@ -326,6 +326,7 @@ def debug_device_page(service: Service, node: str, driver: str, pool: str, taint
                     for t, src in zip(view.taints, view.taint_sources, strict=False)
                 ],
                 "allocatedTo": state.allocated.get(did),
+                **state.sharing(did),
             }
         )
     more = start + limit < len(ids)

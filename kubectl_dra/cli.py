@@ -268,7 +268,7 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
         return 0
     head = ["NODE", "DRIVER", "POOL", "DEVICE", "TAINTS", "SOURCES", "ALLOCATED-TO"]
     if args.output == "wide":
-        head.append("ATTRIBUTES")
+        head += ["COUNTERS-LEFT", "CAPACITY-LEFT", "ATTRIBUTES"]
     table = [head]
     for r in rows:
         line = [
@@ -281,6 +281,9 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
             r["allocatedTo"] or "<none>",
         ]
         if args.output == "wide":
+            left = r.get("countersLeft") or {}
+            line.append(",".join(f"{cs}/{k}={v}" for cs, counters in left.items() for k, v in counters.items()) or "<none>")
+            line.append(",".join(f"{k.rpartition('/')[2]}={v}" for k, v in (r.get("capacityLeft") or {}).items()) or "<none>")
             line.append(",".join(f"{k}={v}" for k, v in r["attributes"].items()))
         table.append(line)
     _table(table, out)

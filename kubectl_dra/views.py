@@ -57,8 +57,9 @@ def device_rows(state: ClusterState, *, node: str | None = None, tainted: bool =
                 "device": did.device,
                 "taints": [str(t) for t in view.taints],
                 "sources": [source_label(s) for s in view.taint_sources],
-                "allocatedTo": state.allocated.get(did) or state.inflight.get(did) or "",
+                "allocatedTo": state.ledger.holder(did) or "",
                 "attributes": {k: _plain(v) for k, v in sorted(view.attributes.items())},
+                **state.sharing(did),
             }
         )
     return rows

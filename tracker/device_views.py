@@ -15,8 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from allocator.counters import CounterTally
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_device_class, parse_device_taint_rule, parse_resource_slice, parse_resource_slice_patch
+from allocator.quantity import format_quantity
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
     DeviceClass,
@@ -542,6 +544,33 @@ class DeviceViews(ObjectStore):
 
     def device(self, did: DeviceID) -> DeviceView | None:
         return self.devices.get(did)
+
+    def sharing(self, did: DeviceID) -> dict[str, Any]:
+        """What a device's counters and shares look like now, for /debug/devices and kubectl dra devices.
+
+        `countersLeft`: its pool's counter sets minus what allocated devices
+        (in flight included) consume; `shares`: share ID -> claim;
+        `capacityLeft`: its capacity minus what the shares consume.
+        """
+        view = self.devices.get(did)
+        if view is None:
+            return {}
+        out: dict[str, Any] = {}
+        if view.consumes_counters:
+            views = self.pool_slices(did.driver, did.pool)
+            sets = {cs.name: cs.counters for v in views for cs in v.shared_counters}
+            left = CounterTally(self.ledger).available(did.pool, sets, views)
+            out["consumesCounters"] = {u.counter_set: {k: str(q) for k, q in u.counters.items()} for u in view.consumes_counters}
+            out["countersLeft"] = {
+                u.counter_set: {k: format_quantity(v) for k, v in left.get(u.counter_set, {}).items()} for u in view.consumes_counters
+            }
+        if view.allow_multiple_allocations:
+            consumed = self.ledger.consumed_capacity(did) or {}
+            out["shares"] = dict(sorted(self.ledger.shares(did).items()))
+            out["capacityLeft"] = {
+                k: format_quantity(q.value - (consumed[k].value if k in consumed else 0)) for k, q in sorted(view.capacity.items())
+            }
+        return out
 
     def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
         """Every slice of a pool, whichever nodes it reaches (for pools only partly reachable from a node)."""
