@@ -82,7 +82,21 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
-from bench.common import RESULTS, Cpu, device_class, free_port, machine, node_slice, pct, start_fake_api, start_server, stop_process
+from bench.common import (
+    GPU_GI,
+    PARTITIONS_GI,
+    RESULTS,
+    Cpu,
+    device_class,
+    free_port,
+    machine,
+    node_slice,
+    partitioned_slices,
+    pct,
+    start_fake_api,
+    start_server,
+    stop_process,
+)
 
 NAMESPACE = "perf"
 DRIVER = "dra.example.com"
@@ -1044,25 +1058,6 @@ def node_name(i: int) -> str:
     return f"perf-node-{i}"
 
 
-PARTITIONS_GI = (10, 10, 10, 10, 20, 20, 40)  # first-fit takes the four 10Gi ones; then the counters are spent
-GPU_GI = 40
-
-
-def _partitioned_devices(w: Workload) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    devices, counter_sets = [], []
-    for g in range(w.devices_per_node):
-        counter_sets.append({"name": f"gpu-{g}", "counters": {"memory": {"value": f"{GPU_GI}Gi"}}})
-        for p, size in enumerate(PARTITIONS_GI):
-            devices.append(
-                {
-                    "name": f"gpu-{g}-part-{p}",
-                    "capacity": {"memory": {"value": f"{size}Gi"}},
-                    "consumesCounters": [{"counterSet": f"gpu-{g}", "counters": {"memory": {"value": f"{size}Gi"}}}],
-                }
-            )
-    return devices, counter_sets
-
-
 def _node_slices(w: Workload, node: str) -> list[dict[str, Any]]:
     if w.kind == "plain":
         return [node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(w.devices_per_node)])]
@@ -1072,15 +1067,7 @@ def _node_slices(w: Workload, node: str) -> list[dict[str, Any]]:
             for j in range(w.devices_per_node)
         ]
         return [node_slice(node, DRIVER, shared)]
-    devices, counter_sets = _partitioned_devices(w)
-    dev_slice = node_slice(node, DRIVER, devices)
-    dev_slice["spec"]["pool"]["resourceSliceCount"] = 2
-    counters = node_slice(node, DRIVER, [])
-    counters["metadata"]["name"] = f"{node}-counters"
-    del counters["spec"]["devices"]
-    counters["spec"]["sharedCounters"] = counter_sets
-    counters["spec"]["pool"]["resourceSliceCount"] = 2
-    return [dev_slice, counters]
+    return partitioned_slices(node, DRIVER, w.devices_per_node)
 
 
 def cluster_objects(w: Workload) -> list[dict[str, Any]]:
