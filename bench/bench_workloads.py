@@ -65,11 +65,14 @@ import httpx
 import orjson
 
 from bench.common import (
+    GPU_GI,
+    PARTITIONS_GI,
     RESULTS,
     ROOT,
     device_class,
     free_port,
     node_slice,
+    partitioned_slices,
     pct,
     proc_status_mb,
     start_extender,
@@ -1307,6 +1310,68 @@ def slice_events(cfg: Config, _tmp: Path) -> dict[str, Any]:
     return r
 
 
+def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
+    """500 nodes x 8 GPUs x 7 partitions drawing on per-GPU shared counters, beside the same 56 devices per node without counters.
+
+    Both clusters take the same measured pods (one device each, from one
+    template) with the same driver in the same run; the partitioned one must
+    keep filter p99 <= 10 ms and pods/s within 10 % of the plain one.
+    """
+    nodes, gpus = 500, 8
+    per_node = gpus * len(PARTITIONS_GI)
+    measured = cfg.n(1000, 200)
+    names = [node_name(i) for i in range(nodes)]
+    out: dict[str, Any] = {
+        "workload": {
+            "nodes": nodes,
+            "gpus_per_node": gpus,
+            "partitions_per_gpu": len(PARTITIONS_GI),
+            "partition_sizes_gi": list(PARTITIONS_GI),
+            "counter_set_gi": GPU_GI,
+            "measured_pods": measured,
+            "claim_spec": SPECS["template"],
+        },
+        "targets": [],
+    }
+    print(f"  Partitions: {nodes} nodes x {gpus} GPUs x {len(PARTITIONS_GI)} partitions, {measured} pods", flush=True)
+    for variant in ("plain", "partitioned"):
+        objs = base_objects(0, 0)
+        for i in range(nodes):
+            node = node_name(i)
+            objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+            if variant == "plain":
+                objs.append(node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(per_node)]))
+            else:
+                objs += partitioned_slices(node, DRIVER, gpus)
+        pcs = [PodClaim(k, "template") for k in range(measured)]
+        for pc in pcs:
+            objs += pc.objects()
+        pods = [pc.pod() for pc in pcs]
+        out[variant] = {}
+        for mode in cfg.modes:
+            env = Env(mode, tmp, list(objs), label=f"Partitions-{variant}")
+            try:
+                env.start()
+                print(f"    {variant} {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
+                driver = Driver(env.url)
+                res = run_pods(driver, f"Partitions {variant} {mode}", pods, lambda _k: names)
+                driver.close()
+                res["env"] = env_info(env)
+                out[variant][mode] = res
+            finally:
+                env.stop()
+    for mode in cfg.modes:
+        plain, part = out["plain"][mode], out["partitioned"][mode]
+        ratio = round(part["pods_per_s"] / plain["pods_per_s"], 3) if plain["pods_per_s"] else None
+        out["partitioned"][mode]["ratio_to_plain"] = ratio
+        p99 = part["latency_ms"]["filter"]["p99"]
+        out["targets"].append(target("filter p99 <= 10 ms (partitioned)", p99, 10, p99 <= 10, "ms", mode))
+        out["targets"].append(
+            target("pods/s >= 0.9 x the same cluster without partitions", ratio, 0.9, ratio is not None and ratio >= 0.9, "x", mode)
+        )
+    return out
+
+
 WORKLOADS: dict[str, Callable[[Config, Path], dict[str, Any]]] = {
     "SchedulingWithResourceClaimTemplate": scheduling_with_template,
     "SteadyState": steady_state,
@@ -1315,6 +1380,7 @@ WORKLOADS: dict[str, Callable[[Config, Path], dict[str, Any]]] = {
     "Scale5k": scale5k,
     "TaintChurn": taint_churn,
     "SliceEvents": slice_events,
+    "Partitions": partitions,
 }
 
 
@@ -1398,6 +1464,13 @@ def markdown(result: dict[str, Any]) -> str:
             if mode in r:
                 row(name, mode, r[mode], r[mode]["ratio_to_noop"])
         row(name, "no-op (after)", r["noop_after"])
+    r = w.get("Partitions")
+    if r:
+        for variant in ("plain", "partitioned"):
+            for mode in ("source", "cluster"):
+                if mode in r.get(variant, {}):
+                    ratio = r[variant][mode].get("ratio_to_plain", "")
+                    row(f"Partitions, {variant}", mode, r[variant][mode], f"{ratio} (x plain)" if ratio else "")
     r = w.get("SteadyState")
     if r:
         for mode in ("source", "cluster"):

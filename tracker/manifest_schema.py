@@ -143,6 +143,7 @@ def check_device_taint_rule(obj: str, raw: Mapping[str, Any], *, own_crd: bool) 
 ANNOTATIONS_TOTAL_MAX: Final = 256 * 1024  # TotalAnnotationSizeLimitB
 LABEL_VALUE_MAX: Final = 63
 SLICE_DEVICES_MAX: Final = 128  # ResourceSliceMaxDevices
+SLICE_DEVICES_MAX_ADVANCED: Final = 64  # ResourceSliceMaxDevicesWithAdvancedFeatures: with taints or counters
 DEVICE_ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 
 
@@ -167,6 +168,16 @@ def check_slice_limits(obj: str, raw: Mapping[str, Any]) -> None:
         return
     if len(devices) > SLICE_DEVICES_MAX:
         raise ValidationError(obj, "spec.devices", f"must have at most {SLICE_DEVICES_MAX} items, got {len(devices)}")
+    advanced = any(
+        isinstance(d, Mapping) and (_mapping(d.get("basic") or d).get("taints") or _mapping(d.get("basic") or d).get("consumesCounters"))
+        for d in devices
+    )
+    if advanced and len(devices) > SLICE_DEVICES_MAX_ADVANCED:
+        raise ValidationError(
+            obj,
+            "spec.devices",
+            f"must have at most {SLICE_DEVICES_MAX_ADVANCED} items when devices have taints or consume counters, got {len(devices)}",
+        )
     for i, d in enumerate(devices):
         d = _mapping(d)
         body, path = (

@@ -98,9 +98,11 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 def _validate_resource_slice(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
     """The API server's ResourceSlice validation, as far as the parser knows it (limits, counters, policies)."""
     from allocator.parse import ValidationError, parse_resource_slice
+    from tracker.manifest_schema import check_slice_limits
 
     try:
         parse_resource_slice(new)
+        check_slice_limits("ResourceSlice", new)
     except ValidationError as e:
         return f"{e.field}: Invalid value: {e.message}"
     return None
