@@ -294,3 +294,26 @@ async def test_an_upstream_rule_also_handled_by_the_in_tree_controller_is_warned
     warnings = [w for w in cluster.recorder.events() if w.body.get("reason") == "TwoEvictionControllers"]
     assert [(w.name, w.body["type"], w.body["involvedObject"]["kind"]) for w in warnings] == [("shared", "Warning", "DeviceTaintRule")]
     assert cluster.recorder.deleted() == ["a"]  # it still acts: the operator asked for --evict-upstream
+
+
+async def test_a_noexecute_taint_on_a_shared_device_evicts_every_pod_sharing_it(cluster: Cluster) -> None:
+    """Consumable capacity: each pod's claim holds a share (shareID) of gpu-0; the taint reaches all of them."""
+    api = cluster.api
+    shared = gpu_slice(2)
+    shared["spec"]["devices"][0].update({"allowMultipleAllocations": True, "capacity": {"memory": {"value": "40Gi"}}})
+    pairs = []
+    for i, name in enumerate(("share-a", "share-b", "share-tolerates")):
+        claim, pod = claim_and_pod(name, 0, tolerations=[FOREVER] if name == "share-tolerates" else None)
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        result["shareID"] = f"00000000-0000-4000-8000-00000000000{i}"
+        result["consumedCapacity"] = {"memory": "10Gi"}
+        pairs += [claim, pod]
+    seed(api, node(), shared, *pairs, *claim_and_pod("whole-gpu-1", 1))
+    await cluster.start()
+    api.create(rule("gpu-0-broken", selector={"driver": DRIVER, "pool": "node-a", "device": "gpu-0"}))
+    await cluster.run_until(
+        lambda: condition(api, "gpu-0-broken") is not None and condition(api, "gpu-0-broken")["reason"] == "Completed", within=60
+    )
+    assert sorted(cluster.recorder.deleted()) == ["share-a", "share-b"]
+    assert api.get("pods", "default", "share-tolerates") is not None
+    assert api.get("pods", "default", "whole-gpu-1") is not None
