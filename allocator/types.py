@@ -109,6 +109,9 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
     unschedulable: bool = False
+    # status.allocatable of extended resources (names with a domain): a DRA-backed
+    # extended resource is served by DRA only where this is absent or zero.
+    allocatable: Mapping[str, Quantity] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- taints and tolerations
@@ -178,6 +181,11 @@ class Device:
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
+    # Binding conditions (DRADeviceBindingConditions): the pod binds only once the driver
+    # reports every condition True in the claim's status.devices.
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +224,7 @@ class DeviceClass:
     meta: ObjectMeta
     selectors: tuple[str, ...] = ()  # CEL expressions
     config: tuple[DeviceConfig, ...] = ()
+    extended_resource_name: str = ""  # spec.extendedResourceName (DRAExtendedResource)
 
 
 # --------------------------------------------------------------------------- ResourceClaim
@@ -256,6 +265,8 @@ class DeviceRequestAllocationResult:
     device: str
     admin_access: bool | None = None
     tolerations: tuple[DeviceToleration, ...] = ()
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
     @property
     def device_id(self) -> DeviceID:
@@ -267,6 +278,10 @@ class DeviceRequestAllocationResult:
             d["adminAccess"] = self.admin_access
         if self.tolerations:
             d["tolerations"] = [t.to_api() for t in self.tolerations]
+        if self.binding_conditions:
+            d["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            d["bindingFailureConditions"] = list(self.binding_failure_conditions)
         return d
 
 
@@ -347,6 +362,21 @@ class PodResourceClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerResources:
+    """One container's extended-resource requests, for DRA-backed extended resources.
+
+    `request_names` holds every requested resource name, sorted: upstream
+    numbers a container's device request by the resource's index among them.
+    """
+
+    name: str
+    init: bool = False  # an init container
+    sidecar: bool = False  # an init container with restartPolicy Always
+    request_names: tuple[str, ...] = ()
+    extended: Mapping[str, int] = field(default_factory=dict)  # domain-qualified name -> integer request
+
+
+@dataclass(frozen=True, slots=True)
 class Pod:
     meta: ObjectMeta
     resource_claims: tuple[PodResourceClaim, ...] = ()
@@ -355,6 +385,8 @@ class Pod:
     node_name: str = ""
     scheduler_name: str = "default-scheduler"
     phase: str = ""
+    containers: tuple[ContainerResources, ...] = ()  # init containers first, then regular ones
+    extended_claim_name: str | None = None  # status.extendedResourceClaimStatus.resourceClaimName
 
     @property
     def key(self) -> str:

@@ -22,7 +22,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.parse import ValidationError, parse_pod
+from allocator.extended_resources import (
+    RequestMapping,
+    claim_manifest,
+    class_mapping,
+    create_requests_and_mappings,
+    dra_resources,
+    in_memory_claim,
+    is_extended_claim,
+)
+from allocator.features import DEFAULT_FEATURES, Features
+from allocator.parse import ValidationError, parse_pod, parse_resource_claim
+from allocator.pod_claims import claim_names
 from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Node, Pod, ResourceClaim
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
@@ -60,6 +71,16 @@ class _Written:
     finalizer_added: bool = False
     allocated: frozenset[DeviceID] = frozenset()
     reserved: bool = False
+    created_uid: str = ""  # an extended-resource claim this bind created: deleted on undo
+
+
+@dataclass(slots=True)
+class _Extended:
+    """The pod's extended-resource claim to create at this bind, and which containers use which request."""
+
+    claim: ResourceClaim  # in memory, not created yet
+    mappings: tuple[RequestMapping, ...]
+    stale: ResourceClaim | None = None  # an unallocated one left by an earlier bind: deleted first
 
 
 class Binder:
@@ -73,8 +94,12 @@ class Binder:
         *,
         is_leader: Callable[[], bool],
         timeout: float = DEFAULT_BIND_TIMEOUT,
+        features: Features = DEFAULT_FEATURES,
+        binding_timeout: float = 600.0,
     ) -> None:
         self.state = state
+        self.features = features
+        self.binding_timeout = binding_timeout
         self.source = source
         self.allocator = allocator
         self.metrics = metrics
@@ -104,7 +129,7 @@ class Binder:
             except TimeoutError:
                 return f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out"
             uid = args.pod_uid or pod.meta.uid
-            if not pod.resource_claims:
+            if not pod.resource_claims and not (self.features.extended_resources and pod.containers):
                 self.gate.decided(uid)
                 return await self._bind_pod(args, uid, deadline)
             return await self._bind_with_claims(pod, uid, args, deadline)
@@ -134,7 +159,7 @@ class Binder:
         for attempt in range(BIND_ATTEMPTS):
             await self._fetch_missing_claims(pod, deadline)
             async with self.lock:
-                claims, allocations, hold = self._decide(pod, args.node)
+                claims, allocations, hold, extended = self._decide(pod, args.node)
             self.gate.decided(uid)
             written: list[_Written] = []
             try:
@@ -143,7 +168,12 @@ class Binder:
                     raise TimeoutError
                 async with asyncio.timeout(left):
                     for claim in claims:
-                        await self._write_claim(claim, allocations.get(claim.key), pod, uid, written)
+                        allocation = allocations.get(claim.key)
+                        if extended is not None and claim is extended.claim:
+                            claim = await self._create_extended_claim(pod, extended, written)
+                        await self._write_claim(claim, allocation, pod, uid, written)
+                    if extended is not None:
+                        await self._record_extended_claim(pod, extended, written[-1].key)
                     self._release(hold)  # the view holds the allocations now
                     await self._create_binding(args, uid)
                 self.metrics.binds.labels("ok").inc()
@@ -172,7 +202,7 @@ class Binder:
         self.metrics.binds.labels("conflict").inc()
         return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
 
-    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], Reservation]:
+    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], Reservation, _Extended | None]:
         """Under the lock, without I/O: allocate against allocated + in-flight devices and hold them."""
         if not self.is_leader():
             # Checked under the lock: binds queued when leadership ended must not allocate.
@@ -182,9 +212,10 @@ class Binder:
         if problem is not None:
             self.metrics.binds.labels("claims_unresolved").inc()
             raise BindFailed(problem)
-        node = self.state.node(node_name)
+        node = self.state.node(node_name) or Node(node_name)
+        claims, extended = self._extended_claim(pod, claims, node)
         outcome = self.allocator.allocate(
-            node if node is not None else Node(node_name),
+            node,
             claims,
             self.state.slices_for_node(node_name),
             self.state.classes,
@@ -199,7 +230,47 @@ class Binder:
             {r.device_id: claim_key for claim_key, alloc in outcome.allocations.items() for r in alloc.results if not r.admin_access}
         )
         self.metrics.inflight.set(len(self.state.inflight))
-        return claims, dict(outcome.allocations), hold
+        return claims, dict(outcome.allocations), hold, extended
+
+    def _extended_claim(self, pod: Pod, claims: list[ResourceClaim], node: Node) -> tuple[list[ResourceClaim], _Extended | None]:
+        """The pod's claims with, last, an in-memory claim for the extended resources DRA serves on `node`.
+
+        An allocated extended-resource claim (an earlier bind whose binding
+        conditions were pending) is used as it is; an unallocated one is stale
+        and replaced (upstream's PostFilter deletes it too).
+        """
+        if not self.features.extended_resources or not pod.containers:
+            return claims, None
+        existing = next((c for c in claims if is_extended_claim(c)), None)
+        if existing is not None and existing.allocation is not None:
+            return claims, None
+        own = [c for c in claims if c is not existing]
+        mapping = class_mapping(self.state.classes)
+        resources = dra_resources(pod, mapping, node)
+        if not resources:
+            return own, None
+        requests, mappings = create_requests_and_mappings(pod, resources, mapping)
+        claim = in_memory_claim(pod, requests)
+        return [*own, claim], _Extended(claim, mappings, existing)
+
+    async def _create_extended_claim(self, pod: Pod, extended: _Extended, written: list[_Written]) -> ResourceClaim:
+        """Create the pod's extended-resource claim (generateName), after deleting a stale one."""
+        ns = pod.meta.namespace
+        stale = extended.stale
+        if stale is not None:
+            with contextlib.suppress(SourceError):
+                await self.source.delete_claim(ns, stale.meta.name, stale.meta.uid)
+        raw = await self.source.create_claim(ns, claim_manifest(pod, extended.claim.requests))
+        self._apply_claim(raw)
+        created = parse_resource_claim(raw)
+        written.append(_Written(created.key, created_uid=created.meta.uid))
+        return created
+
+    async def _record_extended_claim(self, pod: Pod, extended: _Extended, claim_key: str) -> None:
+        """pod.status.extendedResourceClaimStatus: the claim's name and which container uses which request."""
+        name = claim_key.partition("/")[2]
+        status = {"requestMappings": [m.to_api() for m in extended.mappings], "resourceClaimName": name}
+        await self.source.patch_pod_status(pod.meta.namespace, pod.meta.name, {"status": {"extendedResourceClaimStatus": status}})
 
     def _release(self, hold: Reservation) -> None:
         hold.release()
@@ -217,8 +288,11 @@ class Binder:
         reserved = list((raw.get("status") or {}).get("reservedFor") or [])
         if allocation is None and any(r.get("uid") == uid for r in reserved):
             return  # a retried bind: the reservation belongs to the earlier success
-        record = _Written(claim.key)
-        written.append(record)
+        if written and written[-1].key == claim.key and written[-1].created_uid:
+            record = written[-1]  # the claim this bind just created
+        else:
+            record = _Written(claim.key)
+            written.append(record)
         if allocation is not None:
             finalizers = list((raw.get("metadata") or {}).get("finalizers") or [])
             if DELETE_PROTECTION_FINALIZER not in finalizers:
@@ -285,12 +359,7 @@ class Binder:
             raise BindFailed(f"{what}: {e.message}") from None
 
     def _claim_names(self, pod: Pod) -> list[str]:
-        names = []
-        for pc in pod.resource_claims:
-            name = pc.resource_claim_name or pod.claim_statuses.get(pc.name)
-            if name:
-                names.append(name)
-        return names
+        return claim_names(pod)
 
     async def _fetch_missing_claims(self, pod: Pod, deadline: float) -> None:
         """A claim missing from the cache may just not have arrived through the watch yet."""
@@ -357,6 +426,8 @@ class Binder:
                 return
             for record in keys.values():
                 await self._undo_claim(record, uid)
+                if record.created_uid:
+                    await self._delete_created(record)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -407,6 +478,15 @@ class Binder:
             except SourceError as e:
                 log.error("could not undo claim writes of a failed bind", extra={"claim": record.key, "err": e.message})
                 return
+
+    async def _delete_created(self, record: _Written) -> None:
+        """An extended-resource claim this failed bind created goes away (upstream's Unreserve)."""
+        ns, _, name = record.key.partition("/")
+        try:
+            await self.source.delete_claim(ns, name, record.created_uid)
+        except SourceError as e:
+            if e.status != 404:
+                log.error("could not delete the extended-resource claim of a failed bind", extra={"claim": record.key, "err": e.message})
 
     async def _drop_finalizer(self, raw: dict[str, Any]) -> None:
         """A claim without an allocation no longer needs delete protection (as upstream's Unreserve)."""

@@ -111,6 +111,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a /filter waits for a claim kube-controller-manager has not created from its template yet "
         "(0 rejects at once; default %(default)s)",
     )
+    beta = serve.add_argument_group("Kubernetes 1.36 beta DRA features (on by default, as in 1.36)")
+    beta.add_argument(
+        "--feature-binding-conditions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="honour device binding conditions: bind a pod only once its devices are ready (DRADeviceBindingConditions)",
+    )
+    beta.add_argument(
+        "--feature-extended-resources",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve extended resources backed by DeviceClasses with claims made at /bind (DRAExtendedResource)",
+    )
+    beta.add_argument(
+        "--binding-timeout",
+        type=_positive,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
+        "(default %(default)s)",
+    )
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
     serve.add_argument("--eviction-mode", choices=("delete", "evict"), default="delete")
@@ -188,6 +209,7 @@ def _pick_source(args: argparse.Namespace):
 async def serve(args: argparse.Namespace) -> int:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
+    from allocator.features import Features
     from extender.app import create_app
     from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
@@ -241,6 +263,8 @@ async def serve(args: argparse.Namespace) -> int:
         placement_wait=args.placement_wait,
         claim_wait=args.claim_wait,
         bind_timeout=args.bind_timeout,
+        features=Features(binding_conditions=args.feature_binding_conditions, extended_resources=args.feature_extended_resources),
+        binding_timeout=args.binding_timeout,
     )
     eviction = None
     if not args.no_eviction:

@@ -1,0 +1,158 @@
+"""End to end: DRA-backed extended resources at /filter and /bind, against the fake API server.
+
+Mirrors the issue's measured row (a DeviceClass with `extendedResourceName`,
+a node with two such devices and no such allocatable, three pods asking for
+one each: two bound, each with a claim; the third rejected) and upstream's
+plugin cases named per test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
+from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
+from tests.e2e.harness import Extender
+
+DRIVER = "gpu.example.com"
+RESOURCE = "example.com/gpu"
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
+def device_class(name: str, resource: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
+    if resource:
+        spec["extendedResourceName"] = resource
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+
+
+def node_slice(name: str, devices: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{name}-slice"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": name,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}"} for i in range(devices)],
+        },
+    }
+
+
+def er_pod(name: str, resources: dict[str, int], *, init: dict[str, int] | None = None) -> dict[str, Any]:
+    def container(cname: str, wants: dict[str, int]) -> dict[str, Any]:
+        return {"name": cname, "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {k: str(v) for k, v in wants.items()}}}
+
+    spec: dict[str, Any] = {"schedulerName": "dra-scheduler", "containers": [container("main", resources)]}
+    if init:
+        spec["initContainers"] = [container("setup", init)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[FakeApi, Extender]]:
+    api = FakeApi()
+    api.create(device_class("gpu", RESOURCE))
+    for name in ("er-a", "er-plugin"):
+        api.create(node(name))
+    # er-plugin advertises the resource natively: a device plugin serves it there.
+    api.mutate("Node", None, "er-plugin", lambda n: n.setdefault("status", {}).update(allocatable={RESOURCE: "4"}), subresource="status")
+    api.create(node_slice("er-a", 2))
+    ext = cluster_extender(api, "--placement-wait", "0")
+    try:
+        ext.wait_ready()
+        wait_converged(api, ext)
+        yield api, ext
+    finally:
+        ext.stop()
+        api.stop()
+
+
+def filter_pod(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    resp = ext.post("filter", {"Pod": pod, "NodeNames": nodes})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def bind(ext: Extender, pod: dict[str, Any], node_name: str) -> str:
+    meta = pod["metadata"]
+    return ext.post("bind", {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": node_name}).json()["Error"]
+
+
+def claims_of(api: FakeApi, pod_name: str) -> list[dict[str, Any]]:
+    return [c for c in api.list("ResourceClaim") if c["metadata"]["name"].startswith(f"{pod_name}-extended-resources-")]
+
+
+def test_three_pods_two_devices_as_in_tree(cluster) -> None:
+    """The issue's row (upstream `extended-resource-name-with-resources`): two pods bound with a claim each, the third not."""
+    api, ext = cluster
+    pods = [api.create(er_pod(f"er-{i}", {RESOURCE: 1})) for i in range(3)]
+    for p in pods[:2]:
+        result = filter_pod(ext, p, ["er-a"])
+        assert result["NodeNames"] == ["er-a"], result
+        assert bind(ext, p, "er-a") == ""
+        wait_converged(api, ext)
+    for p in pods[:2]:
+        name = p["metadata"]["name"]
+        (claim,) = claims_of(api, name)
+        meta = claim["metadata"]
+        assert meta["annotations"] == {EXTENDED_CLAIM_ANNOTATION: "true"}
+        assert meta["ownerReferences"][0] | {} == {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": name,
+            "uid": p["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        assert FINALIZER in meta["finalizers"]
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert [r["request"] for r in results] == ["container-0-request-0"]
+        assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": name, "uid": p["metadata"]["uid"]}]
+        bound = api.get("Pod", "default", name)
+        assert bound["spec"]["nodeName"] == "er-a"
+        assert bound["status"]["extendedResourceClaimStatus"] == {
+            "requestMappings": [{"containerName": "main", "resourceName": RESOURCE, "requestName": "container-0-request-0"}],
+            "resourceClaimName": meta["name"],
+        }
+    third = pods[2]
+    result = filter_pod(ext, third, ["er-a"])
+    assert result["NodeNames"] == [] and "er-a" in result["FailedAndUnresolvableNodes"], result
+    assert "cannot bind" in bind(ext, third, "er-a")
+    assert claims_of(api, "er-2") == []
+    assert not (api.get("Pod", "default", "er-2")["spec"].get("nodeName"))
+
+
+def test_device_plugin_wins_where_the_node_advertises_the_resource(cluster) -> None:
+    """Upstream `extended-resource-name-with-node-resource`: no claim on a node with allocatable > 0."""
+    api, ext = cluster
+    p = api.create(er_pod("er-plugin-pod", {RESOURCE: 1}))
+    result = filter_pod(ext, p, ["er-plugin"])
+    assert result["NodeNames"] == ["er-plugin"], result
+    assert bind(ext, p, "er-plugin") == ""
+    assert claims_of(api, "er-plugin-pod") == []
+    assert api.get("Pod", "default", "er-plugin-pod")["spec"]["nodeName"] == "er-plugin"
+
+
+def test_implicit_name_and_bind_failure_deletes_the_claim(cluster) -> None:
+    """Upstream `implicit-extended-resource-name-with-resources` and `...-bind-failure`: the claim made is deleted."""
+    api, ext = cluster
+    implicit = "deviceclass.resource.kubernetes.io/gpu"
+    api.create(node("er-c"))
+    api.create(node_slice("er-c", 1))
+    p = api.create(er_pod("er-implicit", {implicit: 1}))
+    wait_converged(api, ext)
+    # Bound elsewhere meanwhile: creating the Binding fails after the claim was written.
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "er-implicit"}, "target": {"kind": "Node", "name": "er-plugin"}}
+    assert api.http.post("/api/v1/namespaces/default/pods/er-implicit/binding", json=binding).status_code == 201
+    error = bind(ext, p, "er-c")
+    assert "creating the Binding" in error, error
+    wait_for(lambda: claims_of(api, "er-implicit") == [], what="the extended-resource claim deleted")
