@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from allocator.device_view import DeviceView, SliceView
+from allocator.features import DEFAULT_FEATURES, Features
 from allocator.node_selection import node_name_selector, node_selector_matches
 from allocator.tolerations import untolerated_blocking_taints, untolerated_no_execute_taints
 from allocator.types import (
@@ -140,7 +141,9 @@ def gather_pools(node: Node, slices: Iterable[SliceView]) -> list[_Pool]:
             pools[key] = _Pool(s.driver, s.pool, s.generation, s.resource_slice_count, [s])
         elif s.generation == pool.generation:
             pool.slices.append(s)
-    out = sorted(pools.values(), key=lambda p: (p.driver, p.name))
+    # Pools with devices that have binding conditions go last (upstream GatherPools): such devices
+    # delay the pod's binding, so every other pool is tried first.
+    out = sorted(pools.values(), key=lambda p: (_has_binding_conditions(p), p.driver, p.name))
     for pool in out:
         pool.slices.sort(key=lambda s: s.name)
         pool.incomplete = len(pool.slices) != pool.slices[0].resource_slice_count
@@ -151,6 +154,10 @@ def gather_pools(node: Node, slices: Iterable[SliceView]) -> list[_Pool]:
                     pool.invalid = f"duplicate device name {d.name!r}"
                 seen.add(d.name)
     return out
+
+
+def _has_binding_conditions(pool: _Pool) -> bool:
+    return any(d.binding_conditions for s in pool.slices if s.node_name is not None or s.per_device_node_selection for d in s.devices)
 
 
 @dataclass(slots=True)
@@ -218,8 +225,11 @@ def _fewest_results(claim: ResourceClaim) -> int:
 class Allocator(Generic[SelectorT]):
     """Stateless apart from the selector engine, whose caches make repeated calls cheap."""
 
-    def __init__(self, selectors: SelectorEngine[SelectorT], *, search_budget: int = DEFAULT_SEARCH_BUDGET) -> None:
+    def __init__(
+        self, selectors: SelectorEngine[SelectorT], *, search_budget: int = DEFAULT_SEARCH_BUDGET, features: Features = DEFAULT_FEATURES
+    ) -> None:
         self._cel = selectors
+        self._features = features
         self._budget = search_budget
         # slice view -> selector set -> (in class, matches) per device
         self._selector_memo: weakref.WeakKeyDictionary[SliceView, _SelectorMemo] = weakref.WeakKeyDictionary()
@@ -287,7 +297,7 @@ class Allocator(Generic[SelectorT]):
         allocations: dict[str, AllocationResult] = {}
         for ci, claim in enumerate(pending):
             picks = solution[ci]
-            allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp)
+            allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp, node.name, self._features)
             used.extend(d for _, d, _ in picks)
         return Outcome(None, allocations, tuple(used))
 
@@ -372,6 +382,8 @@ class Allocator(Generic[SelectorT]):
                 for device in s.devices:
                     if (s.per_device_node_selection and not device.reachable_from(node)) or is_allocated(device.id):
                         continue  # "in use" first, as upstream: a device in use is never evaluated
+                    if device.binding_conditions and not self._features.binding_conditions:
+                        continue  # upstream isSelectable: not selectable with the gate off
                     try:
                         if not all(evaluate(sel, device) for sel in class_selectors):
                             continue
@@ -495,6 +507,8 @@ class Allocator(Generic[SelectorT]):
                 for index, device in enumerate(s.devices):
                     if s.per_device_node_selection and not device.reachable_from(node):
                         continue
+                    if device.binding_conditions and not self._features.binding_conditions:
+                        continue  # upstream isSelectable: not selectable with the gate off
                     if flags is not None:
                         in_class, matches = flags[index]
                     else:  # some selector fails on this slice: find which, for the reason
@@ -714,13 +728,15 @@ class _Search:
         return Failure(REASON_NO_DEVICES, "no allocation found for the pod's claims on this node")
 
 
-def _node_selector_for(devices: Sequence[DeviceView]) -> NodeSelector | None:
-    """Upstream createNodeSelector: node-local wins; selectors merge into one term."""
+def _node_selector_for(devices: Sequence[DeviceView], node_name: str = "", binds_to_node: bool = False) -> NodeSelector | None:
+    """Upstream createNodeSelector: node-local wins (as does a device that binds to the node); selectors merge into one term."""
     expressions: list[NodeSelectorRequirement] = []
     fields_: list[NodeSelectorRequirement] = []
     for d in devices:
         if d.node_name is not None:
             return node_name_selector(d.node_name)
+        if binds_to_node and d.binds_to_node and node_name:
+            return node_name_selector(node_name)
         if d.node_selector is not None and d.node_selector.terms:
             term = d.node_selector.terms[0]
             expressions.extend(term.match_expressions)
@@ -735,7 +751,10 @@ def _result(
     picks: list[tuple[str, DeviceView, ExactRequest]],
     classes_used: list[tuple[str, DeviceClass]],
     timestamp: str,
+    node_name: str = "",
+    features: Features = DEFAULT_FEATURES,
 ) -> AllocationResult:
+    binding = features.binding_conditions
     results = tuple(
         DeviceRequestAllocationResult(
             request=name,
@@ -745,6 +764,8 @@ def _result(
             admin_access=True if req.admin_access else None,
             # Copied so NoExecute tolerations survive scheduling (kubernetes#134434).
             tolerations=req.tolerations,
+            binding_conditions=d.binding_conditions if binding else (),
+            binding_failure_conditions=d.binding_failure_conditions if binding else (),
         )
         for name, d, req in picks
     )
@@ -754,4 +775,4 @@ def _result(
             config.append(AllocatedConfig("FromClass", c.opaque, (name,)))
     for c in claim.config:
         config.append(AllocatedConfig("FromClaim", c.opaque, c.requests))
-    return AllocationResult(results, tuple(config), _node_selector_for([d for _, d, _ in picks]), timestamp)
+    return AllocationResult(results, tuple(config), _node_selector_for([d for _, d, _ in picks], node_name, binding), timestamp)

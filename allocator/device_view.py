@@ -28,6 +28,9 @@ class DeviceView:
     node_name: str | None = None
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
     @property
     def driver(self) -> str:

@@ -35,6 +35,17 @@ from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod, parse_resource_claim
 from allocator.pod_claims import claim_names
 from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Node, Pod, ResourceClaim
+from extender.binding_conditions import (
+    FAILED_REASON,
+    PENDING,
+    PENDING_REASON,
+    TIMED_OUT,
+    Readiness,
+    pending_for,
+    pending_message,
+    readiness,
+    worst,
+)
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
 from extender.wire import BindingArgs
@@ -108,6 +119,7 @@ class Binder:
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         self._background: set[asyncio.Task[None]] = set()
+        self._timeouts: dict[str, asyncio.TimerHandle] = {}  # pod uid -> its binding-timeout check
         # One allocator per pool (see docs/kube-scheduler.md): the devices of every allocation
         # seen, and those this process wrote, so an allocation made by anyone else can be named.
         self._seen_allocations: dict[str, frozenset[DeviceID]] = {}
@@ -175,6 +187,10 @@ class Binder:
                     if extended is not None:
                         await self._record_extended_claim(pod, extended, written[-1].key)
                     self._release(hold)  # the view holds the allocations now
+                    keys = list(dict.fromkeys([*(w.key for w in written), *(c.key for c in claims)]))
+                    answer = await self._binding_conditions(pod, uid, args.node, keys)
+                    if answer is not None:
+                        return answer
                     await self._create_binding(args, uid)
                 self.metrics.binds.labels("ok").inc()
                 # One line per pod, with what it was given (a line per claim would double the logging cost of a bind).
@@ -479,6 +495,113 @@ class Binder:
                 log.error("could not undo claim writes of a failed bind", extra={"claim": record.key, "err": e.message})
                 return
 
+    # ------------------------------------------------------------------ binding conditions
+
+    async def _binding_conditions(self, pod: Pod, uid: str, node: str, keys: list[str]) -> str | None:
+        """None when the pod may be bound now; else /bind's answer (the allocation is kept while pending)."""
+        if not self.features.binding_conditions:
+            return None
+        claims = [self.state.claims[k] for k in keys if k in self.state.claims]
+        waiting = pending_for(claims, uid)
+        if not waiting:
+            return None
+        bad = worst([readiness(c, self.state.raw_claims.get(c.key), timeout=self.binding_timeout) for c in waiting])
+        if bad is None:
+            return None
+        if bad.state == PENDING:
+            self.metrics.binds.labels("binding_conditions_pending").inc()
+            self._pod_event(pod, uid, "Normal", PENDING_REASON, pending_message(node))
+            self._expire_later(pod, uid, waiting)
+            return (
+                f"pod {pod.key}: {pending_message(node)} (claim {bad.claim}); its devices stay allocated and the pod is "
+                "bound once the driver reports them ready"
+            )
+        self.metrics.binds.labels("binding_conditions_failed").inc()
+        await self.binding_failed(pod, uid, waiting, bad)
+        return f"pod {pod.key}: {bad.message}; the claim was deallocated and the pod is scheduled again"
+
+    async def binding_failed(self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness) -> None:
+        """A failure condition or the timeout: a Warning on the pod, then deallocate so it is scheduled again."""
+        self._pod_event(pod, uid, "Warning", FAILED_REASON, bad.message)
+        for claim in claims:
+            await self._deallocate(claim, uid)
+
+    def binding_failed_in_background(self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness) -> None:
+        if any(t.get_name() == f"dealloc/{uid}" for t in self._background):
+            return  # one deallocation per pod at a time
+        task = asyncio.ensure_future(self.binding_failed(pod, uid, claims, bad))
+        task.set_name(f"dealloc/{uid}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _deallocate(self, claim: ResourceClaim, uid: str) -> None:
+        """Upstream's PostFilter deallocation: allocation, reservedFor and device status cleared, if only this pod holds it.
+
+        An extended-resource claim made for the pod is deleted instead (a new
+        one is made at its next /bind).
+        """
+        ns, _, name = claim.key.partition("/")
+        for _ in range(BIND_ATTEMPTS):
+            raw = self.state.raw_claims.get(claim.key)
+            try:
+                if raw is None:
+                    raw = await self.source.get(ev.RESOURCE_CLAIM, ns, name)
+                if raw is None:
+                    return
+                status = raw.get("status") or {}
+                if any(r.get("uid") != uid for r in status.get("reservedFor") or ()):
+                    return  # another pod uses it: upstream leaves it allocated too
+                if status.get("allocation"):
+                    patch = {
+                        "metadata": {"resourceVersion": _rv_str(raw)},
+                        "status": {"allocation": None, "reservedFor": None, "devices": None},
+                    }
+                    raw = await self.source.patch_claim(ns, name, patch, status=True)
+                    self._apply_claim(raw)
+                await self._drop_finalizer(raw)
+                if is_extended_claim(claim):
+                    await self.source.delete_claim(ns, name, claim.meta.uid)
+                log.info("deallocated claim after its binding failed", extra={"claim": claim.key})
+                return
+            except Conflict:
+                raw = None
+                continue
+            except SourceError as e:
+                if e.status != 404:
+                    log.error("could not deallocate a claim whose binding failed", extra={"claim": claim.key, "err": e.message})
+                return
+
+    def _expire_later(self, pod: Pod, uid: str, claims: list[ResourceClaim]) -> None:
+        """Check the binding timeout when it falls due, even if the pod is not retried by then."""
+        if uid in self._timeouts:
+            return
+        started = [readiness_start(c) for c in claims]
+        due = max([t for t in started if t is not None] or [time.time()]) + self.binding_timeout - time.time()
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timeouts.pop(uid, None)
+            keys = [c.key for c in claims]
+            fresh = [self.state.claims[k] for k in keys if k in self.state.claims]
+            waiting = pending_for(fresh, uid)
+            states = [readiness(c, self.state.raw_claims.get(c.key), timeout=self.binding_timeout) for c in waiting]
+            bad = worst(states)
+            if bad is not None and bad.state == TIMED_OUT:
+                self.binding_failed_in_background(pod, uid, waiting, bad)
+
+        self._timeouts[uid] = loop.call_later(max(0.0, due) + 0.5, fire)
+
+    def _pod_event(self, pod: Pod, uid: str, kind: str, reason: str, message: str) -> None:
+        event = {
+            "type": kind,
+            "reason": reason,
+            "message": message,
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.meta.namespace, "name": pod.meta.name, "uid": uid},
+        }
+        task = asyncio.ensure_future(self.source.create_event(event))
+        self._background.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._background.discard)  # type: ignore[arg-type]
+
     async def _delete_created(self, record: _Written) -> None:
         """An extended-resource claim this failed bind created goes away (upstream's Unreserve)."""
         ns, _, name = record.key.partition("/")
@@ -524,6 +647,15 @@ class Binder:
                 "claim allocated by another allocator: only one allocator may manage a device pool",
                 extra={"claim": event.key, "devices": sorted(str(d) for d in devices)},
             )
+
+
+def readiness_start(claim: ResourceClaim) -> float | None:
+    """The allocation's timestamp (seconds since the epoch): where the binding timeout counts from."""
+    text = claim.allocation.allocation_timestamp if claim.allocation is not None else ""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+    except ValueError:
+        return None
 
 
 def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:

@@ -254,16 +254,17 @@ async def serve(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(str(e)) from None
         is_leader = leadership.is_leader
+    features = Features(binding_conditions=args.feature_binding_conditions, extended_resources=args.feature_extended_resources)
     service = Service(
         state,
         source,
-        Allocator(cel),
+        Allocator(cel, features=features),
         metrics,
         is_leader=is_leader,
         placement_wait=args.placement_wait,
         claim_wait=args.claim_wait,
         bind_timeout=args.bind_timeout,
-        features=Features(binding_conditions=args.feature_binding_conditions, extended_resources=args.feature_extended_resources),
+        features=features,
         binding_timeout=args.binding_timeout,
     )
     eviction = None

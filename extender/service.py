@@ -28,6 +28,7 @@ from allocator.pod_claims import TEMPLATE, claim_refs
 from allocator.tolerations import blocks_allocation
 from allocator.types import Node, Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
+from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message, readiness, worst
 from extender.metrics import Metrics
 from extender.outcomes import OutcomeCache
 from extender.placements import Placement, PlacementGate
@@ -235,6 +236,24 @@ class Service:
             for ref in claim_refs(pod)
         )
 
+    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> str | None:
+        """Why no node is offered while the pod's binding conditions are pending or have failed; None once ready.
+
+        Every node is rejected as unresolvable: the pod waits in kube-scheduler's
+        unschedulable queue, and the driver's update of the claim's status
+        requeues it. A failure or timeout deallocates (in the background), and
+        that claim update requeues the pod for a fresh allocation.
+        """
+        states = [readiness(c, self.state.raw_claims.get(c.key), timeout=self.binder.binding_timeout) for c in waiting]
+        bad = worst(states)
+        if bad is None:
+            return None
+        if bad.state == PENDING:
+            node = allocated_node(next(c for c in waiting if c.key == bad.claim))
+            return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
+        self.binder.binding_failed_in_background(pod, pod.meta.uid, waiting, bad)
+        return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+
     def _extended_groups(
         self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any]
     ) -> list[tuple[list[ResourceClaim], list[str]]]:
@@ -296,6 +315,11 @@ class Service:
             problem = self._volume_problem(args.pod)
         if problem is not None:
             return [], {n: problem for n in names}
+        waiting = pending_for(claims, pod.meta.uid) if self.features.binding_conditions else []
+        if waiting:
+            held = self._binding_wait(pod, waiting)
+            if held is not None:
+                return [], {n: held for n in names}
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
         groups = self._extended_groups(pod, claims, names, raw_nodes)
         if len(groups) > 1:
@@ -304,6 +328,11 @@ class Service:
         if not claims:
             return list(names), {}  # only resources a device plugin serves
         passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+        if waiting and not passed:
+            # Ready, but the allocated node was not sent or no longer fits: give the devices back.
+            self.binder.binding_failed_in_background(
+                pod, pod.meta.uid, waiting, _readiness_gone(waiting[0].key, allocated_node(waiting[0]))
+            )
         to_allocate = tuple(c.key for c in claims if c.allocation is None)
         if passed and to_allocate:
             placed = self.placements.in_flight()
@@ -582,6 +611,14 @@ class Service:
             return "not leader"
         self._check_ready()
         return await self.binder.bind(args)
+
+
+def _readiness_gone(claim: str, node: str) -> Readiness:
+    return Readiness(
+        FAILED,
+        claim,
+        f"device binding failed: claim={claim.partition('/')[2]}, reason=NodeUnavailable, message=node {node or '?'} is no longer offered to the pod",
+    )
 
 
 def _short(text: str) -> str:

@@ -62,6 +62,9 @@ def original_view(slice_: ResourceSlice, device: Device, version: int) -> Device
         node_name=node_name,
         node_selector=node_selector,
         all_nodes=all_nodes,
+        binds_to_node=device.binds_to_node,
+        binding_conditions=device.binding_conditions,
+        binding_failure_conditions=device.binding_failure_conditions,
     )
 
 
@@ -190,6 +193,9 @@ def effective_view(
         node_name=original.node_name,
         node_selector=original.node_selector,
         all_nodes=original.all_nodes,
+        binds_to_node=original.binds_to_node,
+        binding_conditions=original.binding_conditions,
+        binding_failure_conditions=original.binding_failure_conditions,
     )
     taints: list[DeviceTaint] = list(device.taints)
     sources: list[str] = ["slice"] * len(device.taints)
@@ -207,6 +213,9 @@ def effective_view(
         node_name=patched.node_name,
         node_selector=patched.node_selector,
         all_nodes=patched.all_nodes,
+        binds_to_node=patched.binds_to_node,
+        binding_conditions=patched.binding_conditions,
+        binding_failure_conditions=patched.binding_failure_conditions,
     )
     if previous is not None and previous == view:
         return previous
