@@ -84,6 +84,9 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
                 node_name=reach[0],
                 node_selector=reach[1],
                 all_nodes=reach[2],
+                binds_to_node=d.binds_to_node,
+                binding_conditions=d.binding_conditions,
+                binding_failure_conditions=d.binding_failure_conditions,
             )
         )
     return SliceView(
