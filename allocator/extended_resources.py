@@ -11,7 +11,7 @@ resource, a device plugin serves it and no claim is made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.types import (
@@ -216,3 +216,34 @@ def claim_manifest(pod: Pod, requests: tuple[DeviceRequest, ...]) -> dict[str, o
             }
         },
     }
+
+
+def claims_per_node(
+    pod: Pod, claims: list[ResourceClaim], classes: Mapping[str, DeviceClass], nodes: Sequence[Node]
+) -> list[tuple[list[ResourceClaim], list[str]]]:
+    """(claims, node names) per group of nodes on which DRA serves the same extended resources.
+
+    A node that advertises a resource leaves it to the device plugin;
+    elsewhere the pod's requests for a class's resource become a claim
+    allocated after the pod's own. An extended-resource claim that is already
+    allocated is used as it is; an unallocated one (left by a failed bind) is
+    replaced by the in-memory one.
+    """
+    if not pod.containers:
+        return [(claims, [n.name for n in nodes])]
+    existing = next((c for c in claims if is_extended_claim(c)), None)
+    if existing is not None and existing.allocation is not None:
+        return [(claims, [n.name for n in nodes])]
+    own = [c for c in claims if c is not existing]
+    mapping = class_mapping(classes)
+    by_resources: dict[frozenset[str], list[str]] = {}
+    for node in nodes:
+        by_resources.setdefault(dra_resources(pod, mapping, node), []).append(node.name)
+    groups: list[tuple[list[ResourceClaim], list[str]]] = []
+    for resources, names in by_resources.items():
+        if not resources:
+            groups.append((own, names))
+            continue
+        requests, _mappings = create_requests_and_mappings(pod, resources, mapping)
+        groups.append(([*own, in_memory_claim(pod, requests)], names))
+    return groups

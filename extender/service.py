@@ -21,7 +21,7 @@ import orjson
 from allocator.allocation import Allocator, Outcome
 from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel.lib.budget import set_deadline as set_cel_deadline
-from allocator.extended_resources import class_mapping, create_requests_and_mappings, dra_resources, in_memory_claim, is_extended_claim
+from allocator.extended_resources import claims_per_node
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_node, parse_pod
 from allocator.pod_claims import TEMPLATE, claim_refs
@@ -257,35 +257,16 @@ class Service:
     def _extended_groups(
         self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any]
     ) -> list[tuple[list[ResourceClaim], list[str]]]:
-        """(claims, nodes) per group of nodes on which DRA serves the same extended resources.
-
-        A node that advertises a resource in its allocatable leaves it to the
-        device plugin; elsewhere the pod's requests for a class's resource
-        become a claim allocated after the pod's own (created at /bind). An
-        extended-resource claim already allocated (its binding pending) is
-        used as it is; an unallocated one left by a failed bind is replaced.
-        """
+        """(claims, nodes) per group of nodes on which DRA serves the same extended resources (allocator.extended_resources)."""
         if not self.features.extended_resources or not pod.containers:
             return [(claims, list(names))]
-        existing = [c for c in claims if is_extended_claim(c)]
-        if existing and existing[0].allocation is not None:
-            return [(claims, list(names))]
-        own = [c for c in claims if not is_extended_claim(c)]
-        mapping = class_mapping(self.state.classes)
-        by_resources: dict[frozenset[str], list[str]] = {}
-        for node, _token in self._nodes(names, raw_nodes):
-            by_resources.setdefault(dra_resources(pod, mapping, node), []).append(node.name)
-        groups: list[tuple[list[ResourceClaim], list[str]]] = []
-        for resources, group in by_resources.items():
-            if not resources:
-                groups.append((own, group))
-                continue
-            requests, _mappings = create_requests_and_mappings(pod, resources, mapping)
-            claim = in_memory_claim(pod, requests)
-            if len(self._memory_claims) >= MAX_KEPT_SCORES:
-                del self._memory_claims[next(iter(self._memory_claims))]
-            self._memory_claims[claim.key] = claim
-            groups.append(([*own, claim], group))
+        groups = claims_per_node(pod, claims, self.state.classes, [node for node, _token in self._nodes(names, raw_nodes)])
+        for group_claims, _names in groups:
+            for claim in group_claims:
+                if claim.key not in self.state.claims:  # in memory: judged jointly while its pod is being bound
+                    if len(self._memory_claims) >= MAX_KEPT_SCORES:
+                        del self._memory_claims[next(iter(self._memory_claims))]
+                    self._memory_claims[claim.key] = claim
         return groups
 
     # ------------------------------------------------------------------ filter

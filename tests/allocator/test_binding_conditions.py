@@ -84,7 +84,9 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_binding_conditions(row: Row) -> None:
     allocator = Allocator(CelEnvironment(), features=Features(binding_conditions=row.gate))
-    out = allocator.allocate(NODE, [claim("c", *row.requests)], [view(s) for s in row.slices], CLASSES, set(), timestamp="2026-01-01T00:00:00Z")
+    out = allocator.allocate(
+        NODE, [claim("c", *row.requests)], [view(s) for s in row.slices], CLASSES, set(), timestamp="2026-01-01T00:00:00Z"
+    )
     if row.want is None:
         assert not out.ok
         return

@@ -156,3 +156,28 @@ def test_implicit_name_and_bind_failure_deletes_the_claim(cluster) -> None:
     error = bind(ext, p, "er-c")
     assert "creating the Binding" in error, error
     wait_for(lambda: claims_of(api, "er-implicit") == [], what="the extended-resource claim deleted")
+
+
+def test_source_mode_creates_the_claim_in_its_overlay(tmp_path) -> None:
+    """`--source DIR`: the claim made at /bind lives in the in-memory overlay; /debug/devices shows the device taken by it."""
+    import yaml
+
+    pod = er_pod("src-pod", {RESOURCE: 1})
+    pod["metadata"]["uid"] = "src-pod-uid"
+    docs = [device_class("gpu", RESOURCE), node("src-a"), node_slice("src-a", 1), pod]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(docs))
+    ext = Extender("--source", str(tmp_path), "--placement-wait", "0")
+    try:
+        ext.wait_ready()
+        assert filter_pod(ext, pod, ["src-a"])["NodeNames"] == ["src-a"]
+        assert bind(ext, pod, "src-a") == ""
+        devices = ext.http.get("/debug/devices", params={"node": "src-a"}).json()["items"]
+        (taken,) = [d["allocatedTo"] for d in devices]
+        assert taken.startswith("default/src-pod-extended-resources-"), devices
+        # A second pod finds the only device taken by that claim.
+        other = er_pod("src-other", {RESOURCE: 1})
+        other["metadata"]["uid"] = "src-other-uid"
+        result = filter_pod(ext, other, ["src-a"])
+        assert result["NodeNames"] == [] and "1 allocated" in result["FailedAndUnresolvableNodes"]["src-a"], result
+    finally:
+        ext.stop()
