@@ -181,3 +181,18 @@ def test_source_mode_creates_the_claim_in_its_overlay(tmp_path) -> None:
         assert result["NodeNames"] == [] and "1 allocated" in result["FailedAndUnresolvableNodes"]["src-a"], result
     finally:
         ext.stop()
+
+
+def test_kubectl_dra_why_knows_extended_resources(cluster) -> None:
+    """`kubectl dra why` gives /filter's answers for a pod asking for a DRA-backed extended resource."""
+    from tests.e2e.test_kubectl_dra import dra_json
+
+    api, ext = cluster
+    p = api.create(er_pod("er-why", {RESOURCE: 3}))
+    wait_converged(api, ext)
+    nodes = sorted(n["metadata"]["name"] for n in api.list("Node"))
+    result = filter_pod(ext, p, nodes)
+    filtered: dict[str, str | None] = {n: None for n in result["NodeNames"]}
+    filtered.update(result["FailedAndUnresolvableNodes"])
+    assert filtered["er-plugin"] is None and filtered["er-a"] is not None, filtered  # device plugin there; too few devices here
+    assert dra_json(api, "why", "er-why")["nodes"] == filtered
