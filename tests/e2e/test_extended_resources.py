@@ -196,3 +196,31 @@ def test_kubectl_dra_why_knows_extended_resources(cluster) -> None:
     filtered.update(result["FailedAndUnresolvableNodes"])
     assert filtered["er-plugin"] is None and filtered["er-a"] is not None, filtered  # device plugin there; too few devices here
     assert dra_json(api, "why", "er-why")["nodes"] == filtered
+
+
+@pytest.mark.parametrize(
+    ("name", "verb", "path"),
+    [
+        # Upstream `extended-resource-name-with-resources-claim-creation-failure`: nothing is left behind.
+        ("claim-creation-failure", "create", "resourceclaims"),
+        # The pod's status patch fails after the claim was allocated: the claim is deleted (Unreserve).
+        ("pod-status-failure", "patch", "pods"),
+    ],
+)
+def test_write_failures_leave_no_claim(cluster, name: str, verb: str, path: str) -> None:
+    api, ext = cluster
+    api.create(node(f"er-{name}"))
+    api.create(node_slice(f"er-{name}", 1))
+    p = api.create(er_pod(f"er-{name}-pod", {RESOURCE: 1}))
+    wait_converged(api, ext)
+    api.faults(error_rate=1.0, error_status=500, verbs=[verb], paths=[path])
+    try:
+        error = bind(ext, p, f"er-{name}")
+    finally:
+        api.clear_faults()
+    assert error, "the bind should fail"
+    wait_for(lambda: claims_of(api, f"er-{name}-pod") == [], what="no claim left behind")
+    assert not api.get("Pod", "default", f"er-{name}-pod")["spec"].get("nodeName")
+    # The device is free again: the pod binds on its retry.
+    wait_converged(api, ext)
+    assert bind(ext, p, f"er-{name}") == ""
