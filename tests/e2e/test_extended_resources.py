@@ -224,3 +224,27 @@ def test_write_failures_leave_no_claim(cluster, name: str, verb: str, path: str)
     # The device is free again: the pod binds on its retry.
     wait_converged(api, ext)
     assert bind(ext, p, f"er-{name}") == ""
+
+
+def test_noexecute_taint_evicts_an_extended_resource_pod() -> None:
+    """Eviction knows these claims: a NoExecute taint on the device of a pod's extended-resource claim deletes the pod."""
+    api = FakeApi()
+    api.create(device_class("gpu", RESOURCE))
+    api.create(node("ev-a"))
+    api.create(node_slice("ev-a", 1))
+    ext = cluster_extender(api, "--placement-wait", "0", "--evict-upstream")
+    try:
+        ext.wait_ready()
+        p = api.create(er_pod("ev-pod", {RESOURCE: 1}))
+        wait_converged(api, ext)
+        assert bind(ext, p, "ev-a") == ""
+        wait_converged(api, ext)
+
+        def taint(obj: dict[str, Any]) -> None:
+            obj["spec"]["devices"][0]["taints"] = [{"key": "example.com/broken", "effect": "NoExecute"}]
+
+        api.mutate("ResourceSlice", None, "ev-a-slice", taint)
+        wait_for(lambda: api.get("Pod", "default", "ev-pod") is None, timeout=15, what="the pod evicted")
+    finally:
+        ext.stop()
+        api.stop()
