@@ -248,3 +248,31 @@ def test_noexecute_taint_evicts_an_extended_resource_pod() -> None:
     finally:
         ext.stop()
         api.stop()
+
+
+def test_stale_claim_is_replaced(cluster) -> None:
+    """Upstream `extended-resource-name-with-resources-has-claim`: an unallocated claim left for the pod is deleted, a new one made."""
+    api, ext = cluster
+    api.create(node("er-stale"))
+    api.create(node_slice("er-stale", 1))
+    p = api.create(er_pod("er-stale-pod", {RESOURCE: 1}))
+    meta = p["metadata"]
+    stale = api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": "er-stale-pod-extended-resources-old",
+                "namespace": "default",
+                "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"], "controller": True}],
+            },
+            "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": {"deviceClassName": "gpu", "count": 5}}]}},
+        }
+    )
+    wait_converged(api, ext)
+    assert filter_pod(ext, p, ["er-stale"])["NodeNames"] == ["er-stale"]  # judged with the pod's own requests, not the stale ones
+    assert bind(ext, p, "er-stale") == ""
+    (claim,) = claims_of(api, "er-stale-pod")
+    assert claim["metadata"]["name"] != stale["metadata"]["name"]
+    assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "er-stale"
