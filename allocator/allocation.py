@@ -229,6 +229,7 @@ class Allocator(Generic[SelectorT]):
         features: Features = DEFAULT_FEATURES,
     ) -> None:
         self._cel = selectors
+        self.features = features
         self._budget = search_budget
         self.features = features
         # slice view -> selector set -> (in class, matches) per device
@@ -309,10 +310,10 @@ class Allocator(Generic[SelectorT]):
         allocations: dict[str, AllocationResult] = {}
         for ci, claim in enumerate(pending):
             picks = solution[ci]
-            selector = _node_selector_for([p.candidate.device for p in picks], node.name)
+            selector = _node_selector_for([p.candidate.device for p in picks], node.name, self.features.binding_conditions)
             if isinstance(selector, Failure):
                 return Outcome(replace(selector, message=f"claim {claim.key}: {selector.message}", claim=claim.key))
-            allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp, selector)
+            allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp, selector, self.features)
             used.extend(p.candidate.device for p in picks)
         return Outcome(None, allocations, tuple(used))
 
@@ -400,6 +401,8 @@ class Allocator(Generic[SelectorT]):
                 for device in s.devices:
                     if (s.per_device_node_selection and not device.reachable_from(node)) or is_taken(device.id):
                         continue  # "in use" first, as upstream: a device in use is never evaluated
+                    if device.binding_conditions and not self.features.binding_conditions:
+                        continue  # upstream isSelectable: not selectable with the gate off
                     if device.consumes_counters or (shares and device.allow_multiple_allocations):
                         return None  # picks interact through counters or shares: the full search decides
                     try:
@@ -529,6 +532,8 @@ class Allocator(Generic[SelectorT]):
                 for index, device in enumerate(s.devices):
                     if s.per_device_node_selection and not device.reachable_from(node):
                         continue
+                    if device.binding_conditions and not self.features.binding_conditions:
+                        continue  # upstream isSelectable: not selectable with the gate off
                     if flags is not None:
                         in_class, matches = flags[index]
                     else:  # some selector fails on this slice: find which, for the reason
@@ -897,12 +902,15 @@ def _same_requirement(a: NodeSelectorRequirement, b: NodeSelectorRequirement) ->
     return a.key == b.key and a.operator == b.operator and set(a.values) == set(b.values)
 
 
-def _node_selector_for(devices: Sequence[DeviceView], node_name: str) -> NodeSelector | Failure | None:
-    """Upstream createNodeSelector: a node-local device pins the node; selectors merge into one term."""
+def _node_selector_for(devices: Sequence[DeviceView], node_name: str, binds_to_node: bool = False) -> NodeSelector | Failure | None:
+    """Upstream createNodeSelector: a node-local device (or one that binds to the node) pins the node;
+    selectors merge into one term."""
     expressions: list[NodeSelectorRequirement] = []
     fields_: list[NodeSelectorRequirement] = []
     for d in devices:
         if d.node_name is not None:
+            return node_name_selector(node_name)
+        if binds_to_node and d.binds_to_node:
             return node_name_selector(node_name)
         if d.node_selector is not None:
             terms = d.node_selector.terms
@@ -924,7 +932,9 @@ def _result(
     classes_used: list[tuple[str, DeviceClass]],
     timestamp: str,
     node_selector: NodeSelector | None,
+    features: Features = DEFAULT_FEATURES,
 ) -> AllocationResult:
+    binding = features.binding_conditions
     results = []
     for p in picks:
         d = p.candidate.device
@@ -941,6 +951,8 @@ def _result(
                 tolerations=p.request.tolerations,
                 share_id=str(uuid.uuid4()) if shared else None,
                 consumed_capacity=cap.as_quantities(amounts) if shared and amounts else None,
+                binding_conditions=d.binding_conditions if binding else (),
+                binding_failure_conditions=d.binding_failure_conditions if binding else (),
             )
         )
     config: list[AllocatedConfig] = []

@@ -40,6 +40,9 @@ class DeviceView:
     consumes_counters: tuple[CounterConsumption, ...] = ()
     allow_multiple_allocations: bool = False
     capacity_policies: Mapping[str, CapacityRequestPolicy] = field(default_factory=dict)
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
     @property
     def driver(self) -> str:

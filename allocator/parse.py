@@ -32,6 +32,7 @@ from allocator.types import (
     AllocationResult,
     AttributeValue,
     CapacityRequestPolicy,
+    ContainerResources,
     CounterConsumption,
     CounterSet,
     Device,
@@ -223,7 +224,13 @@ def parse_node(raw: Mapping[str, Any]) -> Node:
     r = _Reader(_object_ref("Node", raw))
     meta = parse_meta(r, r.mapping(raw, "", required=True), namespaced=False)
     spec = r.mapping(raw.get("spec"), "spec")
-    return Node(meta.name, meta.labels, meta.uid, r.boolean(spec.get("unschedulable"), "spec.unschedulable"))
+    status = r.mapping(raw.get("status"), "status")
+    allocatable = {
+        name: _parse_quantity(r, value, f"status.allocatable.{name}")
+        for name, value in r.mapping(status.get("allocatable"), "status.allocatable").items()
+        if "/" in name  # only extended resources matter here
+    }
+    return Node(meta.name, meta.labels, meta.uid, r.boolean(spec.get("unschedulable"), "spec.unschedulable"), allocatable)
 
 
 # --------------------------------------------------------------------------- taints and tolerations
@@ -345,7 +352,14 @@ def _parse_device(r: _Reader, raw: Any, path: str, driver: str, default_time: st
         consumes_counters=_parse_consumptions(r, body.get("consumesCounters"), f"{bpath}.consumesCounters"),
         allow_multiple_allocations=allow_multiple,
         capacity_policies=policies,
+        binds_to_node=r.boolean(body.get("bindsToNode"), f"{bpath}.bindsToNode"),
+        binding_conditions=_strings(r, body.get("bindingConditions"), f"{bpath}.bindingConditions"),
+        binding_failure_conditions=_strings(r, body.get("bindingFailureConditions"), f"{bpath}.bindingFailureConditions"),
     )
+
+
+def _strings(r: _Reader, raw: Any, path: str) -> tuple[str, ...]:
+    return tuple(r.string(x, f"{path}[{i}]", required=True) for i, x in enumerate(r.seq(raw, path)))
 
 
 def _parse_counters(r: _Reader, raw: Any, path: str, limit: int) -> dict[str, Quantity]:
@@ -530,6 +544,7 @@ def parse_device_class(raw: Mapping[str, Any]) -> DeviceClass:
         meta,
         _parse_selectors(r, spec.get("selectors"), "spec.selectors"),
         _parse_config(r, spec.get("config"), "spec.config", with_requests=False),
+        r.string(spec.get("extendedResourceName"), "spec.extendedResourceName"),
     )
 
 
@@ -660,6 +675,8 @@ def _parse_allocation(r: _Reader, raw: Any, path: str) -> AllocationResult | Non
                 tolerations=parse_tolerations(r, x.get("tolerations"), f"{xp}.tolerations"),
                 share_id=r.string(x.get("shareID"), f"{xp}.shareID") or None,
                 consumed_capacity=_parse_consumed_capacity(r, x, xp),
+                binding_conditions=_strings(r, x.get("bindingConditions"), f"{xp}.bindingConditions"),
+                binding_failure_conditions=_strings(r, x.get("bindingFailureConditions"), f"{xp}.bindingFailureConditions"),
             )
         )
     configs = []
@@ -763,6 +780,14 @@ def parse_pod(raw: Mapping[str, Any]) -> Pod:
         statuses[r.string(s.get("name"), f"{sp}.name", required=True)] = (
             r.string(s.get("resourceClaimName"), f"{sp}.resourceClaimName") or None
         )
+    containers = [
+        _parse_container(r, c, f"spec.initContainers[{i}]", init=True)
+        for i, c in enumerate(r.seq(spec.get("initContainers"), "spec.initContainers"))
+    ]
+    containers += [
+        _parse_container(r, c, f"spec.containers[{i}]", init=False) for i, c in enumerate(r.seq(spec.get("containers"), "spec.containers"))
+    ]
+    extended = r.mapping(status.get("extendedResourceClaimStatus"), "status.extendedResourceClaimStatus")
     return Pod(
         meta,
         tuple(claims),
@@ -770,6 +795,31 @@ def parse_pod(raw: Mapping[str, Any]) -> Pod:
         r.string(spec.get("nodeName"), "spec.nodeName"),
         r.string(spec.get("schedulerName"), "spec.schedulerName") or "default-scheduler",
         r.string(status.get("phase"), "status.phase"),
+        tuple(containers) if any(c.extended for c in containers) else (),
+        r.string(extended.get("resourceClaimName"), "status.extendedResourceClaimStatus.resourceClaimName") or None,
+    )
+
+
+def _parse_container(r: _Reader, raw: Any, path: str, *, init: bool) -> ContainerResources:
+    """Requests as the API server defaults them (a limit without a request is the request)."""
+    c = r.mapping(raw, path)
+    resources = r.mapping(c.get("resources"), f"{path}.resources")
+    requests = dict(r.mapping(resources.get("requests"), f"{path}.resources.requests"))
+    for name, value in r.mapping(resources.get("limits"), f"{path}.resources.limits").items():
+        requests.setdefault(name, value)
+    extended: dict[str, int] = {}
+    for name, value in requests.items():
+        if "/" not in name:
+            continue
+        q = _parse_quantity(r, value, f"{path}.resources.requests.{name}").value
+        if q.denominator == 1 and q > 0:
+            extended[name] = int(q)  # upstream skips a request that is not a whole number (AsInt64)
+    return ContainerResources(
+        r.string(c.get("name"), f"{path}.name"),
+        init,
+        init and r.string(c.get("restartPolicy"), f"{path}.restartPolicy") == "Always",
+        tuple(sorted(requests)),
+        extended,
     )
 
 

@@ -91,6 +91,11 @@ def gather_pools(
                     others.append(s)
         _build(pool, others, features)
         out.append(pool)
+    # Pools with devices that have binding conditions go last (upstream GatherPools): such a
+    # device delays the pod's binding, so every other pool is tried first.
+    late = [p for p in out if not p.incomplete and any(d.binding_conditions for s in p.slices for d in s.devices)]
+    if late:
+        out = [p for p in out if p not in late] + late
     return out
 
 

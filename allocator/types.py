@@ -120,6 +120,9 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     uid: str = ""
     unschedulable: bool = False
+    # status.allocatable of extended resources (names with a domain): a DRA-backed
+    # extended resource is served by DRA only where this is absent or zero.
+    allocatable: Mapping[str, Quantity] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- taints and tolerations
@@ -224,6 +227,11 @@ class Device:
     allow_multiple_allocations: bool = False
     # capacity name (fully qualified) -> its requestPolicy, for capacities that have one
     capacity_policies: Mapping[str, CapacityRequestPolicy] = field(default_factory=dict)
+    # Binding conditions (DRADeviceBindingConditions): the pod binds only once the driver
+    # reports every condition True in the claim's status.devices.
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +271,7 @@ class DeviceClass:
     meta: ObjectMeta
     selectors: tuple[str, ...] = ()  # CEL expressions
     config: tuple[DeviceConfig, ...] = ()
+    extended_resource_name: str = ""  # spec.extendedResourceName (DRAExtendedResource)
 
 
 # --------------------------------------------------------------------------- ResourceClaim
@@ -307,6 +316,8 @@ class DeviceRequestAllocationResult:
     tolerations: tuple[DeviceToleration, ...] = ()
     share_id: str | None = None  # a share of a device that allows multiple allocations
     consumed_capacity: Mapping[str, Quantity] | None = None  # capacity name (fully qualified) -> amount
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
 
     @property
     def device_id(self) -> DeviceID:
@@ -323,6 +334,10 @@ class DeviceRequestAllocationResult:
         if self.consumed_capacity is not None:
             # Written with the names the driver published: its own domain is implied.
             d["consumedCapacity"] = {unqualify(k, self.driver): str(v) for k, v in self.consumed_capacity.items()}
+        if self.binding_conditions:
+            d["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            d["bindingFailureConditions"] = list(self.binding_failure_conditions)
         return d
 
 
@@ -403,6 +418,21 @@ class PodResourceClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerResources:
+    """One container's extended-resource requests, for DRA-backed extended resources.
+
+    `request_names` holds every requested resource name, sorted: upstream
+    numbers a container's device request by the resource's index among them.
+    """
+
+    name: str
+    init: bool = False  # an init container
+    sidecar: bool = False  # an init container with restartPolicy Always
+    request_names: tuple[str, ...] = ()
+    extended: Mapping[str, int] = field(default_factory=dict)  # domain-qualified name -> integer request
+
+
+@dataclass(frozen=True, slots=True)
 class Pod:
     meta: ObjectMeta
     resource_claims: tuple[PodResourceClaim, ...] = ()
@@ -411,6 +441,8 @@ class Pod:
     node_name: str = ""
     scheduler_name: str = "default-scheduler"
     phase: str = ""
+    containers: tuple[ContainerResources, ...] = ()  # init containers first, then regular ones
+    extended_claim_name: str | None = None  # status.extendedResourceClaimStatus.resourceClaimName
 
     @property
     def key(self) -> str:

@@ -102,6 +102,7 @@ NAMESPACE = "perf"
 DRIVER = "dra.example.com"
 CLASS = "devices"
 TEMPLATE = "one-device"
+EXTENDED_RESOURCE = "example.com/device"  # the DeviceClass's extendedResourceName in extended-resource workloads
 SCHEDULER_NAME = "dra-scheduler"
 EXTENDER = "Extender"  # the plugin name kube-scheduler records for extender rejections
 
@@ -549,13 +550,19 @@ class FitOracle:
 
 
 def pod_devices(pod: dict[str, Any]) -> int:
-    return len((pod.get("spec") or {}).get("resourceClaims") or [])
+    spec = pod.get("spec") or {}
+    extended = sum(int(((c.get("resources") or {}).get("limits") or {}).get(EXTENDED_RESOURCE, 0)) for c in spec.get("containers") or [])
+    return len(spec.get("resourceClaims") or []) + extended
 
 
 def claim_allocated(claims: dict[str, dict[str, Any]], pod: dict[str, Any]) -> bool:
     ns = pod["metadata"]["namespace"]
     names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
     names += [c["resourceClaimName"] for c in (pod.get("spec") or {}).get("resourceClaims") or [] if c.get("resourceClaimName")]
+    names.append(
+        ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    )  # DRA-backed extended resources
+    names = [n for n in names if n]
     return bool(names) and all(((claims.get(f"{ns}/{n}") or {}).get("status") or {}).get("allocation") for n in names if n)
 
 
@@ -1034,6 +1041,9 @@ class Workload:
     # 10, 10, 10, 10, 20, 20, 40 Gi drawing on its shared counters (4 pods fit per GPU); "shares":
     # per device one 40Gi device shared by claims asking 10Gi each (4 pods fit per device).
     kind: str = "plain"
+    extended_resources: bool = False  # pods ask for `example.com/device: 1` in their limits instead of a claim
+    binding_delay: float | None = None  # devices have binding conditions; a fake driver sets them this long after allocation
+    binding_failure_every: int = 0  # every Nth allocation the driver reports the failure condition instead (0: never)
 
     @property
     def capacity(self) -> int:
@@ -1060,7 +1070,8 @@ def node_name(i: int) -> str:
 
 def _node_slices(w: Workload, node: str) -> list[dict[str, Any]]:
     if w.kind == "plain":
-        return [node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(w.devices_per_node)])]
+        binding = {"bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]} if w.binding_delay is not None else {}
+        return [node_slice(node, DRIVER, [{"name": f"instance-{j}", **binding} for j in range(w.devices_per_node)])]
     if w.kind == "shares":
         shared = [
             {"name": f"shared-{j}", "allowMultipleAllocations": True, "capacity": {"memory": {"value": f"{GPU_GI}Gi"}}}
@@ -1076,7 +1087,8 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
         request["capacity"] = {"requests": {"memory": f"{GPU_GI // 4}Gi"}}
     objs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        device_class(CLASS, DRIVER),
+        device_class(CLASS, DRIVER)
+        | ({"spec": {**device_class(CLASS, DRIVER)["spec"], "extendedResourceName": EXTENDED_RESOURCE}} if w.extended_resources else {}),
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaimTemplate",
@@ -1114,7 +1126,15 @@ def taint_rules(w: Workload) -> list[dict[str, Any]]:
     ]
 
 
-def pod_object(i: int) -> dict[str, Any]:
+def pod_object(i: int, extended: bool = False) -> dict[str, Any]:
+    if extended:  # a DRA-backed extended resource: the claim is made by the scheduler at bind time
+        container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {EXTENDED_RESOURCE: "1"}}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"pod-{i}", "namespace": NAMESPACE},
+            "spec": {"schedulerName": SCHEDULER_NAME, "containers": [container]},
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -1147,14 +1167,16 @@ def summary_ms(values: list[float]) -> dict[str, Any]:
     }
 
 
-async def _create_pods(api: Api, first: int, count: int, rate: float | None, created_at: dict[str, float], errors: Counter[str]) -> None:
+async def _create_pods(
+    api: Api, first: int, count: int, rate: float | None, created_at: dict[str, float], errors: Counter[str], extended: bool = False
+) -> None:
     """POST pods: `rate` per second, or all at once (8 requests in flight, as a kubectl apply of many objects)."""
     sem = asyncio.Semaphore(8)
     start = now()
 
     async def one(i: int) -> None:
         async with sem:
-            status, body = await api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(i))
+            status, body = await api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(i, extended))
             if status != 201:
                 errors[f"HTTP {status}: {str(body)[:100]}"] += 1
                 return
@@ -1180,7 +1202,9 @@ async def _drive(
         out: dict[str, Any] = {}
         n_pods = w.pods if not w.taint_removal else w.capacity
         expected = n_pods if is_noop else min(n_pods, w.capacity)
-        creator = asyncio.create_task(_create_pods(api, 0, n_pods, w.rate, created_at, create_errors))
+        creator = asyncio.create_task(_create_pods(api, 0, n_pods, w.rate, created_at, create_errors, w.extended_resources))
+        driver = FakeDriver(api, model, w) if w.binding_delay is not None else None
+        driver_task = asyncio.create_task(driver.run()) if driver is not None else None
         last_print = now()
         reached_at: float | None = None
 
@@ -1223,6 +1247,9 @@ async def _drive(
         out["timed_out"] = reached_at is None
         if not creator.done():
             creator.cancel()
+        if driver is not None and driver_task is not None:
+            driver_task.cancel()
+            out["binding_conditions"] = driver.report(model.bound_at)
         if w.taint_removal and not is_noop:
             out["taint_removal"] = await _taint_removal(w, api, model, created_at, create_errors, t0, line)
         line("end")
@@ -1234,6 +1261,94 @@ async def _drive(
         await model.stop()
         out["readback"] = await _read_back(api, w, cfg.http_timeout)
         return out
+
+
+class FakeDriver:
+    """A DRA driver for devices with binding conditions: `ready` (or, every Nth allocation, `failed`) after a delay.
+
+    It watches allocations through the model's claim informer and writes the
+    condition into the claim's status.devices; a pod must not be bound before
+    its claim's devices are ready, and a failed one must be scheduled again.
+    """
+
+    def __init__(self, api: Api, model: KubeSchedulerModel, w: Workload) -> None:
+        self.api, self.model, self.w = api, model, w
+        self.seen: set[tuple[str, str]] = set()  # (claim key, allocationTimestamp + devices) handled
+        self.ready_at: dict[str, float] = {}  # claim key -> when its devices were reported ready
+        self.failures = 0
+        self.allocations = 0
+        self.tasks: set[asyncio.Task] = set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                for k, c in list(self.model.informers["ResourceClaim"].cache.items()):
+                    alloc = (c.get("status") or {}).get("allocation") or {}
+                    results = (alloc.get("devices") or {}).get("results") or []
+                    if not any(r.get("bindingConditions") for r in results) or (c.get("status") or {}).get("devices"):
+                        continue
+                    ident = (k, json.dumps([alloc.get("allocationTimestamp"), results], sort_keys=True))
+                    if ident in self.seen:
+                        continue
+                    self.seen.add(ident)
+                    self.allocations += 1
+                    fail = bool(self.w.binding_failure_every) and self.allocations % self.w.binding_failure_every == 0
+                    task = asyncio.create_task(self._report(c, results, fail))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+                await asyncio.sleep(0.05)
+        finally:
+            for t in self.tasks:
+                t.cancel()
+
+    async def _report(self, claim: dict[str, Any], results: list[dict[str, Any]], fail: bool) -> None:
+        await asyncio.sleep(self.w.binding_delay or 0.0)
+        meta = claim["metadata"]
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ctype = "failed" if fail else "ready"
+        devices = [
+            {
+                "driver": r["driver"],
+                "pool": r["pool"],
+                "device": r["device"],
+                "conditions": [{"type": ctype, "status": "True", "reason": "FakeDriver", "message": ctype, "lastTransitionTime": stamp}],
+            }
+            for r in results
+        ]
+        status, _ = await self.api.request(
+            "PATCH",
+            f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}/status",
+            {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": {"devices": devices}},
+            "application/merge-patch+json",
+        )
+        if status == 200:
+            if fail:
+                self.failures += 1
+            else:
+                self.ready_at[key_of(claim)] = now()
+
+    def report(self, bound_at: dict[str, float]) -> dict[str, Any]:
+        """Per bound pod: time from its claim's last ready report to its binding; pods bound before that."""
+        claims = self.model.informers["ResourceClaim"].cache
+        pods = self.model.informers["Pod"].cache
+        after: list[float] = []
+        before = 0
+        for k, t in bound_at.items():
+            pod = pods.get(k) or {}
+            ns = k.split("/")[0]
+            names = [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
+            names.append(((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName"))
+            ready = [self.ready_at.get(f"{ns}/{n}") for n in names if n and f"{ns}/{n}" in claims]
+            if not ready or any(r is None or r > t for r in ready):
+                before += 1
+                continue
+            after.append((t - max(r for r in ready if r is not None)) * 1000)
+        return {
+            "allocations_seen": self.allocations,
+            "failures_reported": self.failures,
+            "pods_bound_before_ready": before,
+            "ready_to_bound_ms": summary_ms(after),
+        }
 
 
 async def _taint_removal(

@@ -22,8 +22,30 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.parse import ValidationError, parse_pod
+from allocator.extended_resources import (
+    RequestMapping,
+    claim_manifest,
+    class_mapping,
+    create_requests_and_mappings,
+    dra_resources,
+    in_memory_claim,
+    is_extended_claim,
+)
+from allocator.features import DEFAULT_FEATURES, Features
+from allocator.parse import ValidationError, parse_pod, parse_resource_claim
+from allocator.pod_claims import claim_names
 from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Node, Pod, ResourceClaim
+from extender.binding_conditions import (
+    FAILED_REASON,
+    PENDING,
+    PENDING_REASON,
+    TIMED_OUT,
+    Readiness,
+    pending_for,
+    pending_message,
+    readiness,
+    worst,
+)
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
 from extender.wire import BindingArgs
@@ -60,6 +82,16 @@ class _Written:
     finalizer_added: bool = False
     allocated: frozenset[DeviceID] = frozenset()
     reserved: bool = False
+    created_uid: str = ""  # an extended-resource claim this bind created: deleted on undo
+
+
+@dataclass(slots=True)
+class _Extended:
+    """The pod's extended-resource claim to create at this bind, and which containers use which request."""
+
+    claim: ResourceClaim  # in memory, not created yet
+    mappings: tuple[RequestMapping, ...]
+    stale: ResourceClaim | None = None  # an unallocated one left by an earlier bind: deleted first
 
 
 class Binder:
@@ -73,8 +105,12 @@ class Binder:
         *,
         is_leader: Callable[[], bool],
         timeout: float = DEFAULT_BIND_TIMEOUT,
+        features: Features = DEFAULT_FEATURES,
+        binding_timeout: float = 600.0,
     ) -> None:
         self.state = state
+        self.features = features
+        self.binding_timeout = binding_timeout
         self.source = source
         self.allocator = allocator
         self.metrics = metrics
@@ -83,6 +119,7 @@ class Binder:
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         self._background: set[asyncio.Task[None]] = set()
+        self._timeouts: dict[str, asyncio.TimerHandle] = {}  # pod uid -> its binding-timeout check
         # One allocator per pool (see docs/kube-scheduler.md): the devices of every allocation
         # seen, and those this process wrote, so an allocation made by anyone else can be named.
         self._seen_allocations: dict[str, frozenset[DeviceID]] = {}
@@ -104,7 +141,7 @@ class Binder:
             except TimeoutError:
                 return f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out"
             uid = args.pod_uid or pod.meta.uid
-            if not pod.resource_claims:
+            if not pod.resource_claims and not (self.features.extended_resources and pod.containers):
                 self.gate.decided(uid)
                 return await self._bind_pod(args, uid, deadline)
             return await self._bind_with_claims(pod, uid, args, deadline)
@@ -134,7 +171,7 @@ class Binder:
         for attempt in range(BIND_ATTEMPTS):
             await self._fetch_missing_claims(pod, deadline)
             async with self.lock:
-                claims, allocations, hold = self._decide(pod, args.node)
+                claims, allocations, hold, extended = self._decide(pod, args.node)
             self.gate.decided(uid)
             written: list[_Written] = []
             try:
@@ -143,8 +180,17 @@ class Binder:
                     raise TimeoutError
                 async with asyncio.timeout(left):
                     for claim in claims:
-                        await self._write_claim(claim, allocations.get(claim.key), pod, uid, written)
+                        allocation = allocations.get(claim.key)
+                        if extended is not None and claim is extended.claim:
+                            claim = await self._create_extended_claim(pod, extended, written)
+                        await self._write_claim(claim, allocation, pod, uid, written)
+                    if extended is not None:
+                        await self._record_extended_claim(pod, extended, written[-1].key)
                     self._release(hold)  # the view holds the allocations now
+                    keys = list(dict.fromkeys([*(w.key for w in written), *(c.key for c in claims)]))
+                    answer = await self._binding_conditions(pod, uid, args.node, keys)
+                    if answer is not None:
+                        return answer
                     await self._create_binding(args, uid)
                 self.metrics.binds.labels("ok").inc()
                 # One line per pod, with what it was given (a line per claim would double the logging cost of a bind).
@@ -172,7 +218,7 @@ class Binder:
         self.metrics.binds.labels("conflict").inc()
         return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
 
-    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], Reservation]:
+    def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], Reservation, _Extended | None]:
         """Under the lock, without I/O: allocate against allocated + in-flight devices and hold them."""
         if not self.is_leader():
             # Checked under the lock: binds queued when leadership ended must not allocate.
@@ -182,9 +228,10 @@ class Binder:
         if problem is not None:
             self.metrics.binds.labels("claims_unresolved").inc()
             raise BindFailed(problem)
-        node = self.state.node(node_name)
+        node = self.state.node(node_name) or Node(node_name)
+        claims, extended = self._extended_claim(pod, claims, node)
         outcome = self.allocator.allocate(
-            node if node is not None else Node(node_name),
+            node,
             claims,
             self.state.slices_for_node(node_name),
             self.state.classes,
@@ -198,7 +245,47 @@ class Binder:
             raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
         hold = self.state.ledger.reserve_results(outcome.allocations)
         self.metrics.inflight.set(len(self.state.inflight))
-        return claims, dict(outcome.allocations), hold
+        return claims, dict(outcome.allocations), hold, extended
+
+    def _extended_claim(self, pod: Pod, claims: list[ResourceClaim], node: Node) -> tuple[list[ResourceClaim], _Extended | None]:
+        """The pod's claims with, last, an in-memory claim for the extended resources DRA serves on `node`.
+
+        An allocated extended-resource claim (an earlier bind whose binding
+        conditions were pending) is used as it is; an unallocated one is stale
+        and replaced (upstream's PostFilter deletes it too).
+        """
+        if not self.features.extended_resources or not pod.containers:
+            return claims, None
+        existing = next((c for c in claims if is_extended_claim(c)), None)
+        if existing is not None and existing.allocation is not None:
+            return claims, None
+        own = [c for c in claims if c is not existing]
+        mapping = class_mapping(self.state.classes)
+        resources = dra_resources(pod, mapping, node)
+        if not resources:
+            return own, None
+        requests, mappings = create_requests_and_mappings(pod, resources, mapping)
+        claim = in_memory_claim(pod, requests)
+        return [*own, claim], _Extended(claim, mappings, existing)
+
+    async def _create_extended_claim(self, pod: Pod, extended: _Extended, written: list[_Written]) -> ResourceClaim:
+        """Create the pod's extended-resource claim (generateName), after deleting a stale one."""
+        ns = pod.meta.namespace
+        stale = extended.stale
+        if stale is not None:
+            with contextlib.suppress(SourceError):
+                await self.source.delete_claim(ns, stale.meta.name, stale.meta.uid)
+        raw = await self.source.create_claim(ns, claim_manifest(pod, extended.claim.requests))
+        self._apply_claim(raw)
+        created = parse_resource_claim(raw)
+        written.append(_Written(created.key, created_uid=created.meta.uid))
+        return created
+
+    async def _record_extended_claim(self, pod: Pod, extended: _Extended, claim_key: str) -> None:
+        """pod.status.extendedResourceClaimStatus: the claim's name and which container uses which request."""
+        name = claim_key.partition("/")[2]
+        status = {"requestMappings": [m.to_api() for m in extended.mappings], "resourceClaimName": name}
+        await self.source.patch_pod_status(pod.meta.namespace, pod.meta.name, {"status": {"extendedResourceClaimStatus": status}})
 
     def _release(self, hold: Reservation) -> None:
         hold.release()
@@ -216,8 +303,11 @@ class Binder:
         reserved = list((raw.get("status") or {}).get("reservedFor") or [])
         if allocation is None and any(r.get("uid") == uid for r in reserved):
             return  # a retried bind: the reservation belongs to the earlier success
-        record = _Written(claim.key)
-        written.append(record)
+        if written and written[-1].key == claim.key and written[-1].created_uid:
+            record = written[-1]  # the claim this bind just created
+        else:
+            record = _Written(claim.key)
+            written.append(record)
         if allocation is not None:
             finalizers = list((raw.get("metadata") or {}).get("finalizers") or [])
             if DELETE_PROTECTION_FINALIZER not in finalizers:
@@ -284,12 +374,7 @@ class Binder:
             raise BindFailed(f"{what}: {e.message}") from None
 
     def _claim_names(self, pod: Pod) -> list[str]:
-        names = []
-        for pc in pod.resource_claims:
-            name = pc.resource_claim_name or pod.claim_statuses.get(pc.name)
-            if name:
-                names.append(name)
-        return names
+        return claim_names(pod)
 
     async def _fetch_missing_claims(self, pod: Pod, deadline: float) -> None:
         """A claim missing from the cache may just not have arrived through the watch yet."""
@@ -356,6 +441,8 @@ class Binder:
                 return
             for record in keys.values():
                 await self._undo_claim(record, uid)
+                if record.created_uid:
+                    await self._delete_created(record)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -407,6 +494,122 @@ class Binder:
                 log.error("could not undo claim writes of a failed bind", extra={"claim": record.key, "err": e.message})
                 return
 
+    # ------------------------------------------------------------------ binding conditions
+
+    async def _binding_conditions(self, pod: Pod, uid: str, node: str, keys: list[str]) -> str | None:
+        """None when the pod may be bound now; else /bind's answer (the allocation is kept while pending)."""
+        if not self.features.binding_conditions:
+            return None
+        claims = [self.state.claims[k] for k in keys if k in self.state.claims]
+        waiting = pending_for(claims, uid)
+        if not waiting:
+            return None
+        bad = worst([readiness(c, self.state.raw_claims.get(c.key), timeout=self.binding_timeout) for c in waiting])
+        if bad is None:
+            return None
+        if bad.state == PENDING:
+            self.metrics.binds.labels("binding_conditions_pending").inc()
+            self._pod_event(pod, uid, "Normal", PENDING_REASON, pending_message(node))
+            self._expire_later(pod, uid, waiting)
+            return (
+                f"pod {pod.key}: {pending_message(node)} (claim {bad.claim}); its devices stay allocated and the pod is "
+                "bound once the driver reports them ready"
+            )
+        self.metrics.binds.labels("binding_conditions_failed").inc()
+        await self.binding_failed(pod, uid, waiting, bad)
+        return f"pod {pod.key}: {bad.message}; the claim was deallocated and the pod is scheduled again"
+
+    async def binding_failed(self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness) -> None:
+        """A failure condition or the timeout: a Warning on the pod, then deallocate so it is scheduled again."""
+        self._pod_event(pod, uid, "Warning", FAILED_REASON, bad.message)
+        for claim in claims:
+            await self._deallocate(claim, uid)
+
+    def binding_failed_in_background(self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness) -> None:
+        if any(t.get_name() == f"dealloc/{uid}" for t in self._background):
+            return  # one deallocation per pod at a time
+        task = asyncio.ensure_future(self.binding_failed(pod, uid, claims, bad))
+        task.set_name(f"dealloc/{uid}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _deallocate(self, claim: ResourceClaim, uid: str) -> None:
+        """Upstream's PostFilter deallocation: allocation, reservedFor and device status cleared, if only this pod holds it.
+
+        An extended-resource claim made for the pod is deleted instead (a new
+        one is made at its next /bind).
+        """
+        ns, _, name = claim.key.partition("/")
+        for _ in range(BIND_ATTEMPTS):
+            raw = self.state.raw_claims.get(claim.key)
+            try:
+                if raw is None:
+                    raw = await self.source.get(ev.RESOURCE_CLAIM, ns, name)
+                if raw is None:
+                    return
+                status = raw.get("status") or {}
+                if any(r.get("uid") != uid for r in status.get("reservedFor") or ()):
+                    return  # another pod uses it: upstream leaves it allocated too
+                if status.get("allocation"):
+                    patch = {
+                        "metadata": {"resourceVersion": _rv_str(raw)},
+                        "status": {"allocation": None, "reservedFor": None, "devices": None},
+                    }
+                    raw = await self.source.patch_claim(ns, name, patch, status=True)
+                    self._apply_claim(raw)
+                await self._drop_finalizer(raw)
+                if is_extended_claim(claim):
+                    await self.source.delete_claim(ns, name, claim.meta.uid)
+                log.info("deallocated claim after its binding failed", extra={"claim": claim.key})
+                return
+            except Conflict:
+                raw = None
+                continue
+            except SourceError as e:
+                if e.status != 404:
+                    log.error("could not deallocate a claim whose binding failed", extra={"claim": claim.key, "err": e.message})
+                return
+
+    def _expire_later(self, pod: Pod, uid: str, claims: list[ResourceClaim]) -> None:
+        """Check the binding timeout when it falls due, even if the pod is not retried by then."""
+        if uid in self._timeouts:
+            return
+        started = [readiness_start(c) for c in claims]
+        due = max([t for t in started if t is not None] or [time.time()]) + self.binding_timeout - time.time()
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timeouts.pop(uid, None)
+            keys = [c.key for c in claims]
+            fresh = [self.state.claims[k] for k in keys if k in self.state.claims]
+            waiting = pending_for(fresh, uid)
+            states = [readiness(c, self.state.raw_claims.get(c.key), timeout=self.binding_timeout) for c in waiting]
+            bad = worst(states)
+            if bad is not None and bad.state == TIMED_OUT:
+                self.binding_failed_in_background(pod, uid, waiting, bad)
+
+        self._timeouts[uid] = loop.call_later(max(0.0, due) + 0.5, fire)
+
+    def _pod_event(self, pod: Pod, uid: str, kind: str, reason: str, message: str) -> None:
+        event = {
+            "type": kind,
+            "reason": reason,
+            "message": message,
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.meta.namespace, "name": pod.meta.name, "uid": uid},
+        }
+        task = asyncio.ensure_future(self.source.create_event(event))
+        self._background.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._background.discard)  # type: ignore[arg-type]
+
+    async def _delete_created(self, record: _Written) -> None:
+        """An extended-resource claim this failed bind created goes away (upstream's Unreserve)."""
+        ns, _, name = record.key.partition("/")
+        try:
+            await self.source.delete_claim(ns, name, record.created_uid)
+        except SourceError as e:
+            if e.status != 404:
+                log.error("could not delete the extended-resource claim of a failed bind", extra={"claim": record.key, "err": e.message})
+
     async def _drop_finalizer(self, raw: dict[str, Any]) -> None:
         """A claim without an allocation no longer needs delete protection (as upstream's Unreserve)."""
         meta = raw.get("metadata") or {}
@@ -443,6 +646,15 @@ class Binder:
                 "claim allocated by another allocator: only one allocator may manage a device pool",
                 extra={"claim": event.key, "devices": sorted(str(d) for d in devices)},
             )
+
+
+def readiness_start(claim: ResourceClaim) -> float | None:
+    """The allocation's timestamp (seconds since the epoch): where the binding timeout counts from."""
+    text = claim.allocation.allocation_timestamp if claim.allocation is not None else ""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+    except ValueError:
+        return None
 
 
 def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:

@@ -113,6 +113,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a /filter waits for a claim kube-controller-manager has not created from its template yet "
         "(0 rejects at once; default %(default)s)",
     )
+    beta = serve.add_argument_group(
+        "Kubernetes 1.36 beta DRA features (set each as the cluster's kube-scheduler has its feature gate; on by default, as in 1.36)"
+    )
+    beta.add_argument(
+        "--feature-partitionable-devices",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="DRAPartitionableDevices: shared counters and per-device node selection; off: devices that consume "
+        "counters are never allocated (default: on)",
+    )
+    beta.add_argument(
+        "--feature-consumable-capacity",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="DRAConsumableCapacity: devices shared by several claims, capacity requests; off: shared results count "
+        "as whole devices and claims with capacity requests are refused (default: on)",
+    )
+    beta.add_argument(
+        "--feature-binding-conditions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="honour device binding conditions: bind a pod only once its devices are ready (DRADeviceBindingConditions)",
+    )
+    beta.add_argument(
+        "--feature-extended-resources",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve extended resources backed by DeviceClasses with claims made at /bind (DRAExtendedResource)",
+    )
+    beta.add_argument(
+        "--binding-timeout",
+        type=_positive,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
+        "(default %(default)s)",
+    )
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
     serve.add_argument("--eviction-mode", choices=("delete", "evict"), default="delete")
@@ -153,23 +190,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
     )
-    gates = serve.add_argument_group(
-        "DRA features (Kubernetes feature gates; set each as the cluster's kube-scheduler has it, default: on, as in 1.36)"
-    )
-    gates.add_argument(
-        "--feature-partitionable-devices",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="DRAPartitionableDevices: shared counters and per-device node selection; off: devices that consume "
-        "counters are never allocated (default: on)",
-    )
-    gates.add_argument(
-        "--feature-consumable-capacity",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="DRAConsumableCapacity: devices shared by several claims, capacity requests; off: shared results count "
-        "as whole devices and claims with capacity requests are refused (default: on)",
-    )
     return parser
 
 
@@ -178,6 +198,8 @@ def features_from(args: argparse.Namespace) -> Features:
     return Features(
         partitionable_devices=args.feature_partitionable_devices,
         consumable_capacity=args.feature_consumable_capacity,
+        binding_conditions=args.feature_binding_conditions,
+        extended_resources=args.feature_extended_resources,
     )
 
 
@@ -259,15 +281,18 @@ async def serve(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(str(e)) from None
         is_leader = leadership.is_leader
+    features = features_from(args)
     service = Service(
         state,
         source,
-        Allocator(cel, features=features_from(args)),
+        Allocator(cel, features=features),
         metrics,
         is_leader=is_leader,
         placement_wait=args.placement_wait,
         claim_wait=args.claim_wait,
         bind_timeout=args.bind_timeout,
+        features=features,
+        binding_timeout=args.binding_timeout,
     )
     eviction = None
     if not args.no_eviction:

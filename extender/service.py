@@ -21,10 +21,14 @@ import orjson
 from allocator.allocation import Allocator, Outcome
 from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel.lib.budget import set_deadline as set_cel_deadline
+from allocator.extended_resources import claims_per_node
+from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_node, parse_pod
+from allocator.pod_claims import TEMPLATE, claim_refs
 from allocator.tolerations import blocks_allocation
 from allocator.types import Node, Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
+from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message, readiness, worst
 from extender.metrics import Metrics
 from extender.outcomes import OutcomeCache
 from extender.placements import Placement, PlacementGate
@@ -46,9 +50,31 @@ MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
 
 
 def pod_has_claims(pod: dict[str, Any]) -> bool:
-    """The no-claim fast path: every pod reaches the extender, most have no claims."""
+    """The no-claim fast path: every pod reaches the extender, most have no claims.
+
+    A pod requesting a domain-qualified resource may need devices through a
+    DRA-backed extended resource, so it takes the slow path too.
+    """
     spec = pod.get("spec")
-    return bool(isinstance(spec, dict) and spec.get("resourceClaims"))
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("resourceClaims"):
+        return True
+    return _requests_extended(spec.get("containers")) or _requests_extended(spec.get("initContainers"))
+
+
+def _requests_extended(containers: Any) -> bool:
+    if not isinstance(containers, list):
+        return False
+    for c in containers:
+        resources = c.get("resources") if isinstance(c, dict) else None
+        if not isinstance(resources, dict):
+            continue
+        for part in ("requests", "limits"):
+            values = resources.get(part)
+            if isinstance(values, dict) and any("/" in name for name in values):
+                return True
+    return False
 
 
 class NotReady(Exception):
@@ -72,15 +98,31 @@ class Service:
         placement_wait: float = DEFAULT_PLACEMENT_WAIT,
         claim_wait: float = DEFAULT_CLAIM_WAIT,
         bind_timeout: float = DEFAULT_BIND_TIMEOUT,
+        features: Features = DEFAULT_FEATURES,
+        binding_timeout: float = 600.0,
     ) -> None:
         self.state = state
+        self.features = features
         self.source = source
         self.allocator = allocator
         self.metrics = metrics
         self.is_leader = is_leader
         self.claim_wait = claim_wait
         self.placements = PlacementGate(placement_wait)
-        self.binder = Binder(state, source, allocator, metrics, self.placements, is_leader=is_leader, timeout=bind_timeout)
+        self.binder = Binder(
+            state,
+            source,
+            allocator,
+            metrics,
+            self.placements,
+            is_leader=is_leader,
+            timeout=bind_timeout,
+            features=features,
+            binding_timeout=binding_timeout,
+        )
+        # Claims for extended resources not created yet, by key, for pods placed but not bound:
+        # /filter judges a later pod jointly with them as with any placed pod's claims.
+        self._memory_claims: dict[str, ResourceClaim] = {}
         self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self._claims_changed = asyncio.Event()
         state.listeners.append(self._notice_claims)
@@ -190,14 +232,42 @@ class Service:
     def _claim_may_come(self, pod: Pod) -> bool:
         """Only a claim from a template is created for the pod; a named one must already exist."""
         return any(
-            pc.resource_claim_name is None and pc.resource_claim_template_name and pc.name not in pod.claim_statuses
-            for pc in pod.resource_claims
-        ) or any(
-            (pc.resource_claim_name or pod.claim_statuses.get(pc.name))
-            and f"{pod.meta.namespace}/{pc.resource_claim_name or pod.claim_statuses.get(pc.name)}" not in self.state.claims
-            for pc in pod.resource_claims
-            if pc.resource_claim_name is None
+            ref.may_come or (ref.source == TEMPLATE and f"{pod.meta.namespace}/{ref.name}" not in self.state.claims)
+            for ref in claim_refs(pod)
         )
+
+    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> str | None:
+        """Why no node is offered while the pod's binding conditions are pending or have failed; None once ready.
+
+        Every node is rejected as unresolvable: the pod waits in kube-scheduler's
+        unschedulable queue, and the driver's update of the claim's status
+        requeues it. A failure or timeout deallocates (in the background), and
+        that claim update requeues the pod for a fresh allocation.
+        """
+        states = [readiness(c, self.state.raw_claims.get(c.key), timeout=self.binder.binding_timeout) for c in waiting]
+        bad = worst(states)
+        if bad is None:
+            return None
+        if bad.state == PENDING:
+            node = allocated_node(next(c for c in waiting if c.key == bad.claim))
+            return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
+        self.binder.binding_failed_in_background(pod, pod.meta.uid, waiting, bad)
+        return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+
+    def _extended_groups(
+        self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any]
+    ) -> list[tuple[list[ResourceClaim], list[str]]]:
+        """(claims, nodes) per group of nodes on which DRA serves the same extended resources (allocator.extended_resources)."""
+        if not self.features.extended_resources or not pod.containers:
+            return [(claims, list(names))]
+        groups = claims_per_node(pod, claims, self.state.classes, [node for node, _token in self._nodes(names, raw_nodes)])
+        for group_claims, _names in groups:
+            for claim in group_claims:
+                if claim.key not in self.state.claims:  # in memory: judged jointly while its pod is being bound
+                    if len(self._memory_claims) >= MAX_KEPT_SCORES:
+                        del self._memory_claims[next(iter(self._memory_claims))]
+                    self._memory_claims[claim.key] = claim
+        return groups
 
     # ------------------------------------------------------------------ filter
 
@@ -226,8 +296,24 @@ class Service:
             problem = self._volume_problem(args.pod)
         if problem is not None:
             return [], {n: problem for n in names}
+        waiting = pending_for(claims, pod.meta.uid) if self.features.binding_conditions else []
+        if waiting:
+            held = self._binding_wait(pod, waiting)
+            if held is not None:
+                return [], {n: held for n in names}
         raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
+        groups = self._extended_groups(pod, claims, names, raw_nodes)
+        if len(groups) > 1:
+            return self._filter_groups(pod, groups, names, raw_nodes, deadline, budget)
+        claims = groups[0][0] if groups else claims
+        if not claims:
+            return list(names), {}  # only resources a device plugin serves
         passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+        if waiting and not passed:
+            # Ready, but the allocated node was not sent or no longer fits: give the devices back.
+            self.binder.binding_failed_in_background(
+                pod, pod.meta.uid, waiting, _readiness_gone(waiting[0].key, allocated_node(waiting[0]))
+            )
         to_allocate = tuple(c.key for c in claims if c.allocation is None)
         if passed and to_allocate:
             placed = self.placements.in_flight()
@@ -243,6 +329,7 @@ class Service:
                     claims, problem = self._claims_for(pod)
                     if problem is not None:
                         return [], {n: problem for n in names}
+                    claims = self._extended_groups(pod, claims, names, raw_nodes)[0][0]
                     passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
                 elif withheld:
                     self.metrics.placement_nodes_withheld.inc(len(withheld))
@@ -255,6 +342,41 @@ class Service:
                 self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
         if len(passed) > 1:
             self._keep_scores(pod.meta.uid, claims, passed, [fits[n] for n in passed], raw_nodes)
+        if self.requeuer is not None:
+            if passed:
+                self.requeuer.placed(pod.meta.uid)
+            elif names:
+                self.requeuer.rejected(pod.meta.uid, pod.key)
+        return passed, failed
+
+    def _filter_groups(
+        self,
+        pod: Pod,
+        groups: list[tuple[list[ResourceClaim], list[str]]],
+        names: list[str],
+        raw_nodes: dict[Any, Any],
+        deadline: float | None,
+        budget: float | None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """Nodes differ in which extended resources DRA serves (rare): each group judged with its own claims.
+
+        No joint judgement with placed pods here: a /bind that finds the
+        devices taken answers an error and the pod is retried.
+        """
+        ok: set[str] = set()
+        failed: dict[str, str] = {}
+        to_allocate: set[str] = set()
+        for claims, group in groups:
+            if not claims:
+                ok.update(group)
+                continue
+            passed, group_failed, _fits = self._fit(pod, claims, group, raw_nodes, deadline, budget)
+            ok.update(passed)
+            failed.update(group_failed)
+            to_allocate.update(c.key for c in claims if c.allocation is None)
+        passed = [n for n in names if n in ok]
+        if passed and to_allocate:
+            self.placements.expect_bind(pod.meta.uid, frozenset(passed), tuple(sorted(to_allocate)))
         if self.requeuer is not None:
             if passed:
                 self.requeuer.placed(pod.meta.uid)
@@ -372,7 +494,7 @@ class Service:
             for key in placement.claims:
                 if key in own:
                     return None  # a shared claim is allocated once, by whichever bind comes first
-                claim = claims_by_key.get(key)
+                claim = claims_by_key.get(key) or self._memory_claims.get(key)
                 if claim is not None and claim.allocation is None:
                     pending.append(claim)
             theirs.append(pending)
@@ -470,6 +592,14 @@ class Service:
             return "not leader"
         self._check_ready()
         return await self.binder.bind(args)
+
+
+def _readiness_gone(claim: str, node: str) -> Readiness:
+    return Readiness(
+        FAILED,
+        claim,
+        f"device binding failed: claim={claim.partition('/')[2]}, reason=NodeUnavailable, message=node {node or '?'} is no longer offered to the pod",
+    )
 
 
 def _short(text: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.allocation import Allocator
+from allocator.extended_resources import claims_per_node
 from allocator.parse import ValidationError, parse_pod
 from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint, Node
 from extender.eviction.clock import parse_time
@@ -126,18 +127,22 @@ def why(state: ClusterState, raw_pod: dict[str, Any]) -> dict[str, str | None]:
     names = sorted(state.nodes)
     spec = raw_pod.get("spec") or {}
     volume = pod_volume_verdict(state.volumes, raw_pod) if has_pvc_volumes(raw_pod) else None
-    if not spec.get("resourceClaims"):
-        return {n: (volume.message if volume is not None else None) for n in names}
     try:
         pod = parse_pod(raw_pod)
     except ValidationError as e:
         raise ValueError(f"the pod does not parse: {e}") from None
+    if not spec.get("resourceClaims") and not pod.containers:
+        return {n: (volume.message if volume is not None else None) for n in names}
     claims, problem = state.pod_claims(pod)
     if problem is None and volume is not None:
         problem = volume.message
     if problem is not None:
         return {n: problem for n in names}
     cache = OutcomeCache(state, Allocator(state.cel))  # type: ignore[arg-type]
-    nodes = [(state.nodes.get(n) or Node(n), None) for n in names]
-    verdicts = cache.verdicts(cache.signature(claims), claims, nodes)
-    return {n: (None if o.failure is None else o.failure.message) for n, o in zip(names, verdicts, strict=True)}
+    out: dict[str, str | None] = {}
+    # DRA-backed extended resources: the claim /bind would make, per group of nodes (allocator.extended_resources).
+    for group_claims, group in claims_per_node(pod, claims, state.classes, [state.nodes.get(n) or Node(n) for n in names]):
+        nodes = [(state.nodes.get(n) or Node(n), None) for n in group]
+        verdicts = cache.verdicts(cache.signature(group_claims), group_claims, nodes)
+        out.update({n: (None if o.failure is None else o.failure.message) for n, o in zip(group, verdicts, strict=True)})
+    return {n: out[n] for n in names}

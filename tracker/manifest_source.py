@@ -96,6 +96,7 @@ class _Overlay:
     conditions: dict[str, dict[str, Any]] = field(default_factory=dict)  # pods, by type
     deleted: bool = False  # pods
     time_added: str | None = None  # rules: spec.taint.timeAdded stamped by the eviction controller
+    pod_status: dict[str, Any] | None = None  # pods: merged into status (extendedResourceClaimStatus)
 
     def empty(self) -> bool:
         return (
@@ -107,6 +108,7 @@ class _Overlay:
             and not self.conditions
             and not self.deleted
             and self.time_added is None
+            and self.pod_status is None
         )
 
 
@@ -177,6 +179,7 @@ class ManifestSource:
         self._files: dict[Identity, _FileObject] = {}  # winners from the files
         self._objects: dict[Identity, dict[str, Any]] = {}  # what the "cluster" has: files + overlay
         self._overlay: dict[Identity, _Overlay] = {}
+        self._created: dict[Identity, _FileObject] = {}  # claims created by /bind: kept like file objects
         self._first_seen: dict[Identity, str] = {}
         self._taint_times: dict[Identity, dict[str, str]] = {}
         self._generations: dict[Identity, tuple[bytes, int]] = {}
@@ -343,6 +346,8 @@ class ManifestSource:
             raw["spec"] = {**(raw.get("spec") or {}), "nodeName": over.node_name}
         if over.time_added is not None and isinstance((raw.get("spec") or {}).get("taint"), dict):
             raw["spec"] = {**raw["spec"], "taint": {**raw["spec"]["taint"], "timeAdded": over.time_added}}
+        if over.pod_status is not None:
+            raw["status"] = merge_patch(raw.get("status") or {}, over.pod_status)
         if over.conditions:
             status = dict(raw.get("status") or {})
             conditions = [c for c in status.get("conditions") or () if not (isinstance(c, dict) and c.get("type") in over.conditions)]
@@ -378,6 +383,7 @@ class ManifestSource:
 
     def _apply_files(self, files: dict[Identity, _FileObject], *, emit: bool) -> None:
         """Make `files` the current definitions; emit events for what really changed."""
+        files = {**{i: fo for i, fo in self._created.items() if i not in files}, **files}
         old_files, self._files = self._files, files
         for ident, fo in files.items():
             before = old_files.get(ident)
@@ -630,6 +636,52 @@ class ManifestSource:
         if not want_rv:
             merged["metadata"].pop("resourceVersion", None)  # no precondition asked for
         return await (self.update_claim_status(merged) if status else self.update_claim(merged))
+
+    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """A claim made at /bind, named from generateName, kept in memory until the pod is gone."""
+        meta = dict(claim.get("metadata") or {})
+        namespace = namespace or "default"
+        name = meta.get("name") or f"{meta.get('generateName') or ''}{hashlib.sha256(str(self._rv + 1).encode()).hexdigest()[:5]}"
+        ident = (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"{namespace}/{name}")
+        if ident in self._objects:
+            raise Conflict(f'resourceclaims.resource.k8s.io "{name}" already exists')
+        meta.update(
+            name=name, namespace=namespace, uid=f"created-{namespace}-{name}", creationTimestamp=now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+        meta.pop("generateName", None)
+        raw = {**claim, "metadata": meta}
+        raw.pop("status", None)
+        digest = hashlib.sha256(orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)).digest()
+        fo = _FileObject(None, raw, digest, digest)
+        self._created[ident] = fo
+        self._files[ident] = fo
+        obj = self._compose(ident)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._objects[ident] = obj
+        log.info("recorded claim creation in the overlay", extra={"object": _ref(ident)})
+        self._emit("ADDED", ident, obj)
+        return copy.deepcopy(obj)
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        ident = self._find(ev.RESOURCE_CLAIM, namespace, name)
+        if ident is None:
+            raise NotFound(f'resourceclaims.resource.k8s.io "{name}" not found')
+        if uid and self._objects[ident]["metadata"].get("uid") != uid:
+            raise Conflict(f"ResourceClaim {ident[2]}: precondition failed: UID {uid}")
+        if ident not in self._created:
+            raise Invalid(f"ResourceClaim {ident[2]}: only claims created while running can be deleted in --source mode")
+        del self._created[ident]
+        self._files.pop(ident, None)
+        self._overlay.pop(ident, None)
+        last = self._objects.pop(ident)
+        last = {**last, "metadata": {**last["metadata"], "resourceVersion": self._next_rv()}}
+        self._emit("DELETED", ident, last)
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        ident = self._pod_for_write(namespace, name, "")
+        over = self._overlay_of(ident)
+        over.pod_status = merge_patch(over.pod_status or {}, patch.get("status") or {})
+        return self._write(ident, "pod status", status=sorted((patch.get("status") or {}).keys()))
 
     def _pod_for_write(self, namespace: str, name: str, uid: str) -> Identity:
         ident = self._find(ev.POD, namespace, name)

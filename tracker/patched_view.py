@@ -65,6 +65,9 @@ def original_view(slice_: ResourceSlice, device: Device, version: int) -> Device
         consumes_counters=device.consumes_counters,
         allow_multiple_allocations=device.allow_multiple_allocations,
         capacity_policies=device.capacity_policies,
+        binds_to_node=device.binds_to_node,
+        binding_conditions=device.binding_conditions,
+        binding_failure_conditions=device.binding_failure_conditions,
     )
 
 
@@ -196,6 +199,9 @@ def effective_view(
         consumes_counters=original.consumes_counters,
         allow_multiple_allocations=original.allow_multiple_allocations,
         capacity_policies=original.capacity_policies,
+        binds_to_node=original.binds_to_node,
+        binding_conditions=original.binding_conditions,
+        binding_failure_conditions=original.binding_failure_conditions,
     )
     taints: list[DeviceTaint] = list(device.taints)
     sources: list[str] = ["slice"] * len(device.taints)
@@ -216,6 +222,9 @@ def effective_view(
         consumes_counters=patched.consumes_counters,
         allow_multiple_allocations=patched.allow_multiple_allocations,
         capacity_policies=patched.capacity_policies,
+        binds_to_node=patched.binds_to_node,
+        binding_conditions=patched.binding_conditions,
+        binding_failure_conditions=patched.binding_failure_conditions,
     )
     if previous is not None and previous == view:
         return previous

@@ -89,6 +89,18 @@ class Source(Protocol):
         """
         ...
 
+    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """Create a ResourceClaim (a pod's extended-resource claim; `metadata.generateName` names it)."""
+        ...
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a ResourceClaim with a UID precondition (NotFound when already gone)."""
+        ...
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of a pod's /status (its extendedResourceClaimStatus)."""
+        ...
+
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pod's Binding (uid precondition); Conflict if already bound or uid differs."""
         ...

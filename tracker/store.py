@@ -19,7 +19,9 @@ from typing import Any, ClassVar
 
 import orjson
 
+from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
 from allocator.parse import ValidationError, parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
+from allocator.pod_claims import EXTENDED, claim_refs
 from allocator.types import (
     DeviceID,
     Node,
@@ -80,6 +82,17 @@ def _generated_for(raw: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
+def _extended_for(raw: Mapping[str, Any] | None) -> str | None:
+    """The owning pod's uid of a claim made for a pod's extended resources (annotation + controller Pod)."""
+    meta = (raw or {}).get("metadata") or {}
+    if (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) != "true":
+        return None
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Pod" and isinstance(ref.get("uid"), str):
+            return str(ref["uid"])
+    return None
+
+
 Handler = Callable[[Any, ev.ObjectEvent], None]  # an unbound per-kind handler of the store or a subclass
 
 
@@ -110,6 +123,8 @@ class ObjectStore:
         # Claims generated from templates, by owning pod uid and pod claim name: found before
         # kube-controller-manager has written the pod's status.resourceClaimStatuses.
         self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
+        # Claims made for pods' extended resources, by owning pod uid (found before the pod's status names them).
+        self.extended_claims: dict[str, str] = {}
 
         # A log of what changed, so cached answers are dropped only where they depend on it:
         # a node (its node-local slices, their devices' allocation state, the Node object),
@@ -305,7 +320,7 @@ class ObjectStore:
             self.raw_pods.pop(event.key, None)
             return
         pod = parse_pod(event.object)
-        if pod.resource_claims or uses_volumes:
+        if pod.resource_claims or uses_volumes or pod.containers or pod.extended_claim_name:
             self.pods[event.key] = pod
             self.raw_pods[event.key] = event.object
         else:
@@ -343,6 +358,9 @@ class ObjectStore:
         owner = _generated_for(event.object)
         if owner is not None:
             self.generated_claims[owner[0]][owner[1]] = event.key
+        extended_owner = _extended_for(event.object)
+        if extended_owner is not None:
+            self.extended_claims[extended_owner] = event.key
         if claim.allocation is not None:
             for result in claim.allocation.results:
                 if result.admin_access:
@@ -365,6 +383,9 @@ class ObjectStore:
                 self.ledger.allocate(result.device_id, claim.key)
 
     def _unindex_generated(self, key: str, raw: Mapping[str, Any] | None) -> None:
+        extended_owner = _extended_for(raw)
+        if extended_owner is not None and self.extended_claims.get(extended_owner) == key:
+            del self.extended_claims[extended_owner]
         owner = _generated_for(raw)
         if owner is None:
             return
@@ -401,32 +422,37 @@ class ObjectStore:
     # ------------------------------------------------------------------ queries
 
     def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
-        """The pod's claims in pod order, or why they cannot be resolved yet."""
+        """The pod's claims in allocation order (allocator.pod_claims), or why they cannot be resolved yet.
+
+        The claim for the pod's extended resources comes last, when it exists:
+        named in the pod's status, or found by its owner before that status is written.
+        """
         out: list[ResourceClaim] = []
         ns = pod.meta.namespace
-        for pc in pod.resource_claims:
-            if pc.resource_claim_name is not None:
-                name = pc.resource_claim_name
-            elif pc.name not in pod.claim_statuses:
+        extended_named = False
+        for ref in claim_refs(pod):
+            if ref.name is None:
                 # The controller creates the claim, then records it in the pod's status: the
                 # claim it owns may be here before that status (or the scheduler's copy of it).
-                owned = self.generated_claims.get(pod.meta.uid, {}).get(pc.name) if pod.meta.uid else None
+                owned = self.generated_claims.get(pod.meta.uid, {}).get(ref.pod_claim) if pod.meta.uid else None
                 if owned is not None and owned in self.claims:
                     out.append(self.claims[owned])
                     continue
-                return out, (
-                    f"pod {pod.key}: the claim for pod claim {pc.name!r} (template "
-                    f"{ns}/{pc.resource_claim_template_name}) has not been created yet"
+                return (
+                    out,
+                    f"pod {pod.key}: the claim for pod claim {ref.pod_claim!r} (template {ns}/{ref.template}) has not been created yet",
                 )
-            else:
-                generated = pod.claim_statuses[pc.name]
-                if generated is None:
-                    continue  # no claim needed for this entry (upstream semantics)
-                name = generated
-            claim = self.claims.get(f"{ns}/{name}")
+            claim = self.claims.get(f"{ns}/{ref.name}")
             if claim is None:
-                return out, f"claim {ns}/{name} (pod claim {pc.name!r}) not found"
+                if ref.source == EXTENDED:
+                    continue  # deleted after a failed bind: a new one is made at the next /bind
+                return out, f"claim {ns}/{ref.name} (pod claim {ref.pod_claim!r}) not found"
+            extended_named |= ref.source == EXTENDED
             out.append(claim)
+        if not extended_named and pod.meta.uid:
+            key = self.extended_claims.get(pod.meta.uid)
+            if key is not None and key in self.claims:
+                out.append(self.claims[key])
         return out, None
 
     def node(self, name: str) -> Node | None:

@@ -57,6 +57,18 @@ class ApiWrites(ABC):
         what = f"patch ResourceClaim {namespace}/{name}{' status' if status else ''}"
         return await self._write("PATCH", path, patch, what, content_type=MERGE_PATCH)
 
+    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        what = f"create ResourceClaim {namespace}/{(claim.get('metadata') or {}).get('generateName', '')}"
+        return await self._write("POST", _CLAIM.collection(namespace), claim, what)
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}} if uid else {}
+        await self._write("DELETE", _CLAIM.item(namespace, name), body, f"delete ResourceClaim {namespace}/{name}")
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        path = _POD.item(namespace, name) + "/status"
+        return await self._write("PATCH", path, patch, f"patch Pod {namespace}/{name} status", content_type=MERGE_PATCH)
+
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._write("PATCH", _POD.item(namespace, name), patch, f"patch Pod {namespace}/{name}", content_type=MERGE_PATCH)
 

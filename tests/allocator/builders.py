@@ -87,6 +87,9 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
                 consumes_counters=d.consumes_counters,
                 allow_multiple_allocations=d.allow_multiple_allocations,
                 capacity_policies=d.capacity_policies,
+                binds_to_node=d.binds_to_node,
+                binding_conditions=d.binding_conditions,
+                binding_failure_conditions=d.binding_failure_conditions,
             )
         )
     return SliceView(

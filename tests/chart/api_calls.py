@@ -88,6 +88,38 @@ def _must(obj: dict[str, Any] | None) -> dict[str, Any]:
     return obj
 
 
+def _extended_resource_binds(api: FakeApi, ext: Any) -> None:
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "rbac-er"},
+            "spec": {
+                "extendedResourceName": "example.com/rbac-gpu",
+                "selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}],
+            },
+        }
+    )
+    api.create(node("node-rbac-er"))
+    api.create(gpu_slice(2, node_name="node-rbac-er"))
+    uids = []
+    for name in ("rbac-er-ok", "rbac-er-late"):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"example.com/rbac-gpu": "1"}}}]
+            },
+        }
+        uids.append(api.create(pod)["metadata"]["uid"])
+    wait_converged(api, ext)
+    assert ext.post("bind", bind_args("rbac-er-ok", uids[0], "node-rbac-er")).json() == {"Error": ""}
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "rbac-er-late"}, "target": {"kind": "Node", "name": "node-a"}}
+    api.http.post("/api/v1/namespaces/default/pods/rbac-er-late/binding", json=binding)
+    assert ext.post("bind", bind_args("rbac-er-late", uids[1], "node-rbac-er")).json()["Error"]
+
+
 def seed(api: FakeApi, *objs: dict[str, Any]) -> None:
     """Objects as they are, uids included (the claims' reservations name the pods' uids)."""
     api.control("POST", "objects", {"kind": "List", "items": list(objs)})
@@ -107,6 +139,9 @@ def record_extender_calls() -> set[ApiCall]:
             # /bind: claim finalizer, allocation and reservation, the Binding.
             uid = _must(api.get("Pod", "default", "trainer"))["metadata"]["uid"]
             assert ext.post("bind", bind_args("trainer", uid, "node-a")).json() == {"Error": ""}
+            # DRA-backed extended resources: the claim is created at /bind, the pod's status patched;
+            # a bind that fails after creating it deletes it.
+            _extended_resource_binds(api, ext)
             # A rejected pod is nudged when its taint goes away; a faulty rule gets a Warning event.
             add_node(api, "node-rbac", 1)
             api.create(taint_rule(f"{CRD_GROUP}/v1alpha1", "rbac-maintenance", "node-rbac", "example.com/maintenance"))

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from extender.service import pod_has_claims
 from tests.e2e.harness import ROOT, Extender, stop_process
 from tracker.volumes import has_pvc_volumes
 
@@ -161,7 +162,7 @@ class FakeApi:
     # ------------------------------------------------------------------ the view vs the server
 
     def expected_view(self) -> dict[str, dict[str, str]]:
-        """What the extender should hold: every tracked object's resourceVersion (pods only with claims or PVCs)."""
+        """What the extender should hold: every tracked object's resourceVersion (pods only with claims, extended resources or PVCs)."""
         out: dict[str, dict[str, str]] = {}
         tracked = [(k, KINDS[k][0]) for k in KINDS if k not in ("Lease", "Event")]
         tracked.append(("DeviceTaintRule", CRD_GROUP))  # the project's rules, beside resource.k8s.io's
@@ -176,7 +177,7 @@ class FakeApi:
                 objects = []
             for obj in objects:
                 meta = obj["metadata"]
-                if kind == "Pod" and not (obj.get("spec") or {}).get("resourceClaims") and not has_pvc_volumes(obj):
+                if kind == "Pod" and not pod_has_claims(obj) and not has_pvc_volumes(obj):
                     continue
                 key = f"{meta['namespace']}/{meta['name']}" if KINDS[kind][3] else meta["name"]
                 versions[key] = meta["resourceVersion"]
