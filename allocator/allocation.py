@@ -561,7 +561,7 @@ class Allocator(Generic[SelectorT]):
                     shared = shares and device.allow_multiple_allocations
                     amounts: cap.Amounts | None = None
                     if shares:
-                        amounts = cap.request_amounts(req.capacity_requests, device.driver, device.capacity, device.capacity_policies)
+                        amounts = cap.request_amounts(dict(req.capacity_requests), device.driver, device.capacity, device.capacity_policies)
                         committed = state.consumed_capacity(device.id)
                         if amounts is None or not cap.fits(amounts, device.capacity, device.capacity_policies, committed, None):
                             # Upstream skips such a device, in mode All too (it is then not part of "all").

@@ -578,12 +578,14 @@ def _parse_exact(
     )
 
 
-def _parse_capacity_requests(r: _Reader, raw: Any, path: str) -> dict[str, Quantity]:
+def _parse_capacity_requests(r: _Reader, raw: Any, path: str) -> tuple[tuple[str, Quantity], ...]:
     """`capacity.requests`; names stay as written (qualified against each device's driver when compared)."""
     if raw is None:
-        return {}
+        return ()
     c = r.mapping(raw, path)
-    return {str(k): _parse_quantity(r, v, f"{path}.requests.{k}") for k, v in r.mapping(c.get("requests"), f"{path}.requests").items()}
+    return tuple(
+        sorted((str(k), _parse_quantity(r, v, f"{path}.requests.{k}")) for k, v in r.mapping(c.get("requests"), f"{path}.requests").items())
+    )
 
 
 def _annotation_tolerations(r: _Reader, meta: ObjectMeta) -> dict[str, tuple[DeviceToleration, ...]]:

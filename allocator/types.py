@@ -288,8 +288,9 @@ class ExactRequest:
     count: int = 1
     admin_access: bool = False
     tolerations: tuple[DeviceToleration, ...] = ()
-    # `capacity.requests`: capacity name (fully qualified) -> the amount of a shared device wanted
-    capacity_requests: Mapping[str, Quantity] = field(default_factory=dict)
+    # `capacity.requests`: (capacity name, the amount of a shared device wanted), sorted; a tuple so a
+    # request stays hashable (verdicts are keyed by requests)
+    capacity_requests: tuple[tuple[str, Quantity], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
