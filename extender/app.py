@@ -93,6 +93,7 @@ def create_app(
     limits: Limits | None = None,
     filter_budget: float | None = None,
     source_status: Callable[[], dict[str, Any]] | None = None,
+    lease_problem: Callable[[], str | None] | None = None,
 ) -> FastAPI:
     """Routes for one listener; `probes_only` for --probe-listen, `debug=False` drops /debug/*."""
     app = FastAPI(title="dra-extender", docs_url=None, redoc_url=None, openapi_url=None)
@@ -115,8 +116,13 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        # A followed Lease nobody renews keeps /readyz 200 (with the reason): the cache is complete and
+        # /filter answers; failing readiness would block rollouts and PDB-guarded drains of every replica
+        # while the scheduler is down, and the kubelet restarting nothing. The log and
+        # dra_extender_followed_lease_stale say it loudly; readiness stays about this process.
+        problem = lease_problem() if lease_problem is not None else None
         if state.ready:
-            return Response(b"ok", media_type="text/plain")
+            return Response(b"ok" if problem is None else f"ok\nwarning: {problem}".encode(), media_type="text/plain")
         return Response(
             f"not ready: waiting for the initial state of {', '.join(state.missing())}".encode(),
             status_code=503,
@@ -139,6 +145,8 @@ def create_app(
     async def prometheus() -> Response:
         metrics.ready.set(1 if state.ready else 0)
         metrics.loop_stall.set(bridge.stalled_for())
+        if lease_problem is not None:
+            metrics.followed_lease_stale.set(0 if lease_problem() is None else 1)
         # Fresh gauges if the main loop answers at once; else the last ones (a busy loop
         # must not make the scrape time out).
         await bridge.call_within(refresh_gauges, METRICS_REFRESH_WAIT)

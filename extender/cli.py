@@ -85,7 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     lead.add_argument(
         "--follow-scheduler-lease",
         metavar="NAMESPACE/NAME",
-        help="lead exactly while the co-located kube-scheduler holds this Lease",
+        help="lead exactly while the co-located kube-scheduler holds this Lease (it must be the one its "
+        "leaderElection names; --scheduler-config reads it from there)",
+    )
+    lead.add_argument(
+        "--scheduler-config",
+        metavar="PATH",
+        help="the co-located kube-scheduler's KubeSchedulerConfiguration: follow the Lease its leaderElection names "
+        "(kube-scheduler's defaults kube-system/kube-scheduler filled in; always leader if leaderElect is false)",
     )
     serve.add_argument(
         "--bind-timeout",
@@ -222,16 +229,21 @@ async def serve(args: argparse.Namespace) -> int:
     state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
     leadership = None
     is_leader = lambda: True  # noqa: E731 - single replica / --source: always leader
-    if args.leader_elect or args.follow_scheduler_lease:
+    if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config:
         from tracker.leadership import Leadership
 
         if not hasattr(source, "request"):
-            raise UsageError("--leader-elect and --follow-scheduler-lease need a cluster, not --source")
+            raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
         try:
             leadership = Leadership.from_args(source, args)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        is_leader = leadership.is_leader
+        if leadership is not None:
+            is_leader = leadership.is_leader
+            log.info(
+                "following a lease" if leadership.mode == "follow" else "electing a leader",
+                extra={"lease": f"{leadership.namespace}/{leadership.name}"},
+            )
     service = Service(
         state,
         source,
@@ -265,16 +277,25 @@ async def serve(args: argparse.Namespace) -> int:
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     source_status = getattr(source, "sync_status", None)
+    lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
     apps = [
         (
             create_app(
-                service, bridge, debug=not args.no_debug, filter_budget=args.filter_timeout, limits=limits, source_status=source_status
+                service,
+                bridge,
+                debug=not args.no_debug,
+                filter_budget=args.filter_timeout,
+                limits=limits,
+                source_status=source_status,
+                lease_problem=lease_problem,
             ),
             *listen,
         )
     ]
     if probe is not None:
-        apps.append((create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status), *probe))
+        apps.append(
+            (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
+        )
     http = HttpThread(apps, limits)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,6 +36,12 @@ class Metrics:
         self.tracker_events = Counter("dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r)
         self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
         self.leader = Gauge("dra_extender_leader", "1 while this process may allocate.", registry=r)
+        self.followed_lease_stale = Gauge(
+            "dra_extender_followed_lease_stale",
+            "1 while the Lease this sidecar follows is missing or not renewed by anyone for longer than its duration "
+            "(a wrong Lease name, or no kube-scheduler leads); this sidecar then never allocates.",
+            registry=r,
+        )
         self.object_problems = Counter(
             "dra_extender_object_problems",
             "Faulty objects and failing rule/patch selectors, by kind.",

@@ -12,6 +12,7 @@ from allocator.parse import parse_pod
 from extender.cli import build_parser
 from extender.metrics import Metrics
 from tests.chart.render import CHART, NAMESPACE, crds, helm, objects, one, render
+from tracker.leadership import lease_from_scheduler_config
 from tracker.manifest_schema import check_metadata_limits, check_object_name
 
 # (apiVersion, kind) -> namespaced: what a 1.34+ cluster (plus prometheus-operator) serves.
@@ -115,7 +116,7 @@ def test_helm_lint_is_clean() -> None:
     assert not problems, problems
 
 
-def test_scheduler_configuration_hands_devices_to_the_sidecar() -> None:
+def test_scheduler_configuration_hands_devices_to_the_sidecar(tmp_path) -> None:
     objs = objects()
     config = yaml.safe_load(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"
@@ -133,7 +134,13 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar() -> None:
     deployment = one(objs, "Deployment")
     args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(deployment, "dra-extender")["args"]])
     assert args.listen == "127.0.0.1:8888" and args.probe_listen == "10.0.0.7:8889"
-    assert args.follow_scheduler_lease == f"{NAMESPACE}/dra-scheduler"
+    # The sidecar reads the Lease from the very file the scheduler reads: they cannot disagree.
+    assert args.scheduler_config == "/etc/dra-scheduler/config.yaml" and args.follow_scheduler_lease is None
+    mounts = {m["mountPath"]: m["name"] for m in _container(deployment, "dra-extender")["volumeMounts"]}
+    assert mounts["/etc/dra-scheduler"] == "config"
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
+    assert lease_from_scheduler_config(str(config_path)) == (NAMESPACE, "dra-scheduler")
     assert args.no_debug and args.in_cluster and not args.no_eviction
     assert args.bind_timeout < 5, "the bind budget must end before kube-scheduler's httpTimeout"
     scheduler = _container(deployment, "kube-scheduler")

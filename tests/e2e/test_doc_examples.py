@@ -82,3 +82,11 @@ def test_the_sequence_runs_and_leaves_one_rule(doc: Path) -> None:
             assert _managed_rules(api) == []
     finally:
         api.stop()
+
+
+def test_no_doc_hard_codes_the_followed_lease() -> None:
+    """The Lease lives in the scheduler's configuration only (--scheduler-config reads it); docs never repeat a concrete one."""
+    places = [*DOCS, *sorted((ROOT / "examples").glob("*.yaml")), *sorted((ROOT / "charts").rglob("*.yaml"))]
+    concrete = re.compile(r"--follow-scheduler-lease[ =](?!NAMESPACE/NAME|NS/NAME)\S+")
+    found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in places for m in concrete.finditer(p.read_text())]
+    assert found == []
