@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -128,21 +129,26 @@ async def test_loses_leadership_at_the_first_poll_after_the_hand_over(follower) 
 
 
 # name -> (the Lease spec the GET returns, None: 404; seconds the follower has been polling; the problem it reports, or None)
-RENEWAL_CASES: dict[str, tuple[dict[str, Any] | None, float, str | None]] = {
-    "renewed by its scheduler": (spec("me_1", renewed_ago=1), 60, None),
-    "renewed by another replica": (spec("other_1", renewed_ago=14), 60, None),
-    "not renewed for longer than its duration": (spec("other_1", renewed_ago=40), 0, "not renewed for 40 s (leaseDurationSeconds 15)"),
-    "never renewed": ({"holderIdentity": "x_1", "leaseDurationSeconds": 15}, 0, "never renewed"),
-    "missing, but only just started": (None, 10, None),
-    "missing for longer than a lease duration": (None, 20, "has not existed for 20 s"),
+# (specs are built when the test runs: their times are relative to now)
+RENEWAL_CASES: dict[str, tuple[Callable[[], dict[str, Any] | None], float, str | None]] = {
+    "renewed by its scheduler": (lambda: spec("me_1", renewed_ago=1), 60, None),
+    "renewed by another replica": (lambda: spec("other_1", renewed_ago=14), 60, None),
+    "not renewed for longer than its duration": (
+        lambda: spec("other_1", renewed_ago=40),
+        0,
+        "not renewed for 40 s (leaseDurationSeconds 15)",
+    ),
+    "never renewed": (lambda: {"holderIdentity": "x_1", "leaseDurationSeconds": 15}, 0, "never renewed"),
+    "missing, but only just started": (lambda: None, 10, None),
+    "missing for longer than a lease duration": (lambda: None, 20, "has not existed for 20 s"),
 }
 
 
 @pytest.mark.parametrize("case", RENEWAL_CASES)
 async def test_says_loudly_when_nobody_renews_the_followed_lease(case: str, follower, caplog: pytest.LogCaptureFixture) -> None:
-    lease_spec, polling_for, problem = RENEWAL_CASES[case]
+    make_spec, polling_for, problem = RENEWAL_CASES[case]
     lead, source, clock = follower
-    source.spec = lease_spec
+    source.spec = make_spec()
     await lead._follow_once()
     clock.t += polling_for
     await lead._follow_once()
