@@ -65,21 +65,54 @@ def _positive(value: str) -> float:
     return v
 
 
+def version() -> str:
+    """The installed package's version ("unknown" when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("dra-extender")
+    except PackageNotFoundError:  # pragma: no cover - the tests run the installed package
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-extender",
         description="kube-scheduler extender for DRA device taints, tolerations and device attribute patches",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()} (Python {sys.version.split()[0]})")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the extender verbs (filter, prioritize, bind)")
     src = serve.add_mutually_exclusive_group()
     src.add_argument("--source", metavar="DIR", help="a directory of Kubernetes manifests instead of a cluster")
-    src.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig of the cluster to serve")
+    src.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig of the cluster to serve (default: in-cluster if in a pod, else $KUBECONFIG, ~/.kube/config)",
+    )
     src.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    serve.add_argument("--listen", default="127.0.0.1:8888", metavar="HOST:PORT", help="every endpoint (default %(default)s)")
-    serve.add_argument("--probe-listen", metavar="HOST:PORT", help="additionally serve /livez, /readyz, /metrics here")
-    serve.add_argument("--log-format", choices=("text", "json"), default="text")
-    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    serve.add_argument(
+        "--listen",
+        default="127.0.0.1:8888",
+        metavar="HOST:PORT",
+        help="every endpoint: the verbs, /debug, probes, metrics; loopback only unless --allow-non-loopback-listen (default %(default)s)",
+    )
+    serve.add_argument(
+        "--probe-listen", metavar="HOST:PORT", help="additionally serve only /livez, /readyz, /metrics here (default: not served)"
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people, json (klog's keys) for collectors (default %(default)s)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="debug adds every /filter decision with its per-node reasons (default %(default)s)",
+    )
     lead = serve.add_mutually_exclusive_group()
     lead.add_argument("--leader-elect", action="store_true", help="take the Lease dra-extender in the pod's namespace")
     lead.add_argument(
@@ -120,7 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
-    serve.add_argument("--eviction-mode", choices=("delete", "evict"), default="delete")
+    serve.add_argument(
+        "--eviction-mode",
+        choices=("delete", "evict"),
+        default="delete",
+        help="delete pods as upstream's taint manager does, or evict them through the Eviction API, which honours "
+        "PodDisruptionBudgets (default %(default)s)",
+    )
     hard = serve.add_argument_group("limits (hostile input and outages)")
     hard.add_argument(
         "--allow-non-loopback-listen",
@@ -142,8 +181,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="larger request bodies get 413 without being read (default %(default)s)",
     )
-    hard.add_argument("--header-timeout", type=_positive, default=5.0, metavar="SECONDS", help="time to send the request headers")
-    hard.add_argument("--body-timeout", type=_positive, default=10.0, metavar="SECONDS", help="time to send the request body")
+    hard.add_argument(
+        "--header-timeout",
+        type=_positive,
+        default=5.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers take longer (default %(default)s)",
+    )
+    hard.add_argument(
+        "--body-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="answer 408 when a request body takes longer to arrive (default %(default)s)",
+    )
     hard.add_argument(
         "--livez-stall-threshold",
         type=_positive,
@@ -216,6 +267,14 @@ async def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-body-bytes: must be positive, got {args.max_body_bytes}")
     probe = parse_hostport(args.probe_listen, "--probe-listen") if args.probe_listen else None
     source = _pick_source(args)
+    from extender.http_thread import BindError, bind_socket
+
+    try:  # before anything starts: an address in use is a one-line usage error, not a dying thread
+        sockets = [bind_socket(*listen, "--listen")]
+        if probe is not None:
+            sockets.append(bind_socket(*probe, "--probe-listen"))
+    except BindError as e:
+        raise UsageError(str(e)) from None
     metrics = Metrics()
     cel = CelEnvironment()
     events = EventRecorder(source)
@@ -296,7 +355,7 @@ async def serve(args: argparse.Namespace) -> int:
         apps.append(
             (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
         )
-    http = HttpThread(apps, limits)
+    http = HttpThread(apps, limits, sockets)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):

@@ -56,3 +56,4 @@ def test_readme_quick_start_has_the_two_commands() -> None:
     quick = readme.split("## Quick start", 1)[1].split("##", 1)[0]
     commands = [line.split("#")[0].strip() for line in re.findall(r"```sh\n(.*?)```", quick, re.S)[0].splitlines() if line.strip()]
     assert commands == ["make run", "make test"]
+    assert "make run LISTEN=" in quick and "`--listen`" in quick, "the Quick start says how to pick another port"
