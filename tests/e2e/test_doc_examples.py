@@ -90,3 +90,25 @@ def test_no_doc_hard_codes_the_followed_lease() -> None:
     concrete = re.compile(r"--follow-scheduler-lease[ =](?!NAMESPACE/NAME|NS/NAME)\S+")
     found = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in places for m in concrete.finditer(p.read_text())]
     assert found == []
+
+
+def _support_table(path: Path) -> str:
+    found = re.findall(r"<!-- support-table -->\n(.*?)<!-- /support-table -->", path.read_text(), re.S)
+    assert len(found) == 1, f"{path.name}: one support table"
+    return found[0]
+
+
+def test_the_supported_versions_table_is_the_same_in_readme_and_guide() -> None:
+    guide = _support_table(ROOT / "docs" / "operator-guide.md")
+    assert _support_table(ROOT / "README.md") == guide
+    for version in ("1.34", "1.35", "1.36"):
+        assert version in guide
+    rows = {line.split(" | ")[0].strip("| "): line for line in guide.splitlines() if line.startswith("| ")}
+    for feature, flag in [
+        ("Partitionable devices", "--feature-partitionable-devices"),
+        ("Consumable capacity", "--feature-consumable-capacity"),
+        ("Binding conditions", "--feature-binding-conditions"),
+        ("DRA-backed extended resources", "--feature-extended-resources"),
+    ]:
+        [row] = [r for name, r in rows.items() if name.startswith(feature)]
+        assert "supported (1.36 beta, on by default)" in row and f"`{flag}`" in row, row
