@@ -26,6 +26,7 @@ from extender.http_thread import InlineBridge, Limits, LoopBridge
 from extender.service import BudgetExceeded, NotReady, Service
 
 log = logging.getLogger("dra_extender.http")
+decisions = logging.getLogger("dra_extender.filter")  # --log-level debug: every /filter decision
 
 JSON = "application/json"
 
@@ -136,8 +137,7 @@ def create_app(
             metrics.devices.labels(k).set(v)
         stats = getattr(state.cel, "stats", None)
         if isinstance(stats, dict):
-            for k, v in stats.items():
-                metrics.cel.labels(k).set(v)
+            metrics.set_cel_stats(stats)
         if source_status is not None:
             metrics.set_source_status(source_status())
 
@@ -216,15 +216,35 @@ def create_app(
 
         return route
 
+    def log_decision(args: wire.ExtenderArgs, passed: list[str], failed: dict[str, str], error: str = "") -> None:
+        """At debug level, every /filter decision: the pod, the nodes that fit, and each rejected node's reason."""
+        if not decisions.isEnabledFor(logging.DEBUG):
+            return
+        meta = args.pod.get("metadata") or {}
+        decisions.debug(
+            "filter decision",
+            extra={
+                "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
+                "asked": len(args.names),
+                "fit": ",".join(passed),
+                "rejected": failed,
+                **({"err": error} if error else {}),
+            },
+        )
+
     async def do_filter(args: wire.ExtenderArgs) -> Response:
         try:
             passed, failed = await service.filter(args, budget=filter_budget)
         except (NotReady, BudgetExceeded) as e:
+            log_decision(args, [], {}, str(e))
             return _json(wire.error_filter_result(str(e)))
+        log_decision(args, passed, failed)
         return _json(wire.filter_result(args, passed, unresolvable=failed))
 
     def quick_filter(args: wire.ExtenderArgs) -> bytes | None:
         passed = service.filter_without_state(args)
+        if passed is not None:
+            log_decision(args, passed, {})
         return None if passed is None else wire.filter_result(args, passed, unresolvable={})
 
     def do_prioritize(args: wire.ExtenderArgs) -> Response:

@@ -275,7 +275,7 @@ async def serve(args: argparse.Namespace) -> int:
             sockets.append(bind_socket(*probe, "--probe-listen"))
     except BindError as e:
         raise UsageError(str(e)) from None
-    metrics = Metrics()
+    metrics = Metrics(version())
     cel = CelEnvironment()
     events = EventRecorder(source)
 
@@ -286,6 +286,9 @@ async def serve(args: argparse.Namespace) -> int:
 
     state = ClusterState(cel, on_problem=on_problem)
     state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
+    from extender.logs import device_change_logger
+
+    state.listeners.append(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
     leadership = None
     is_leader = lambda: True  # noqa: E731 - single replica / --source: always leader
     if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config:
