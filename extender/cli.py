@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
     )
+    from extender.webhook import add_parser as add_webhook_parser
+
+    add_webhook_parser(sub, parse_hostport)
     return parser
 
 
@@ -418,6 +421,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     try:
+        if args.command == "webhook":
+            from extender.webhook import serve_webhook
+
+            return runner(serve_webhook(args, UsageError, parse_hostport))
         return runner(serve(args))
     except UsageError as e:
         print(f"dra-extender: {e}", file=sys.stderr)
