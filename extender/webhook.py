@@ -150,6 +150,13 @@ def add_parser(sub: Any, hostport: Callable[[str, str], tuple[str, int]]) -> arg
     p.add_argument("--tls-cert-file", required=True, metavar="PATH", help="serving certificate (PEM), signed by the caBundle's CA")
     p.add_argument("--tls-key-file", required=True, metavar="PATH", help="its private key (PEM)")
     p.add_argument("--scheduler-name", default="dra-scheduler", help="the schedulerName to set (default %(default)s)")
+    p.add_argument(
+        "--tls-reload-seconds",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how often to check the certificate files and load a renewed pair for new connections (default %(default)s)",
+    )
     p.add_argument("--log-format", choices=("text", "json"), default="text", help="(default %(default)s)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="(default %(default)s)")
     return p
@@ -195,8 +202,30 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
         timeout_graceful_shutdown=3,
     )
     log.info("serving the admission webhook", extra={"listen": args.listen, "scheduler": args.scheduler_name})
+    reload = asyncio.create_task(_reload_certificates(config, args.tls_cert_file, args.tls_key_file, args.tls_reload_seconds))
     try:
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:
+        reload.cancel()
         await source.close()
     return 0
+
+
+async def _reload_certificates(config: Any, cert: str, key: str, every: float) -> None:
+    """cert-manager renews the Secret in place: load the new pair into the live SSL context (new handshakes use it)."""
+    import os
+
+    def stamp() -> tuple[float, float]:
+        return os.stat(cert).st_mtime, os.stat(key).st_mtime
+
+    last = stamp()
+    while True:
+        await asyncio.sleep(every)
+        try:
+            now = stamp()
+            if now != last and config.ssl is not None:
+                config.ssl.load_cert_chain(cert, key)
+                last = now
+                log.info("loaded a renewed serving certificate", extra={"cert": cert})
+        except Exception as e:  # a half-written pair: keep the old one, try again
+            log.warning("could not load the serving certificate; keeping the previous one", extra={"cert": cert, "err": str(e)})

@@ -11,7 +11,7 @@ import yaml
 from allocator.parse import parse_pod
 from extender.cli import build_parser
 from extender.metrics import Metrics
-from tests.chart.render import CHART, NAMESPACE, crds, helm, objects, one, render
+from tests.chart.render import CHART, IMAGE, NAMESPACE, crds, helm, objects, one, render
 from tracker.leadership import lease_from_scheduler_config
 from tracker.manifest_schema import check_metadata_limits, check_object_name
 
@@ -28,6 +28,10 @@ KNOWN: dict[tuple[str, str], bool] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): True,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): True,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): False,
+    ("v1", "Secret"): True,
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): False,
+    ("cert-manager.io/v1", "Certificate"): True,
+    ("cert-manager.io/v1", "Issuer"): True,
 }
 RBAC_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
 ALL_ON = {"dashboard": {"enabled": True}, "serviceMonitor": {"enabled": True}}
@@ -39,6 +43,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "eviction-off": {"extender": {"eviction": {"enabled": False}}, "podDisruptionBudget": {"enabled": False}},
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
+    "webhook": {"webhook": {"enabled": True}},
+    "webhook-cert-manager": {"webhook": {"enabled": True, "certManager": {"enabled": True}}},
 }
 
 
@@ -111,7 +117,7 @@ def test_values_schema_is_enforced_by_helm() -> None:
 
 
 def test_helm_lint_is_clean() -> None:
-    report = helm().lint(str(CHART), strict=True, kube_version="v1.36.2")
+    report = helm().lint(str(CHART), IMAGE, strict=True, kube_version="v1.36.2")
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
     assert not problems, problems
 

@@ -70,6 +70,8 @@ class Webhook:
                 str(api.kubeconfig),
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                "--tls-reload-seconds",
+                "0.2",
                 "--tls-cert-file",
                 str(cert),
                 "--tls-key-file",
@@ -205,3 +207,28 @@ def test_a_bad_review_is_400_not_a_crash(webhook) -> None:
     r = httpx.post(hook.url + "/mutate", content=b"[1, 2", verify=ssl.create_default_context(cafile=str(ca)))
     assert r.status_code == 400 and "bad AdmissionReview" in r.text
     assert hook.proc.poll() is None
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> None:
+    (tmp_path / "old").mkdir()
+    ca, cert, key = make_certs(tmp_path / "old")
+    api = FakeApi(DEMO)
+    hook = Webhook(api, cert, key)
+    try:
+        hook.wait(ca)
+        (tmp_path / "new").mkdir()
+        new_ca, new_cert, new_key = make_certs(tmp_path / "new")
+        shutil.copy(new_key, key)
+        shutil.copy(new_cert, cert)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if httpx.get(hook.url + "/healthz", verify=ssl.create_default_context(cafile=str(new_ca)), timeout=2).status_code == 200:
+                    break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, hook.log_path.read_text()
+                time.sleep(0.2)
+        assert hook.proc.poll() is None and "loaded a renewed serving certificate" in hook.log_path.read_text()
+    finally:
+        hook.stop()
+        api.stop()
