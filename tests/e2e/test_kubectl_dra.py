@@ -353,3 +353,19 @@ def test_bare_command_prints_help_and_verbs_show_global_flags() -> None:
         assert "global flags" in text and "--kubeconfig PATH" in text and "--context" in text, verb
     assert "none,client,server" in _help("taint") and "--ignore-not-found" in _help("untaint")
     assert "kubectl_complete-dra" in _help("completion")
+
+
+def test_an_unreachable_api_server_is_one_line(tmp_path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: x}}]\n"
+        "contexts: [{name: a, context: {cluster: c, user: u}}]\ncurrent-context: a\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "kubectl_dra.cli", "--kubeconfig", str(kubeconfig), "devices"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 1 and r.stderr.startswith("error: cannot reach the API server:") and r.stderr.count("\n") == 1, r.stderr
