@@ -18,6 +18,7 @@ import socket
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -86,7 +87,7 @@ def lease_from_scheduler_config(path: str) -> tuple[str, str] | None:
     import yaml
 
     try:
-        config = yaml.safe_load(open(path).read())  # noqa: SIM115 - a small file read once
+        config = yaml.safe_load(Path(path).read_text())
     except OSError as e:
         raise SchedulerConfigError(f"--scheduler-config {path}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
