@@ -25,7 +25,11 @@ def test_a_lease_nobody_renews_shows_in_log_metric_and_readyz(tmp_path) -> None:
         "leaderElection: {leaderElect: true, resourceNamespace: dra-system, resourceName: dra-scheduler}\n"
     )
     api = FakeApi(DEMO)
-    api.create(_stale_lease("dra-system", "dra-scheduler", renewed_ago=120))
+    try:
+        api.create(_stale_lease("dra-system", "dra-scheduler", renewed_ago=120))
+    except Exception:
+        api.stop()
+        raise
     ext = cluster_extender(api, "--scheduler-config", str(config), env={"HOSTNAME": "sched-a"})
     try:
         ext.wait_ready()
