@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# Lines told apart without colour (print, colour-blind readers): a style per series.
+STYLES = ("-", "--", ":", "-.")
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -24,18 +26,18 @@ def scheduling(plt: Any, data: dict[str, Any]) -> Path | None:
     if not samples:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    for verb, values in samples.items():
+    for i, (verb, values) in enumerate(samples.items()):
         if not values:
             continue
         xs = sorted(values)
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        ax.step(xs, ys, where="post", label=f"{verb} (p99 {data['latency_ms'][verb]['p99']:.0f} ms)")
+        ax.step(xs, ys, where="post", linestyle=STYLES[i % len(STYLES)], label=f"{verb} (p99 {data['latency_ms'][verb]['p99']:.0f} ms)")
     w = data["workload"]
     ax.set(
         xscale="log",
         xlabel="latency (ms, log scale)",
         ylabel="fraction of requests",
-        title=f"{w['nodes']} nodes x {w['devices_per_node']} devices, {w['pods']} pods: latency per verb",
+        title=f"{w['nodes']} nodes x {w['devices_per_node']} devices, {w['pods']} pods: wall time per HTTP call",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -50,10 +52,14 @@ def cel(plt: Any, data: dict[str, Any]) -> Path | None:
     names = [s["name"] for s in selectors]
     xs = range(len(names))
     width = 0.4
-    ax.bar([x - width / 2 for x in xs], [s["interpreted"]["run_us"] for s in selectors], width, label="celpy interpreter")
+    ax.bar([x - width / 2 for x in xs], [s["interpreted"]["run_us"] for s in selectors], width, label="celpy interpreter", hatch="//")
     ax.bar([x + width / 2 for x in xs], [s["compiled"]["run_us"] for s in selectors], width, label="compiled (celpy transpiler)")
     ax.set_xticks(list(xs), names, rotation=15, ha="right", fontsize=8)
-    ax.set(yscale="log", ylabel="µs per evaluation (log scale)", title=f"CEL selector cost ({data['devices']:,} devices)")
+    ax.set(
+        yscale="log",
+        ylabel="µs per evaluation (log scale)",
+        title=f"CEL selector cost, bare runner, CPU time ({data['devices']:,} devices)",
+    )
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend()
     return _save(plt, fig, "cel-cost.png")
@@ -68,15 +74,28 @@ def kube_scheduler_model(plt: Any, data: dict[str, Any], name: str) -> Path | No
     cols = min(4, len(workloads))
     rows = -(-len(workloads) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    fig.suptitle(data.get("title") or name, fontsize=9)
     for ax in axes.flat[len(workloads) :]:
         ax.set_visible(False)
     for ax, w in zip(axes.flat, workloads, strict=False):
-        for r in (r for r in runs if r["workload"]["name"] == w):
+        for i, r in enumerate(r for r in runs if r["workload"]["name"] == w):
             xs = sorted(x / 1000 for x in r["samples_ms"]["pod_created_to_bound"])
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
             who = "no-op" if r["extender"] == "noop" else "extender"
-            ax.step(xs, ys, where="post", label=f"{who}: {r['pods_per_second']} pods/s, {r['failed_binds']} failed binds")
-        ax.set(xlabel="pod created -> bound (s)", ylabel="fraction of pods", title=w)
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                linestyle=STYLES[i % len(STYLES)],
+                label=f"{who}: {r['pods_per_second']} pods/s, {r['failed_binds']} failed binds",
+            )
+        spec = runs[[r["workload"]["name"] for r in runs].index(w)]["workload"]
+        rate = f", created at {spec['rate']}/s" if spec.get("rate") else ", all at once"
+        ax.set(
+            xlabel="pod created -> bound (s, wall time)",
+            ylabel="fraction of pods",
+            title=f"{w}: {spec['nodes']} nodes x {spec['devices_per_node']} devices,\n{spec['pods']} pods{rate}",
+        )
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return _save(plt, fig, f"{name}-created-to-bound.png")

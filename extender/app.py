@@ -26,6 +26,7 @@ from extender.http_thread import InlineBridge, Limits, LoopBridge
 from extender.service import BudgetExceeded, NotReady, Service
 
 log = logging.getLogger("dra_extender.http")
+decisions = logging.getLogger("dra_extender.filter")  # --log-level debug: every /filter decision
 
 JSON = "application/json"
 
@@ -93,6 +94,7 @@ def create_app(
     limits: Limits | None = None,
     filter_budget: float | None = None,
     source_status: Callable[[], dict[str, Any]] | None = None,
+    lease_problem: Callable[[], str | None] | None = None,
 ) -> FastAPI:
     """Routes for one listener; `probes_only` for --probe-listen, `debug=False` drops /debug/*."""
     app = FastAPI(title="dra-extender", docs_url=None, redoc_url=None, openapi_url=None)
@@ -115,8 +117,13 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        # A followed Lease nobody renews keeps /readyz 200 (with the reason): the cache is complete and
+        # /filter answers; failing readiness would block rollouts and PDB-guarded drains of every replica
+        # while the scheduler is down, and the kubelet restarting nothing. The log and
+        # dra_extender_followed_lease_stale say it loudly; readiness stays about this process.
+        problem = lease_problem() if lease_problem is not None else None
         if state.ready:
-            return Response(b"ok", media_type="text/plain")
+            return Response(b"ok" if problem is None else f"ok\nwarning: {problem}".encode(), media_type="text/plain")
         return Response(
             f"not ready: waiting for the initial state of {', '.join(state.missing())}".encode(),
             status_code=503,
@@ -130,8 +137,7 @@ def create_app(
             metrics.devices.labels(k).set(v)
         stats = getattr(state.cel, "stats", None)
         if isinstance(stats, dict):
-            for k, v in stats.items():
-                metrics.cel.labels(k).set(v)
+            metrics.set_cel_stats(stats)
         if source_status is not None:
             metrics.set_source_status(source_status())
 
@@ -139,6 +145,8 @@ def create_app(
     async def prometheus() -> Response:
         metrics.ready.set(1 if state.ready else 0)
         metrics.loop_stall.set(bridge.stalled_for())
+        if lease_problem is not None:
+            metrics.followed_lease_stale.set(0 if lease_problem() is None else 1)
         # Fresh gauges if the main loop answers at once; else the last ones (a busy loop
         # must not make the scrape time out).
         await bridge.call_within(refresh_gauges, METRICS_REFRESH_WAIT)
@@ -208,15 +216,35 @@ def create_app(
 
         return route
 
+    def log_decision(args: wire.ExtenderArgs, passed: list[str], failed: dict[str, str], error: str = "") -> None:
+        """At debug level, every /filter decision: the pod, the nodes that fit, and each rejected node's reason."""
+        if not decisions.isEnabledFor(logging.DEBUG):
+            return
+        meta = args.pod.get("metadata") or {}
+        decisions.debug(
+            "filter decision",
+            extra={
+                "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
+                "asked": len(args.names),
+                "fit": ",".join(passed),
+                "rejected": failed,
+                **({"err": error} if error else {}),
+            },
+        )
+
     async def do_filter(args: wire.ExtenderArgs) -> Response:
         try:
             passed, failed = await service.filter(args, budget=filter_budget)
         except (NotReady, BudgetExceeded) as e:
+            log_decision(args, [], {}, str(e))
             return _json(wire.error_filter_result(str(e)))
+        log_decision(args, passed, failed)
         return _json(wire.filter_result(args, passed, unresolvable=failed))
 
     def quick_filter(args: wire.ExtenderArgs) -> bytes | None:
         passed = service.filter_without_state(args)
+        if passed is not None:
+            log_decision(args, passed, {})
         return None if passed is None else wire.filter_result(args, passed, unresolvable={})
 
     def do_prioritize(args: wire.ExtenderArgs) -> Response:

@@ -67,27 +67,67 @@ def _positive(value: str) -> float:
     return v
 
 
+def version() -> str:
+    """The installed package's version ("unknown" when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("dra-extender")
+    except PackageNotFoundError:  # pragma: no cover - the tests run the installed package
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-extender",
         description="kube-scheduler extender for DRA device taints, tolerations and device attribute patches",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()} (Python {sys.version.split()[0]})")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the extender verbs (filter, prioritize, bind)")
     src = serve.add_mutually_exclusive_group()
     src.add_argument("--source", metavar="DIR", help="a directory of Kubernetes manifests instead of a cluster")
-    src.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig of the cluster to serve")
+    src.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig of the cluster to serve (default: in-cluster if in a pod, else $KUBECONFIG, ~/.kube/config)",
+    )
     src.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
-    serve.add_argument("--listen", default="127.0.0.1:8888", metavar="HOST:PORT", help="every endpoint (default %(default)s)")
-    serve.add_argument("--probe-listen", metavar="HOST:PORT", help="additionally serve /livez, /readyz, /metrics here")
-    serve.add_argument("--log-format", choices=("text", "json"), default="text")
-    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    serve.add_argument(
+        "--listen",
+        default="127.0.0.1:8888",
+        metavar="HOST:PORT",
+        help="every endpoint: the verbs, /debug, probes, metrics; loopback only unless --allow-non-loopback-listen (default %(default)s)",
+    )
+    serve.add_argument(
+        "--probe-listen", metavar="HOST:PORT", help="additionally serve only /livez, /readyz, /metrics here (default: not served)"
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people, json (klog's keys) for collectors (default %(default)s)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="debug adds every /filter decision with its per-node reasons (default %(default)s)",
+    )
     lead = serve.add_mutually_exclusive_group()
     lead.add_argument("--leader-elect", action="store_true", help="take the Lease dra-extender in the pod's namespace")
     lead.add_argument(
         "--follow-scheduler-lease",
         metavar="NAMESPACE/NAME",
-        help="lead exactly while the co-located kube-scheduler holds this Lease",
+        help="lead exactly while the co-located kube-scheduler holds this Lease (it must be the one its "
+        "leaderElection names; --scheduler-config reads it from there)",
+    )
+    lead.add_argument(
+        "--scheduler-config",
+        metavar="PATH",
+        help="the co-located kube-scheduler's KubeSchedulerConfiguration: follow the Lease its leaderElection names "
+        "(kube-scheduler's defaults kube-system/kube-scheduler filled in; always leader if leaderElect is false)",
     )
     serve.add_argument(
         "--bind-timeout",
@@ -152,7 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
-    serve.add_argument("--eviction-mode", choices=("delete", "evict"), default="delete")
+    serve.add_argument(
+        "--eviction-mode",
+        choices=("delete", "evict"),
+        default="delete",
+        help="delete pods as upstream's taint manager does, or evict them through the Eviction API, which honours "
+        "PodDisruptionBudgets (default %(default)s)",
+    )
     hard = serve.add_argument_group("limits (hostile input and outages)")
     hard.add_argument(
         "--allow-non-loopback-listen",
@@ -174,8 +220,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="larger request bodies get 413 without being read (default %(default)s)",
     )
-    hard.add_argument("--header-timeout", type=_positive, default=5.0, metavar="SECONDS", help="time to send the request headers")
-    hard.add_argument("--body-timeout", type=_positive, default=10.0, metavar="SECONDS", help="time to send the request body")
+    hard.add_argument(
+        "--header-timeout",
+        type=_positive,
+        default=5.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers take longer (default %(default)s)",
+    )
+    hard.add_argument(
+        "--body-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="answer 408 when a request body takes longer to arrive (default %(default)s)",
+    )
     hard.add_argument(
         "--livez-stall-threshold",
         type=_positive,
@@ -190,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
     )
+    from extender.webhook import add_parser as add_webhook_parser
+
+    add_webhook_parser(sub, parse_hostport)
     return parser
 
 
@@ -258,7 +319,15 @@ async def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-body-bytes: must be positive, got {args.max_body_bytes}")
     probe = parse_hostport(args.probe_listen, "--probe-listen") if args.probe_listen else None
     source = _pick_source(args)
-    metrics = Metrics()
+    from extender.http_thread import BindError, bind_socket
+
+    try:  # before anything starts: an address in use is a one-line usage error, not a dying thread
+        sockets = [bind_socket(*listen, "--listen")]
+        if probe is not None:
+            sockets.append(bind_socket(*probe, "--probe-listen"))
+    except BindError as e:
+        raise UsageError(str(e)) from None
+    metrics = Metrics(version())
     cel = CelEnvironment()
     events = EventRecorder(source)
 
@@ -269,18 +338,26 @@ async def serve(args: argparse.Namespace) -> int:
 
     state = ClusterState(cel, on_problem=on_problem)
     state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
+    from extender.logs import device_change_logger
+
+    state.listeners.append(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
     leadership = None
     is_leader = lambda: True  # noqa: E731 - single replica / --source: always leader
-    if args.leader_elect or args.follow_scheduler_lease:
+    if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config:
         from tracker.leadership import Leadership
 
         if not hasattr(source, "request"):
-            raise UsageError("--leader-elect and --follow-scheduler-lease need a cluster, not --source")
+            raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
         try:
             leadership = Leadership.from_args(source, args)
         except ValueError as e:
             raise UsageError(str(e)) from None
-        is_leader = leadership.is_leader
+        if leadership is not None:
+            is_leader = leadership.is_leader
+            log.info(
+                "following a lease" if leadership.mode == "follow" else "electing a leader",
+                extra={"lease": f"{leadership.namespace}/{leadership.name}"},
+            )
     features = features_from(args)
     service = Service(
         state,
@@ -317,17 +394,26 @@ async def serve(args: argparse.Namespace) -> int:
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     source_status = getattr(source, "sync_status", None)
+    lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
     apps = [
         (
             create_app(
-                service, bridge, debug=not args.no_debug, filter_budget=args.filter_timeout, limits=limits, source_status=source_status
+                service,
+                bridge,
+                debug=not args.no_debug,
+                filter_budget=args.filter_timeout,
+                limits=limits,
+                source_status=source_status,
+                lease_problem=lease_problem,
             ),
             *listen,
         )
     ]
     if probe is not None:
-        apps.append((create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status), *probe))
-    http = HttpThread(apps, limits)
+        apps.append(
+            (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
+        )
+    http = HttpThread(apps, limits, sockets)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -387,6 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:  # pragma: no cover
         runner = asyncio.run
     try:
+        if args.command == "webhook":
+            from extender.webhook import serve_webhook
+
+            return runner(serve_webhook(args, UsageError, parse_hostport))
         return runner(serve(args))
     except UsageError as e:
         print(f"dra-extender: {e}", file=sys.stderr)

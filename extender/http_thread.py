@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -155,6 +156,26 @@ def _protocol_class(header_timeout: float) -> type[GuardedHttpToolsProtocol]:
     return type("GuardedHttpTools", (GuardedHttpToolsProtocol,), {"headers_within": header_timeout})
 
 
+class BindError(Exception):
+    """A listen address could not be bound (in use, not ours, no permission): one line for the user."""
+
+
+def bind_socket(host: str, port: int, flag: str) -> socket.socket:
+    """Bind and listen in the calling thread, so a taken address is a one-line usage error before anything starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        address = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        raise BindError(f"{flag} {address}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self):  # the main thread owns signal handling
@@ -164,8 +185,10 @@ class _Server(uvicorn.Server):
 class HttpThread:
     """uvicorn servers on their own event loop, in a daemon thread."""
 
-    def __init__(self, apps: list[tuple[Any, str, int]], limits: Limits) -> None:
+    def __init__(self, apps: list[tuple[Any, str, int]], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
+        """`sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
         protocol = _protocol_class(limits.header_timeout)
+        self.sockets = sockets
         self.servers = [
             _Server(
                 uvicorn.Config(
@@ -199,7 +222,10 @@ class HttpThread:
         asyncio.set_event_loop(loop)
 
         async def serve_all() -> None:
-            await asyncio.gather(*(s.serve() for s in self.servers))
+            if self.sockets is None:
+                await asyncio.gather(*(s.serve() for s in self.servers))
+            else:
+                await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in zip(self.servers, self.sockets, strict=True)))
 
         try:
             loop.run_until_complete(serve_all())

@@ -2,16 +2,57 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import platform
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+
+# No `<name>_created` series beside every counter and histogram: they double the series count and
+# nothing in the dashboard or the docs reads them.
+disable_created_metrics()
+
+# The CEL engine's cumulative statistics (allocator.cel stats keys) -> (counter, its labels).
+_CEL_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "hits": ("lookups", ("hit",)),
+    "misses": ("lookups", ("miss",)),
+    "evaluations": ("evaluations", ()),
+    "errors": ("evaluation_errors", ()),
+    "programs": ("compilations", ("ok",)),
+    "compile_errors": ("compilations", ("error",)),
+    "interpreted_fallbacks": ("interpreted_fallbacks", ()),
+}
 
 # kube-scheduler's extender latency shape: exponential from 0.1 ms.
 _LATENCY_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
+def served_api_versions() -> str:
+    """The Kubernetes API versions the extender reads, for dra_extender_build_info (comma-separated)."""
+    from tracker.resources import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, UPSTREAM_RULE_VERSIONS, upstream_rules
+
+    resources = [*CORE_RESOURCES, OWN_RULES, OWN_PATCHES, *(upstream_rules(v) for v in UPSTREAM_RULE_VERSIONS)]
+    return ",".join(sorted({r.api_version for r in resources}))
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, version: str = "unknown") -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds, start time
+        self.build_info = Gauge(
+            "dra_extender_build_info",
+            "Always 1: the extender's version, its Python, and the Kubernetes API versions it reads.",
+            ["version", "python", "kubernetes_api_versions"],
+            registry=r,
+        )
+        self.build_info.labels(version, platform.python_version(), served_api_versions()).set(1)
         self.requests = Counter("dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=r)
         self.latency = Histogram(
             "dra_extender_request_duration_seconds",
@@ -36,6 +77,12 @@ class Metrics:
         self.tracker_events = Counter("dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r)
         self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
         self.leader = Gauge("dra_extender_leader", "1 while this process may allocate.", registry=r)
+        self.followed_lease_stale = Gauge(
+            "dra_extender_followed_lease_stale",
+            "1 while the Lease this sidecar follows is missing or not renewed by anyone for longer than its duration "
+            "(a wrong Lease name, or no kube-scheduler leads); this sidecar then never allocates.",
+            registry=r,
+        )
         self.object_problems = Counter(
             "dra_extender_object_problems",
             "Faulty objects and failing rule/patch selectors, by kind.",
@@ -74,7 +121,32 @@ class Metrics:
             ["result"],
             registry=r,
         )
-        self.cel = Gauge("dra_extender_cel_cache", "CEL cache statistics.", ["stat"], registry=r)
+        self.cel_counters = {
+            "lookups": Counter(
+                "dra_extender_cel_cache_lookups",
+                "CEL results looked up in the per-device cache, by result (hit, miss).",
+                ["result"],
+                registry=r,
+            ),
+            "evaluations": Counter("dra_extender_cel_evaluations", "CEL selector evaluations run (cache misses).", registry=r),
+            "evaluation_errors": Counter(
+                "dra_extender_cel_evaluation_errors", "CEL evaluations that ended in a runtime error (or the cost limit).", registry=r
+            ),
+            "compilations": Counter(
+                "dra_extender_cel_compilations", "CEL expressions compiled, by result (ok, error).", ["result"], registry=r
+            ),
+            "interpreted_fallbacks": Counter(
+                "dra_extender_cel_interpreted_fallbacks",
+                "Compiled CEL expressions that run in celpy's interpreter (slower) because the compiler does not cover them.",
+                registry=r,
+            ),
+        }
+        self._cel_seen: dict[str, int] = {}
+        for name, labels in _CEL_COUNTERS.values():  # every series exists from the start, at 0
+            if labels:
+                self.cel_counters[name].labels(*labels)
+        self.cel_cached_devices = Gauge("dra_extender_cel_cache_devices", "Devices with cached CEL results.", registry=r)
+        self.cel_cached_results = Gauge("dra_extender_cel_cache_results", "Cached CEL results (device x expression).", registry=r)
         self.eviction_deletions = Counter(
             "dra_extender_eviction_pod_deletions",
             "Pods deleted or evicted for NoExecute device taints, by rule (or slice) and result.",
@@ -151,6 +223,18 @@ class Metrics:
             self._source_errors_seen[kind] = errors
             self.source_stale.labels(kind).set(1.0 if st.get("stale") else 0.0)
             self.source_staleness.labels(kind).set(float(st.get("staleness_seconds", 0.0)))
+
+    def set_cel_stats(self, stats: dict[str, int]) -> None:
+        """The CEL engine's statistics: cumulative ones advance counters (by what they grew), sizes set gauges."""
+        for key, (name, labels) in _CEL_COUNTERS.items():
+            value = int(stats.get(key, 0))
+            grown = value - self._cel_seen.get(key, 0)
+            if grown > 0:
+                counter = self.cel_counters[name]
+                (counter.labels(*labels) if labels else counter).inc(grown)
+            self._cel_seen[key] = value
+        self.cel_cached_devices.set(stats.get("cached_devices", 0))
+        self.cel_cached_results.set(stats.get("cached_results", 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -38,19 +38,21 @@ EXAMPLES = {
   # then stop new allocations, then evict (same rule name: the effect is updated)
   kubectl dra taint example.com/maintenance=planned:NoExecute --driver gpu.example.com --pool node-a --name node-a-maintenance
   # every device of a class whose CEL selector matches, server-side dry run first
-  kubectl dra taint example.com/ecc=high:NoSchedule --device-class gpu.example.com --selector 'device.attributes["gpu.example.com"].model == "a100"' --dry-run
+  kubectl dra taint example.com/ecc=high:NoSchedule --device-class gpu.example.com --selector 'device.attributes["gpu.example.com"].model == "a100"' --name ecc-a100 --dry-run=server
   # an upstream resource.k8s.io rule (driver/pool/device only)
-  kubectl dra taint example.com/broken:NoSchedule --upstream --driver gpu.example.com --device gpu-3
+  kubectl dra taint example.com/broken:NoSchedule --upstream --driver gpu.example.com --pool node-b --device gpu-1 --name broken-gpu
 """,
     "untaint": """examples:
   kubectl dra untaint node-a-maintenance               # by rule name
   kubectl dra untaint example.com/maintenance:NoExecute --pool node-a
   kubectl dra untaint example.com/maintenance          # every kubectl-dra rule with this key
+  kubectl dra untaint node-a-maintenance --ignore-not-found   # in scripts: gone already is fine
 """,
     "devices": """examples:
   kubectl dra devices
   kubectl dra devices --node node-a --tainted
   kubectl dra devices -o json
+  kubectl dra devices --tainted -o name        # driver/pool/device, one a line
 """,
     "explain-rule": """examples:
   kubectl dra explain-rule node-a-maintenance
@@ -60,7 +62,19 @@ EXAMPLES = {
   kubectl dra why trainer
   kubectl dra why -n ml trainer -o json
 """,
+    "completion": """examples:
+  source <(kubectl-dra completion bash)     # kubectl-dra <TAB>, bash
+  source <(kubectl-dra completion zsh)      # kubectl-dra <TAB>, zsh
+kubectl itself (1.26+) completes `kubectl dra <TAB>` through the executable
+kubectl_complete-dra, installed with kubectl-dra: keep both on PATH and
+kubectl's own completion (source <(kubectl completion bash)) covers the plugin,
+pod names for `why` included.
+""",
 }
+
+# One -o vocabulary for every verb, as kubectl's.
+OUTPUTS = ("table", "wide", "json", "yaml", "name")
+DRY_RUN = ("none", "client", "server")
 
 
 class UsageError(Exception):
@@ -75,19 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="".join(EXAMPLES.values()),
     )
-    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)")
-    parser.add_argument("--context", help="kubeconfig context")
-    parser.add_argument("-n", "--namespace", help="namespace of the pod (why); default: the context's, else default")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _global_flags(parser, None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name, help=help_, description=help_, epilog=EXAMPLES.get(name), formatter_class=argparse.RawDescriptionHelpFormatter
         )
-        # kubectl's global flags also after the command (`kubectl dra why -n ml POD`).
-        p.add_argument("--kubeconfig", metavar="PATH", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        p.add_argument("--context", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        p.add_argument("-n", "--namespace", default=argparse.SUPPRESS, help="namespace (why)" if name == "why" else argparse.SUPPRESS)
+        # kubectl's global flags also after the command (`kubectl dra why -n ml POD`), and in its help.
+        _global_flags(p.add_argument_group("global flags (also before the command)"), argparse.SUPPRESS)
         return p
 
     taint = command("taint", "taint devices with a DeviceTaintRule (the project's CRD; --upstream: resource.k8s.io)")
@@ -98,30 +108,49 @@ def build_parser() -> argparse.ArgumentParser:
     taint.add_argument("--name", help="rule name (default: generated); an existing kubectl-dra rule of that name is updated")
     taint.add_argument("--upstream", action="store_true", help="create a resource.k8s.io DeviceTaintRule instead of the CRD's")
     taint.add_argument("--all-devices", action="store_true", help="allow no selector at all (every device) with NoExecute")
-    taint.add_argument("--dry-run", action="store_true", help="server-side dry run; print the devices the rule would match")
+    _dry_run_flag(taint, "client: print the rule without sending it; server: the API server validates it without storing it")
+    _output_flag(taint)
 
     untaint = command("untaint", "delete kubectl-dra DeviceTaintRules by name or by taint key")
     untaint.add_argument("target", metavar="RULE-NAME|KEY[:EFFECT]")
     _selector_flags(untaint)
     untaint.add_argument("--upstream", action="store_true", help="resource.k8s.io rules instead of the CRD's")
+    untaint.add_argument("--ignore-not-found", action="store_true", help="exit 0 when no rule matches (default: exit 1)")
+    _dry_run_flag(untaint, "client: print what would be deleted; server: the API server checks the deletions without doing them")
+    _output_flag(untaint)
 
     devices = command("devices", "every device with its effective taints, their source, and its allocation")
     devices.add_argument("--node", help="devices reachable from this node")
     devices.add_argument("--tainted", action="store_true", help="only devices with a taint")
-    devices.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
+    _output_flag(devices)
 
     explain = command("explain-rule", "devices a rule matches, their claims, and the pods NoExecute would evict")
     explain.add_argument("name", metavar="NAME")
     explain.add_argument("--upstream", action="store_true", help="a resource.k8s.io rule instead of the CRD's")
-    explain.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    _output_flag(explain)
 
     why = command("why", "why a pod is pending: the extender's per-node reasons, computed here")
     why.add_argument("pod", metavar="POD")
-    why.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    _output_flag(why)
 
-    completion = command("completion", "print a shell completion script (bash or zsh)")
+    completion = command("completion", "print a shell completion script (bash or zsh); kubectl's own completion uses kubectl_complete-dra")
     completion.add_argument("shell", choices=("bash", "zsh"))
     return parser
+
+
+def _global_flags(p: Any, default: Any) -> None:
+    """--kubeconfig, --context, -n: before the command (defaults) and after it (SUPPRESS: the earlier value stays)."""
+    p.add_argument("--kubeconfig", metavar="PATH", default=default, help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", default=default, help="kubeconfig context (default: its current-context)")
+    p.add_argument("-n", "--namespace", default=default, help="namespace of the pod (why); default: the context's, else default")
+
+
+def _output_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format: %(choices)s (default %(default)s)")
+
+
+def _dry_run_flag(p: argparse.ArgumentParser, help_: str) -> None:
+    p.add_argument("--dry-run", choices=DRY_RUN, default="none", help=f"none, client or server, as kubectl's; {help_} (default none)")
 
 
 def _selector_flags(p: argparse.ArgumentParser) -> None:
@@ -160,11 +189,25 @@ def rule_object(args: argparse.Namespace, spec: TaintSpec, api_version: str) -> 
     }
 
 
+_DRY_SUFFIX = {"none": "", "client": " (dry run)", "server": " (server dry run)"}
+
+
+def _report_written(obj: dict[str, Any], group: str, verb: str, args: argparse.Namespace, out: Callable[[str], None]) -> None:
+    """One written (or dry-run) object in the -o format: `devicetaintrule.GROUP/NAME VERB` for table and wide, as kubectl's."""
+    ref = f"devicetaintrule.{group}/{obj['metadata'].get('name') or obj['metadata'].get('generateName', '') + '<generated>'}"
+    if args.output == "name":
+        out(ref)
+    elif args.output in ("json", "yaml"):
+        _dump(obj, args.output, out)
+    else:
+        out(f"{ref} {verb}{_DRY_SUFFIX[args.dry_run]}")
+
+
 async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[str], None]) -> int:
     spec = parse_taint(args.taint)
     res = await cluster.rule_resource(args.upstream)
     obj = rule_object(args, spec, f"{res.group}/{res.version}")
-    query = {"dryRun": "All"} if args.dry_run else None
+    query = {"dryRun": "All"} if args.dry_run == "server" else None
     existing = await _get(cluster, res.item("", args.name)) if args.name else None
     if existing is not None:
         if (existing["metadata"].get("labels") or {}).get(MANAGED_BY) != PLUGIN:
@@ -173,16 +216,17 @@ async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[s
         if old.get("effect") == spec.effect and old.get("timeAdded"):
             obj["spec"]["taint"]["timeAdded"] = old["timeAdded"]  # same effect: its clock goes on; a new one restarts it
         existing["spec"] = obj["spec"]
-        written = await cluster.call("PUT", res.item("", args.name), query=query, body=existing)
         verb = "configured"
+        written = existing if args.dry_run == "client" else await cluster.call("PUT", res.item("", args.name), query=query, body=existing)
     else:
-        written = await cluster.call("POST", res.collection(), query=query, body=obj)
         verb = "created"
-    name = written["metadata"]["name"]
-    out(f"devicetaintrule.{res.group}/{name} {verb}{' (server dry run)' if args.dry_run else ''}")
-    if args.dry_run:
+        written = obj if args.dry_run == "client" else await cluster.call("POST", res.collection(), query=query, body=obj)
+    _report_written(written, res.group, verb, args, out)
+    if args.dry_run != "none" and args.output in ("table", "wide"):
         from kubectl_dra.views import explain_rule
 
+        name = written["metadata"].get("name") or "kubectl-dra-dry-run"
+        written["metadata"]["name"] = name
         state = await cluster.snapshot()
         written.setdefault("apiVersion", f"{res.group}/{res.version}")
         written.setdefault("kind", "DeviceTaintRule")
@@ -192,8 +236,14 @@ async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[s
             out(f"matches {len(explained.devices)} device(s):")
             for d in explained.devices:
                 out(f"  {d}{'  allocated to ' + explained.allocated[d] if d in explained.allocated else ''}")
-            out(f"as NoExecute: {explained.dry.pods} pod(s) in {explained.dry.namespaces} namespace(s) would be evicted")
+            out(f"as NoExecute: {_pods_phrase(explained.dry.pods, explained.dry.namespaces)} would be evicted")
     return 0
+
+
+def _pods_phrase(pods: int, namespaces: int) -> str:
+    if pods == 0:
+        return "no pods"
+    return f"{pods} pod{'s' if pods != 1 else ''} in {namespaces} namespace{'s' if namespaces != 1 else ''}"
 
 
 async def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
@@ -234,12 +284,17 @@ async def cmd_untaint(cluster: Cluster, args: argparse.Namespace, out: Callable[
             raise UsageError(
                 f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl"
             )
-        out(f"no DeviceTaintRule managed by kubectl-dra matches {args.target!r}")
+        if args.ignore_not_found:
+            return 0
+        print(f"Error: no DeviceTaintRule managed by kubectl-dra matches {args.target!r} (--ignore-not-found: exit 0)", file=sys.stderr)
         return 1
     for r in chosen:
         name = r["metadata"]["name"]
-        await cluster.call("DELETE", res.item("", name))
-        out(f"devicetaintrule.{res.group}/{name} deleted")
+        if args.dry_run != "client":
+            await cluster.call("DELETE", res.item("", name), query={"dryRun": "All"} if args.dry_run == "server" else None)
+        r.setdefault("apiVersion", f"{res.group}/{res.version}")
+        r.setdefault("kind", "DeviceTaintRule")
+        _report_written(r, res.group, "deleted", args, out)
     return 0
 
 
@@ -262,6 +317,10 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
     rows = device_rows(await cluster.snapshot(), node=args.node, tainted=args.tainted)
     if args.output in ("json", "yaml"):
         _dump(rows, args.output, out)
+        return 0
+    if args.output == "name":
+        for r in rows:
+            out(f"{r['driver']}/{r['pool']}/{r['device']}")
         return 0
     if not rows:
         out("No devices found.")
@@ -296,21 +355,31 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
     res = await cluster.rule_resource(args.upstream)
     explained = explain_rule(await cluster.snapshot(), res.group, args.name)
     if explained is None:
-        out(f"Error: DeviceTaintRule {args.name} ({res.group}) not found{'' if args.upstream else '; an upstream rule? add --upstream'}")
+        print(
+            f"Error: DeviceTaintRule {args.name} ({res.group}) not found{'' if args.upstream else '; an upstream rule? add --upstream'}",
+            file=sys.stderr,
+        )
         return 1
-    if args.output != "text":
+    if args.output in ("json", "yaml"):
         _dump(explained.to_json(), args.output, out)
+        return 0
+    if args.output == "name":
+        out(f"devicetaintrule.{res.group}/{args.name}")
         return 0
     d = explained.dry
     out(f"Rule:       {args.name} ({res.group}), effect {explained.effect}")
     out(f"Devices:    {d.published_devices} published, {d.allocated_devices} allocated")
     for dev in explained.devices:
         out(f"  {dev}{'  -> ' + explained.allocated[dev] if dev in explained.allocated else ''}")
-    out(f"As NoExecute it would evict {d.pods} pod(s) in {d.namespaces} namespace(s):")
+    if not explained.evicted:
+        out("As NoExecute it would evict no pods.")
+    else:
+        out(f"As NoExecute it would evict {_pods_phrase(d.pods, d.namespaces)}:")
     for p in explained.evicted:
         due = "now" if p["due"] <= 0 else datetime.fromtimestamp(p["due"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         out(f"  {p['pod']}  claims {', '.join(p['claims'])}  due {due}  ({', '.join(p['taints'])})")
-    out(f"Dry run:    {explained.message}")
+    # The message the eviction controller writes into the rule's EvictionInProgress condition while its effect is None.
+    out(f"Status:     {explained.message}")
     return 0
 
 
@@ -335,12 +404,16 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
     namespace = _default_namespace(args)
     raw = await _get(cluster, KIND_RESOURCES[ev.POD].item(namespace, args.pod))
     if raw is None:
-        out(f'Error: pod "{args.pod}" not found in namespace {namespace}')
+        print(f'Error: pod "{args.pod}" not found in namespace {namespace}', file=sys.stderr)
         return 1
     state = await cluster.snapshot()
     reasons = why(state, raw)
-    if args.output != "table":
+    if args.output in ("json", "yaml"):
         _dump({"pod": f"{namespace}/{args.pod}", "nodes": reasons}, args.output, out)
+        return 0
+    if args.output == "name":  # the nodes that fit, as kubectl names them
+        for n in sorted(n for n, r in reasons.items() if r is None):
+            out(f"node/{n}")
         return 0
     node_name = (raw.get("spec") or {}).get("nodeName")
     if node_name:
@@ -377,7 +450,37 @@ def completions(words: Sequence[str]) -> list[str]:
             options = ["bash", "zsh"]
         if current.count(":") == 1 and command == "taint":
             options = [current.partition(":")[0] + ":" + e for e in EFFECTS]
+        if command == "why" and not current.startswith("-") and _wants_positional(before):
+            options = pod_names(before)
     return [o for o in options if o.startswith(current)]
+
+
+def _wants_positional(before: Sequence[str]) -> bool:
+    """Whether the word being completed is not the value of a flag (`why -n ml <TAB>` completes a pod, `why -n <TAB>` does not)."""
+    return not before or before[-1] not in ("-n", "--namespace", "--kubeconfig", "--context", "-o", "--output")
+
+
+def pod_names(words: Sequence[str]) -> list[str]:
+    """Pods of the namespace the words name (-n, else the context's), for `why <TAB>`; [] when the cluster cannot be asked."""
+    parser = build_parser()
+    try:
+        args, _ = parser.parse_known_args([*words, "why", "x"] if "why" not in words else [*words, "x"])
+    except SystemExit:
+        return []
+    namespace = _default_namespace(args)
+
+    async def names() -> list[str]:
+        cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+        try:
+            page = await cluster.call("GET", KIND_RESOURCES[ev.POD].collection(namespace), query={"limit": 500})
+            return sorted(p["metadata"]["name"] for p in page.get("items") or [])
+        finally:
+            await cluster.close()
+
+    try:
+        return asyncio.run(asyncio.wait_for(names(), 5))
+    except Exception:  # completion must never print a traceback into the shell
+        return []
 
 
 BASH = """# kubectl dra completion; source it: source <(kubectl-dra completion bash)
@@ -418,10 +521,38 @@ HANDLERS: dict[str, Callable[[Cluster, argparse.Namespace, Callable[[str], None]
 }
 
 
+def kubeconfig_path(args: argparse.Namespace) -> str:
+    """The kubeconfig kubectl would use; a usage error naming it when it is missing or unreadable."""
+    path = args.kubeconfig or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
+    where = "--kubeconfig" if args.kubeconfig else ("$KUBECONFIG" if os.environ.get("KUBECONFIG") else "default kubeconfig")
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"kubeconfig {path} ({where}): no such file; pass --kubeconfig PATH or set KUBECONFIG") from None
+    except OSError as e:
+        raise UsageError(f"kubeconfig {path} ({where}): {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"kubeconfig {path}{at}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(config, dict) or not config.get("clusters"):
+        raise UsageError(f"kubeconfig {path}: no clusters in it (is it a kubeconfig?)")
+    contexts = {c.get("name") for c in config.get("contexts") or [] if isinstance(c, dict)}
+    context = args.context or config.get("current-context")
+    if not context:
+        raise UsageError(
+            f"kubeconfig {path}: no current-context; pass --context (one of: {', '.join(sorted(map(str, contexts))) or 'none'})"
+        )
+    if context not in contexts:
+        raise UsageError(f"kubeconfig {path}: context {context!r} not found (have: {', '.join(sorted(map(str, contexts))) or 'none'})")
+    return path
+
+
 async def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     if args.command == "taint":
         parse_taint(args.taint)  # syntax errors before any request
-    cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
+    path = kubeconfig_path(args)
+    cluster = Cluster(kubeconfig=path, context=args.context)
     try:
         return await HANDLERS[args.command](cluster, args, out)
     finally:
@@ -436,6 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `kubectl dra`: what it can do, as kubectl's plugins print
+        parser.print_help()
+        return 0
     if args.command == "completion":
         print(BASH if args.shell == "bash" else ZSH, end="")
         return 0
@@ -447,9 +581,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ApiError as e:
         print(f"Error from server: {e}", file=sys.stderr)
         return 1
-    except FileNotFoundError as e:
-        print(f"error: {e} (no kubeconfig? pass --kubeconfig or set KUBECONFIG)", file=sys.stderr)
-        return 1
+    except Exception as e:  # the client's own errors (config, TLS, connection): one line, never a traceback
+        from kubernetes_asyncio.config.config_exception import ConfigException
+
+        if isinstance(e, ConfigException):
+            print(f"error: kubeconfig {args.kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError | TimeoutError) or type(e).__module__.startswith("aiohttp"):
+            print(f"error: cannot reach the API server: {e}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import socket
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -69,6 +70,47 @@ def pod_namespace() -> str:
         return "default"
 
 
+# kube-scheduler's defaults for leaderElection (k8s.io/kube-scheduler config v1).
+SCHEDULER_LEASE_DEFAULTS = ("kube-system", "kube-scheduler")
+
+
+class SchedulerConfigError(ValueError):
+    """The KubeSchedulerConfiguration given to --scheduler-config cannot be read."""
+
+
+def lease_from_scheduler_config(path: str) -> tuple[str, str] | None:
+    """The Lease a kube-scheduler with this configuration takes (its defaults filled in); None if it does not elect.
+
+    One source of truth: the sidecar reads the very file its scheduler reads,
+    so the two can never name different Leases.
+    """
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise SchedulerConfigError(f"--scheduler-config {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise SchedulerConfigError(f"--scheduler-config {path}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(config, dict) or config.get("kind") != "KubeSchedulerConfiguration":
+        raise SchedulerConfigError(
+            f"--scheduler-config {path}: not a KubeSchedulerConfiguration (kind: {config.get('kind') if isinstance(config, dict) else None!r})"
+        )
+    election = config.get("leaderElection") or {}
+    if not isinstance(election, dict):
+        raise SchedulerConfigError(f"--scheduler-config {path}: leaderElection must be a mapping")
+    if election.get("leaderElect") is False:
+        return None
+    if (election.get("resourceLock") or "leases") != "leases":
+        raise SchedulerConfigError(
+            f"--scheduler-config {path}: leaderElection.resourceLock {election['resourceLock']!r}; only leases can be followed"
+        )
+    return (
+        str(election.get("resourceNamespace") or SCHEDULER_LEASE_DEFAULTS[0]),
+        str(election.get("resourceName") or SCHEDULER_LEASE_DEFAULTS[1]),
+    )
+
+
 def lease_expired(spec: dict[str, Any], now: datetime) -> bool:
     renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds") or LEASE_DURATION
@@ -102,10 +144,19 @@ class Leadership:
         self._valid_until = 0.0
         self._active_from = 0.0  # follow mode: allocate only from here (the hand-over wait)
         self._last_holder: str | None = None  # follow mode: the holder seen at the previous poll
+        # Follow mode: why no scheduler leads with the followed Lease (None: someone renews it).
+        self.lease_problem: str | None = None
+        self._missing_since: float | None = None
 
     @classmethod
-    def from_args(cls, source: Any, args: Any) -> Leadership:
+    def from_args(cls, source: Any, args: Any) -> Leadership | None:
+        """None when --scheduler-config names a scheduler that does not elect (a single one: always leader)."""
         hostname = os.environ.get("HOSTNAME") or socket.gethostname()
+        if getattr(args, "scheduler_config", None):
+            lease = lease_from_scheduler_config(args.scheduler_config)
+            if lease is None:
+                return None
+            return cls(source, mode="follow", namespace=lease[0], name=lease[1], identity=hostname, hostname=hostname)
         if args.follow_scheduler_lease:
             namespace, sep, name = args.follow_scheduler_lease.partition("/")
             if not sep or not namespace or not name:
@@ -151,9 +202,41 @@ class Leadership:
             raise RuntimeError(f"get Lease {self.namespace}/{self.name}: HTTP {status}")
         return status, orjson.loads(body)
 
+    def _report(self, problem: str | None) -> None:
+        """Say it loudly, once per change: nobody renews the Lease this sidecar follows (a wrong name, or no scheduler leads)."""
+        if problem is not None and self.lease_problem is None:
+            log.warning(
+                "followed lease is not renewed by anyone: this sidecar will never allocate",
+                extra={"lease": f"{self.namespace}/{self.name}", "why": problem},
+            )
+        elif problem is None and self.lease_problem is not None:
+            log.info("followed lease is renewed again", extra={"lease": f"{self.namespace}/{self.name}"})
+        self.lease_problem = problem
+
+    def _check_renewed(self, lease: dict[str, Any] | None, asked_at: float) -> None:
+        ref = f"Lease {self.namespace}/{self.name}"
+        hint = "check that the scheduler's leaderElection (resourceNamespace/resourceName) names this Lease and that it runs"
+        if lease is None:
+            self._missing_since = self._missing_since if self._missing_since is not None else asked_at
+            missing_for = asked_at - self._missing_since
+            if missing_for > self.lease_duration:
+                self._report(f"{ref} has not existed for {missing_for:.0f} s: no kube-scheduler takes it; {hint}")
+            return
+        self._missing_since = None
+        spec = lease.get("spec") or {}
+        renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+        duration = float(spec.get("leaseDurationSeconds") or LEASE_DURATION)
+        age = None if renew is None else (_now() - renew).total_seconds()
+        if age is None or age > duration:
+            since = "never renewed" if age is None else f"not renewed for {age:.0f} s"
+            self._report(f"{ref} {since} (leaseDurationSeconds {duration:g}): no kube-scheduler leads with it; {hint}")
+        else:
+            self._report(None)
+
     async def _follow_once(self) -> None:
         asked_at = time.monotonic()
         _, lease = await self._get_lease()
+        self._check_renewed(lease, asked_at)
         previous, self._last_holder = self._last_holder, None
         if lease is None:
             self._set(False, "scheduler lease not found")

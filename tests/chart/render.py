@@ -39,11 +39,22 @@ def _render(values_json: str) -> dict[str, str]:
     return dict(chart.render(json.loads(values_json), name=RELEASE, namespace=NAMESPACE, is_install=True))
 
 
-def render(values: dict[str, Any] | None = None) -> dict[str, str]:
-    """Template path -> rendered text, as `helm template` would print it."""
+# The image nobody publishes: every install names the one the operator built (the chart fails without it).
+IMAGE = {"extender": {"image": {"repository": "registry.example.com/dra-extender"}}}
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def render(values: dict[str, Any] | None = None, *, image: bool = True) -> dict[str, str]:
+    """Template path -> rendered text, as `helm template` would print it (with IMAGE unless image=False)."""
     import json
 
-    return _render(json.dumps(values or {}, sort_keys=True))
+    return _render(json.dumps(merged(IMAGE, values or {}) if image else values or {}, sort_keys=True))
 
 
 def objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ import yaml
 from allocator.parse import parse_pod
 from extender.cli import build_parser
 from extender.metrics import Metrics
-from tests.chart.render import CHART, NAMESPACE, crds, helm, objects, one, render
+from tests.chart.render import CHART, IMAGE, NAMESPACE, crds, helm, objects, one, render
+from tracker.leadership import lease_from_scheduler_config
 from tracker.manifest_schema import check_metadata_limits, check_object_name
 
 # (apiVersion, kind) -> namespaced: what a 1.34+ cluster (plus prometheus-operator) serves.
@@ -27,6 +28,10 @@ KNOWN: dict[tuple[str, str], bool] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): True,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): True,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): False,
+    ("v1", "Secret"): True,
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): False,
+    ("cert-manager.io/v1", "Certificate"): True,
+    ("cert-manager.io/v1", "Issuer"): True,
 }
 RBAC_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
 ALL_ON = {"dashboard": {"enabled": True}, "serviceMonitor": {"enabled": True}}
@@ -38,6 +43,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "eviction-off": {"extender": {"eviction": {"enabled": False}}, "podDisruptionBudget": {"enabled": False}},
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
+    "webhook": {"webhook": {"enabled": True}},
+    "webhook-cert-manager": {"webhook": {"enabled": True, "certManager": {"enabled": True}}},
 }
 
 
@@ -110,12 +117,12 @@ def test_values_schema_is_enforced_by_helm() -> None:
 
 
 def test_helm_lint_is_clean() -> None:
-    report = helm().lint(str(CHART), strict=True, kube_version="v1.36.2")
+    report = helm().lint(str(CHART), IMAGE, strict=True, kube_version="v1.36.2")
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
     assert not problems, problems
 
 
-def test_scheduler_configuration_hands_devices_to_the_sidecar() -> None:
+def test_scheduler_configuration_hands_devices_to_the_sidecar(tmp_path) -> None:
     objs = objects()
     config = yaml.safe_load(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1" and config["kind"] == "KubeSchedulerConfiguration"
@@ -133,7 +140,13 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar() -> None:
     deployment = one(objs, "Deployment")
     args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(deployment, "dra-extender")["args"]])
     assert args.listen == "127.0.0.1:8888" and args.probe_listen == "10.0.0.7:8889"
-    assert args.follow_scheduler_lease == f"{NAMESPACE}/dra-scheduler"
+    # The sidecar reads the Lease from the very file the scheduler reads: they cannot disagree.
+    assert args.scheduler_config == "/etc/dra-scheduler/config.yaml" and args.follow_scheduler_lease is None
+    mounts = {m["mountPath"]: m["name"] for m in _container(deployment, "dra-extender")["volumeMounts"]}
+    assert mounts["/etc/dra-scheduler"] == "config"
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
+    assert lease_from_scheduler_config(str(config_path)) == (NAMESPACE, "dra-scheduler")
     assert args.no_debug and args.in_cluster and not args.no_eviction
     assert args.bind_timeout < 5, "the bind budget must end before kube-scheduler's httpTimeout"
     scheduler = _container(deployment, "kube-scheduler")

@@ -61,10 +61,16 @@ def _metrics() -> list[str]:
     m = Metrics()
     lines = ["| metric | type | labels | description |", "| --- | --- | --- | --- |"]
     rows = []
-    for value in vars(m).values():
-        if isinstance(value, MetricWrapperBase):
-            name = value._name + ("_total" if value._type == "counter" else "")
-            rows.append(f"| `{name}` | {value._type} | {', '.join(value._labelnames) or '—'} | {value._documentation} |")
+    wrappers = [w for v in vars(m).values() for w in (v.values() if isinstance(v, dict) else (v,)) if isinstance(w, MetricWrapperBase)]
+    named = set()
+    for value in wrappers:
+        name = value._name + ("_total" if value._type == "counter" else "")
+        named.add(value._name)
+        rows.append(f"| `{name}` | {value._type} | {', '.join(value._labelnames) or '—'} | {value._documentation} |")
+    for family in m.registry.collect():  # collectors without a wrapper: process_*
+        if family.name not in named:
+            name = family.name + ("_total" if family.type == "counter" else "")
+            rows.append(f"| `{name}` | {family.type} | — | {family.documentation} |")
     return lines + sorted(rows)
 
 
@@ -136,6 +142,12 @@ def render() -> str:
         "## `dra-extender serve` flags",
         "",
         *_flags(_subparsers(build_parser())["serve"]),
+        "",
+        "## `dra-extender webhook` flags",
+        "",
+        "The optional admission webhook (`webhook.enabled` in the chart): `POST /mutate` (AdmissionReview v1) and `GET /healthz`, over TLS.",
+        "",
+        *_flags(_subparsers(build_parser())["webhook"]),
         "",
         "## HTTP endpoints",
         "",

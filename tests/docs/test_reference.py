@@ -15,7 +15,7 @@ def test_reference_is_generated_from_the_current_code() -> None:
 
 def test_every_flag_and_metric_is_in_the_reference() -> None:
     text = REFERENCE.read_text()
-    for action in _subparsers(build_parser())["serve"]._actions:
+    for action in [*_subparsers(build_parser())["serve"]._actions, *_subparsers(build_parser())["webhook"]._actions]:
         for option in action.option_strings:
             if option not in ("-h", "--help"):
                 assert f"`{option}" in text, f"flag {option} missing from docs/reference.md"

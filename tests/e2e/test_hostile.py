@@ -419,16 +419,16 @@ def test_cel_cache_shrinks_after_the_slice_is_deleted(tmp_path: Path) -> None:
     try:
         ext.wait_ready()
         assert ext.post("filter", claim_pod("a100", nodes)).json()["NodeNames"] == nodes
-        before = metric(ext, "dra_extender_cel_cache", stat="cached_devices")
-        results_before = metric(ext, "dra_extender_cel_cache", stat="cached_results")
+        before = metric(ext, "dra_extender_cel_cache_devices")
+        results_before = metric(ext, "dra_extender_cel_cache_results")
         assert before is not None and before >= 200
         (tmp_path / "c" / f"slice-{nodes[0]}.yaml").unlink()
         wait_for(
-            lambda: (metric(ext, "dra_extender_cel_cache", stat="cached_devices") or 0) <= before - 100,
+            lambda: (metric(ext, "dra_extender_cel_cache_devices") or 0) <= before - 100,
             15,
             what="the deleted slice's devices leaving the CEL cache",
         )
-        assert (metric(ext, "dra_extender_cel_cache", stat="cached_results") or 0) <= results_before - 100
+        assert (metric(ext, "dra_extender_cel_cache_results") or 0) <= results_before - 100
     finally:
         ext.stop()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -165,7 +166,7 @@ def test_explain_rule_counts_equal_the_eviction_controllers_dry_run(live) -> Non
     assert explained["counts"] == {"publishedDevices": 4, "allocatedDevices": 3, "pods": 2, "namespaces": 2}
     assert sorted(p["pod"] for p in explained["podsToEvict"]) == ["default/e-victim", "team-b/e-other-ns"]
     text = dra(api, "explain-rule", "e-maint").stdout
-    assert "would evict 2 pod(s) in 2 namespace(s)" in text and controller_says in text
+    assert "would evict 2 pods in 2 namespaces:" in text and controller_says in text
     # Nothing was evicted by effect None.
     assert api.get("Pod", "default", "e-victim") is not None
     dra(api, "untaint", "e-maint")
@@ -173,7 +174,7 @@ def test_explain_rule_counts_equal_the_eviction_controllers_dry_run(live) -> Non
 
 def test_taint_dry_run_creates_nothing_and_lists_matches(live) -> None:
     api, _ext = live
-    out = dra(api, "taint", "example.com/probe:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--dry-run").stdout
+    out = dra(api, "taint", "example.com/probe:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--dry-run=server").stdout
     assert "(server dry run)" in out and "matches" in out and "gpu.example.com/node-a/" in out
     assert not [
         r
@@ -232,8 +233,139 @@ def test_help_has_examples_and_completion_scripts() -> None:
     assert completions(["ex"]) == ["explain-rule"]
     assert completions(["taint", "k=v:No"]) == ["k=v:None", "k=v:NoSchedule", "k=v:NoExecute"]
     assert "--all-devices" in completions(["taint", "k:None", "--"])
-    assert completions(["devices", "-o", ""]) == ["table", "wide", "json", "yaml"]
+    assert completions(["devices", "-o", ""]) == ["table", "wide", "json", "yaml", "name"]
     bash = subprocess.run(
         [sys.executable, "-m", "kubectl_dra.cli", "completion", "bash"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout
     assert "complete -F _kubectl_dra kubectl-dra" in bash
+
+
+def test_client_dry_run_sends_nothing_and_prints_the_rule(live) -> None:
+    api, _ = live
+    before = len(api.requests())
+    out = dra(
+        api, "taint", "example.com/c:NoSchedule", "--driver", "gpu.example.com", "--pool", "node-a", "--name", "c-rule", "--dry-run=client"
+    )
+    assert out.stdout.startswith(f"devicetaintrule.{CRD_GROUP}/c-rule created (dry run)"), out.stdout
+    writes = [r for r in api.requests(before) if r["method"] != "GET" and "devicetaintrules" in r["path"]]  # the extender writes too
+    assert writes == [], writes
+    rule = json.loads(
+        dra(api, "taint", "example.com/c:NoSchedule", "--pool", "node-a", "--name", "c-rule", "--dry-run=client", "-o", "json").stdout
+    )
+    assert rule["spec"]["deviceSelector"] == {"pool": "node-a"} and rule["metadata"]["name"] == "c-rule"
+    assert api.get("DeviceTaintRule", None, "c-rule", group=CRD_GROUP) is None
+    r = dra(api, "taint", "example.com/c:NoSchedule", "--pool", "node-a", "--dry-run", ok=False)
+    assert r.returncode == 2 and "--dry-run" in r.stderr
+
+
+# (verb arguments after the rule exists, what -o name prints)
+NAME_OUTPUT = {
+    "taint": (["taint", "example.com/o:None", "--pool", "node-b", "--name", "o-rule"], [f"devicetaintrule.{CRD_GROUP}/o-rule"]),
+    "explain-rule": (["explain-rule", "o-rule"], [f"devicetaintrule.{CRD_GROUP}/o-rule"]),
+    "devices": (["devices", "--node", "node-b", "--tainted"], ["gpu.example.com/node-b/gpu-0", "gpu.example.com/node-b/gpu-1"]),
+    "why": (["why", "trainer"], ["node/node-a", "node/node-b"]),
+    "untaint": (["untaint", "o-rule"], [f"devicetaintrule.{CRD_GROUP}/o-rule"]),
+}
+
+
+def test_one_output_vocabulary_for_every_verb(live) -> None:
+    api, _ = live
+    demo = ("node-a", "node-b", "node-c")  # other tests add nodes to this module's cluster
+    for verb, (argv, want) in NAME_OUTPUT.items():
+        lines = dra(api, *argv, "-o", "name").stdout.splitlines()
+        assert [line for line in lines if verb != "why" or line.endswith(demo)] == want, verb
+    parser_help = {verb: _help(verb) for verb in NAME_OUTPUT}
+    for verb, text in parser_help.items():
+        assert "{table,wide,json,yaml,name}" in text, verb
+
+
+def _help(*argv: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "kubectl_dra.cli", *argv, "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_untaint_ignore_not_found(live) -> None:
+    api, _ = live
+    r = dra(api, "untaint", "never-made", ok=False)
+    assert r.returncode == 1 and "no DeviceTaintRule managed by kubectl-dra matches 'never-made'" in r.stderr
+    r = dra(api, "untaint", "never-made", "--ignore-not-found")
+    assert r.stdout == "" and r.stderr == ""
+
+
+def test_explain_rule_without_pods_to_evict(live) -> None:
+    api, _ = live
+    dra(api, "taint", "example.com/idle:None", "--driver", "gpu.example.com", "--pool", "node-c", "--name", "idle-rule")
+    out = dra(api, "explain-rule", "idle-rule").stdout
+    assert "As NoExecute it would evict no pods." in out and "pod(s)" not in out and "Dry run" not in out
+    assert re.search(r"^Status: +\d+ published devices? selected", out, re.M), out
+    dra(api, "untaint", "idle-rule")
+
+
+def test_why_completes_pod_names(live) -> None:
+    api, _ = live
+    from kubectl_dra.cli import completions
+
+    kc = str(api.kubeconfig)
+    assert "trainer" in completions(["--kubeconfig", kc, "why", ""])
+    assert completions(["--kubeconfig", kc, "why", "trai"]) == ["trainer"]
+    assert completions(["--kubeconfig", kc, "why", "-n", "no-such-ns", ""]) == []
+    assert completions(["--kubeconfig", "/nonexistent", "why", ""]) == []  # never a traceback into the shell
+
+
+# name -> (kubeconfig file content or None for a missing file, what the one-line error says)
+BAD_KUBECONFIGS = {
+    "missing": (None, "no such file; pass --kubeconfig PATH or set KUBECONFIG"),
+    "not-yaml": ("clusters: [\n", "not valid YAML"),
+    "not-a-kubeconfig": ("apiVersion: v1\n", "no clusters in it"),
+    "no-context": ("clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n", "no current-context"),
+    "unknown-context": (
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: a, context: {cluster: c}}]\n"
+        "current-context: b\n",
+        "context 'b' not found (have: a)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_KUBECONFIGS)
+def test_bad_kubeconfig_is_one_line_and_exit_2(case: str, tmp_path) -> None:
+    content, says = BAD_KUBECONFIGS[case]
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content)
+    r = subprocess.run(
+        [sys.executable, "-m", "kubectl_dra.cli", "--kubeconfig", str(path), "devices"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and str(path) in r.stderr and says in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bare_command_prints_help_and_verbs_show_global_flags() -> None:
+    r = subprocess.run([sys.executable, "-m", "kubectl_dra.cli"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "usage: kubectl dra" in r.stdout and "explain-rule" in r.stdout, r.stderr
+    for verb in ("taint", "untaint", "devices", "explain-rule", "why"):
+        text = _help(verb)
+        assert "global flags" in text and "--kubeconfig PATH" in text and "--context" in text, verb
+    assert "none,client,server" in _help("taint") and "--ignore-not-found" in _help("untaint")
+    assert "kubectl_complete-dra" in _help("completion")
+
+
+def test_an_unreachable_api_server_is_one_line(tmp_path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: x}}]\n"
+        "contexts: [{name: a, context: {cluster: c, user: u}}]\ncurrent-context: a\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "kubectl_dra.cli", "--kubeconfig", str(kubeconfig), "devices"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 1 and r.stderr.startswith("error: cannot reach the API server:") and r.stderr.count("\n") == 1, r.stderr

@@ -56,3 +56,14 @@ def test_readme_quick_start_has_the_two_commands() -> None:
     quick = readme.split("## Quick start", 1)[1].split("##", 1)[0]
     commands = [line.split("#")[0].strip() for line in re.findall(r"```sh\n(.*?)```", quick, re.S)[0].splitlines() if line.strip()]
     assert commands == ["make run", "make test"]
+    assert "make run LISTEN=" in quick and "`--listen`" in quick, "the Quick start says how to pick another port"
+
+
+def test_the_walkthrough_writes_only_into_a_copy() -> None:
+    """The steps that add or edit manifests target the copy `make run SOURCE=` serves, never the tracked examples/."""
+    readme = (ROOT / "README.md").read_text()
+    walkthrough = readme.split("## Walkthrough", 1)[1].split("\n## ", 1)[0]
+    assert "cp -r examples/demo-cluster /tmp/demo\nmake run SOURCE=/tmp/demo" in walkthrough
+    writes = re.findall(r"^cat > (\S+)", walkthrough, re.M)
+    assert writes and all(w.startswith("/tmp/demo/") for w in writes), writes
+    assert "under `/tmp/demo/` while it runs" in walkthrough and "`/tmp/demo/volumes.yaml`" in walkthrough

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -125,3 +126,79 @@ async def test_loses_leadership_at_the_first_poll_after_the_hand_over(follower) 
     source.spec = None
     await lead._follow_once()
     assert not lead.is_leader()
+
+
+# name -> (the Lease spec the GET returns, None: 404; seconds the follower has been polling; the problem it reports, or None)
+# (specs are built when the test runs: their times are relative to now)
+RENEWAL_CASES: dict[str, tuple[Callable[[], dict[str, Any] | None], float, str | None]] = {
+    "renewed by its scheduler": (lambda: spec("me_1", renewed_ago=1), 60, None),
+    "renewed by another replica": (lambda: spec("other_1", renewed_ago=14), 60, None),
+    "not renewed for longer than its duration": (
+        lambda: spec("other_1", renewed_ago=40),
+        0,
+        "not renewed for 40 s (leaseDurationSeconds 15)",
+    ),
+    "never renewed": (lambda: {"holderIdentity": "x_1", "leaseDurationSeconds": 15}, 0, "never renewed"),
+    "missing, but only just started": (lambda: None, 10, None),
+    "missing for longer than a lease duration": (lambda: None, 20, "has not existed for 20 s"),
+}
+
+
+@pytest.mark.parametrize("case", RENEWAL_CASES)
+async def test_says_loudly_when_nobody_renews_the_followed_lease(case: str, follower, caplog: pytest.LogCaptureFixture) -> None:
+    make_spec, polling_for, problem = RENEWAL_CASES[case]
+    lead, source, clock = follower
+    source.spec = make_spec()
+    await lead._follow_once()
+    clock.t += polling_for
+    await lead._follow_once()
+    if problem is None:
+        assert lead.lease_problem is None
+        assert "not renewed by anyone" not in caplog.text
+    else:
+        assert lead.lease_problem is not None and problem in lead.lease_problem, lead.lease_problem
+        assert "Lease kube-system/kube-scheduler" in lead.lease_problem and "leaderElection" in lead.lease_problem
+        assert caplog.text.count("followed lease is not renewed by anyone") == 1  # once per change, not per poll
+        assert not lead.is_leader()
+
+
+async def test_a_renewed_lease_clears_the_problem(follower) -> None:
+    lead, source, _clock = follower
+    source.spec = spec("other_1", renewed_ago=60)
+    await lead._follow_once()
+    assert lead.lease_problem is not None
+    source.spec = spec("other_1", renewed_ago=0)
+    await lead._follow_once()
+    assert lead.lease_problem is None
+
+
+# name -> (the KubeSchedulerConfiguration text, the Lease followed (None: no election), or the error's words)
+CONFIGS: dict[str, tuple[str, tuple[str, str] | str | None]] = {
+    "named": (
+        "kind: KubeSchedulerConfiguration\nleaderElection: {leaderElect: true, resourceNamespace: dra-system, resourceName: dra-scheduler}\n",
+        ("dra-system", "dra-scheduler"),
+    ),
+    "kube-scheduler's defaults": ("kind: KubeSchedulerConfiguration\n", ("kube-system", "kube-scheduler")),
+    "no election": ("kind: KubeSchedulerConfiguration\nleaderElection: {leaderElect: false}\n", None),
+    "not a scheduler config": ("kind: ConfigMap\n", "not a KubeSchedulerConfiguration"),
+    "not yaml": ("kind: [\n", "not valid YAML"),
+    "endpoints lock": ("kind: KubeSchedulerConfiguration\nleaderElection: {resourceLock: endpoints}\n", "only leases"),
+}
+
+
+@pytest.mark.parametrize("case", CONFIGS)
+def test_the_lease_comes_from_the_schedulers_own_configuration(case: str, tmp_path) -> None:
+    text, want = CONFIGS[case]
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    if isinstance(want, str):
+        with pytest.raises(leadership.SchedulerConfigError, match=want) as e:
+            leadership.lease_from_scheduler_config(str(path))
+        assert str(path) in str(e.value)
+    else:
+        assert leadership.lease_from_scheduler_config(str(path)) == want
+
+
+def test_a_missing_scheduler_config_is_named() -> None:
+    with pytest.raises(leadership.SchedulerConfigError, match=r"/nonexistent/config\.yaml: No such file"):
+        leadership.lease_from_scheduler_config("/nonexistent/config.yaml")

@@ -19,6 +19,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* The extender image. Nothing publishes it: an unset repository fails the install with the way to build it. */}}
+{{- define "dra-extender.image" -}}
+{{- if not .Values.extender.image.repository -}}
+{{- fail "extender.image.repository is not set, and no registry publishes the dra-extender image. Build and push it from the repository's Dockerfile first: docker build -t REGISTRY/dra-extender:TAG . && docker push REGISTRY/dra-extender:TAG, then install with --set extender.image.repository=REGISTRY/dra-extender --set extender.image.tag=TAG (docs/operator-guide.md, Install)" -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.extender.image.repository (.Values.extender.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
 {{- define "dra-extender.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "dra-extender.fullname" .) .Values.serviceAccount.name -}}
