@@ -57,6 +57,8 @@ def _claim(name: str, rng: random.Random) -> dict[str, Any]:
         exactly["selectors"] = [{"cel": {"expression": f'device.attributes["{DRIVER}"].model == "{rng.choice("ab")}"'}}]
     if rng.random() < 0.4:
         exactly["tolerations"] = [{"key": rng.choice(["health", "maintenance", ""]), "operator": "Exists"}]
+    if rng.random() < 0.2:
+        exactly["capacity"] = {"requests": {"memory": str(rng.choice([1, 2]))}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -108,7 +110,7 @@ class World:
     def step(self) -> str:
         rng = self.rng
         action = rng.choice(
-            ["slice", "slice", "shared", "rule", "unrule", "label", "class", "claim", "claim", "allocate", "allocate", "free"]
+            ["slice", "slice", "shared", "partitions", "rule", "unrule", "label", "class", "claim", "claim", "allocate", "allocate", "free"]
         )
         if action == "slice":
             node = rng.choice(NODES)
@@ -122,6 +124,36 @@ class World:
                 self.put(ev.RESOURCE_SLICE, "s-shared", {}, etype="DELETED")
             else:
                 self.put(ev.RESOURCE_SLICE, "s-shared", _slice(None, 1, [_device(rng, i) for i in range(2)], "s-shared"))
+        elif action == "partitions":
+            # One pool over n0 and n1 drawing on one counter set (published with n0's slices):
+            # an allocation on either node changes what the other can take.
+            def part(name: str, node: str, body: dict[str, Any]) -> dict[str, Any]:
+                spec = {"driver": DRIVER, "nodeName": node, "pool": {"name": "part", "generation": 1, "resourceSliceCount": 3}, **body}
+                return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
+
+            def partition(name: str) -> dict[str, Any]:
+                size = rng.choice([2, 4, 6])
+                d: dict[str, Any] = {
+                    "name": name,
+                    "attributes": {"model": {"string": rng.choice("ab")}},
+                    "capacity": {"memory": {"value": str(size)}},
+                    "consumesCounters": [{"counterSet": "gpu", "counters": {"memory": {"value": str(size)}}}],
+                }
+                if rng.random() < 0.3:
+                    d["allowMultipleAllocations"] = True
+                return d
+
+            self.put(
+                ev.RESOURCE_SLICE,
+                "part-counters",
+                part(
+                    "part-counters",
+                    "n0",
+                    {"sharedCounters": [{"name": "gpu", "counters": {"memory": {"value": str(rng.choice([6, 8, 12]))}}}]},
+                ),
+            )
+            self.put(ev.RESOURCE_SLICE, "part-n0", part("part-n0", "n0", {"devices": [partition("pa0"), partition("pa1")]}))
+            self.put(ev.RESOURCE_SLICE, "part-n1", part("part-n1", "n1", {"devices": [partition("pb0"), partition("pb1")]}))
         elif action == "rule":
             pool = rng.choice([*NODES, "shared"])
             rule = {
@@ -169,7 +201,7 @@ class World:
             if raw is None or claim is None:
                 return action
             if action == "free" or claim.allocation is not None:
-                self.put(ev.RESOURCE_CLAIM, key, {**raw, "status": {}})
+                self.put(ev.RESOURCE_CLAIM, key, {**raw, "metadata": dict(raw["metadata"]), "status": {}})
                 return "free"
             node = rng.choice(NODES)
             outcome = self.reference.allocate(
@@ -181,7 +213,11 @@ class World:
                 self.state.device,
             )
             if outcome.ok:
-                self.put(ev.RESOURCE_CLAIM, key, {**raw, "status": {"allocation": outcome.allocations[key].to_api()}})
+                self.put(
+                    ev.RESOURCE_CLAIM,
+                    key,
+                    {**raw, "metadata": dict(raw["metadata"]), "status": {"allocation": outcome.allocations[key].to_api()}},
+                )
         return action
 
     async def check(self) -> None:
@@ -224,3 +260,57 @@ async def test_cached_answers_equal_fresh_allocation(seed: int) -> None:
         except AssertionError as e:
             raise AssertionError(f"seed {seed}, step {i} ({action}): {e}") from e
     assert world.service.outcomes.hits > 0, "the cache was never used: the test would not see it go stale"
+
+
+async def test_an_allocation_on_one_node_drops_verdicts_of_every_node_sharing_its_counters() -> None:
+    """pa0 on n0 and pb0 on n1 draw on one 8-unit counter set: once pb0 (6) is allocated, pa0 (4) no longer fits on n0."""
+    world = World(0)
+
+    def part(name: str, node: str, body: dict[str, Any]) -> dict[str, Any]:
+        spec = {"driver": DRIVER, "nodeName": node, "pool": {"name": "part", "generation": 1, "resourceSliceCount": 3}, **body}
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name}, "spec": spec}
+
+    def partition(name: str, size: int) -> dict[str, Any]:
+        return {"name": name, "consumesCounters": [{"counterSet": "gpu", "counters": {"memory": {"value": str(size)}}}]}
+
+    world.put(
+        ev.RESOURCE_SLICE,
+        "part-counters",
+        part("part-counters", "n0", {"sharedCounters": [{"name": "gpu", "counters": {"memory": {"value": "8"}}}]}),
+    )
+    world.put(ev.RESOURCE_SLICE, "part-n0", part("part-n0", "n0", {"devices": [partition("pa0", 4)]}))
+    world.put(ev.RESOURCE_SLICE, "part-n1", part("part-n1", "n1", {"devices": [partition("pb0", 6)]}))
+    for name in ("c0", "c1"):
+        claim = _claim(name, random.Random(1))
+        claim["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": "gpu"}
+        world.claims.append(name)
+        world.put(ev.RESOURCE_CLAIM, f"default/{name}", claim)
+        world.pods.append(f"p-{name}")
+        world.put(ev.POD, f"default/p-{name}", _pod(f"p-{name}", name))
+    await world.check()
+    raw_pod = world.state.raw_pods["default/p-c0"]
+    passed, _ = await world.service.filter(parse_extender_args(orjson.dumps({"Pod": raw_pod, "NodeNames": ["n0", "n1"]})))
+    assert passed == ["n0", "n1"]
+    key = "default/c1"
+    outcome = world.reference.allocate(
+        world.state.nodes["n1"],
+        [world.state.claims[key]],
+        world.state.slices_for_node("n1"),
+        world.state.classes,
+        world.state.ledger,
+        world.state.device,
+        pool_slices=world.state.pool_slices,
+    )
+    assert outcome.ok and outcome.allocations[key].results[0].device == "pb0"
+    world.put(
+        ev.RESOURCE_CLAIM,
+        key,
+        {
+            **world.state.raw_claims[key],
+            "metadata": dict(world.state.raw_claims[key]["metadata"]),
+            "status": {"allocation": outcome.allocations[key].to_api()},
+        },
+    )
+    passed, failed = await world.service.filter(parse_extender_args(orjson.dumps({"Pod": raw_pod, "NodeNames": ["n0", "n1"]})))
+    assert passed == [] and "counter" in failed["n0"], failed
+    await world.check()
