@@ -161,26 +161,27 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="DRAPartitionableDevices: shared counters and per-device node selection; off: devices that consume "
-        "counters are never allocated (default: on)",
+        "counters are never allocated (default %(default)s)",
     )
     beta.add_argument(
         "--feature-consumable-capacity",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="DRAConsumableCapacity: devices shared by several claims, capacity requests; off: shared results count "
-        "as whole devices and claims with capacity requests are refused (default: on)",
+        "as whole devices and claims with capacity requests are refused (default %(default)s)",
     )
     beta.add_argument(
         "--feature-binding-conditions",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="honour device binding conditions: bind a pod only once its devices are ready (DRADeviceBindingConditions)",
+        help="honour device binding conditions: bind a pod only once its devices are ready (DRADeviceBindingConditions; "
+        "default %(default)s)",
     )
     beta.add_argument(
         "--feature-extended-resources",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="serve extended resources backed by DeviceClasses with claims made at /bind (DRAExtendedResource)",
+        help="serve extended resources backed by DeviceClasses with claims made at /bind (DRAExtendedResource; default %(default)s)",
     )
     beta.add_argument(
         "--binding-timeout",
