@@ -364,14 +364,17 @@ class Allocator(Generic[SelectorT]):
         """The slot of a pod's lone request, found as upstream's allocateOne does; None: take the full pass.
 
         One claim with one `exactly` request (ExactCount, no constraints, no
-        admin access, no capacity requests) is answered by its first `count`
-        usable devices in pool order, which is what the search would pick
-        from the full candidate list. So, as upstream, evaluate the selectors
-        one device at a time and stop there: a never-seen request selector
-        then costs a device or two per node instead of every device of every
-        slice. Anything else, too few devices, a selector error, or a device
-        whose counters or shares make the picks depend on each other takes the
-        full pass, which finds the same answer and explains a failure.
+        admin access) is answered by its first `count` usable devices in pool
+        order, which is what the search would pick from the full candidate
+        list. So, as upstream, evaluate the selectors one device at a time and
+        stop there: a never-seen request selector then costs a device or two
+        per node instead of every device of every slice. A request for one
+        device goes through upstream's checks in upstream's order (in use,
+        selectors, capacity, counters charged, taints), so shared devices and
+        partitions take this path too; for more devices, counters and shares
+        make the picks depend on each other and the full search decides.
+        Anything else, too few devices, or a selector error takes the full
+        pass, which finds the same answer and explains a failure.
         """
         if len(pending) != 1:
             return None
@@ -380,7 +383,10 @@ class Allocator(Generic[SelectorT]):
             return None
         request = claim.requests[0]
         req = request.exactly
-        if req is None or req.allocation_mode == MODE_ALL or req.admin_access or req.count < 1 or req.capacity_requests:
+        if req is None or req.allocation_mode == MODE_ALL or req.admin_access or req.count < 1:
+            return None
+        single = req.count == 1
+        if req.capacity_requests and not single:
             return None
         device_class = classes.get(req.device_class_name)
         if device_class is None:
@@ -393,17 +399,22 @@ class Allocator(Generic[SelectorT]):
         evaluate = self._cel.evaluate
         is_taken = state.is_taken
         shares = self.features.consumable_capacity
+        partitionable = self.features.partitionable_devices
+        wanted = dict(req.capacity_requests)
+        counters: CounterTally | None = None
         candidates: list[_Candidate] = []
         for pool in pools:
             if pool.incomplete or pool.invalid:
                 continue
+            available: Tally | None = None
             for s in pool.slices:
                 for device in s.devices:
                     if (s.per_device_node_selection and not device.reachable_from(node)) or is_taken(device.id):
                         continue  # "in use" first, as upstream: a device in use is never evaluated
                     if device.binding_conditions and not self.features.binding_conditions:
                         continue  # upstream isSelectable: not selectable with the gate off
-                    if device.consumes_counters or (shares and device.allow_multiple_allocations):
+                    shared = shares and device.allow_multiple_allocations
+                    if not single and (device.consumes_counters or shared):
                         return None  # picks interact through counters or shares: the full search decides
                     try:
                         if not all(evaluate(sel, device) for sel in class_selectors):
@@ -412,9 +423,27 @@ class Allocator(Generic[SelectorT]):
                             continue
                     except ValueError:
                         return None
+                    amounts: cap.Amounts | None = None
+                    committed = state.consumed_capacity(device.id) if shared else None
+                    if shares and (wanted or shared or device.capacity_policies):
+                        amounts = cap.request_amounts(wanted, device.driver, device.capacity, device.capacity_policies)
+                        if amounts is None or not cap.fits(amounts, device.capacity, device.capacity_policies, committed, None):
+                            continue
+                    counted = False
+                    if device.consumes_counters:
+                        if not partitionable:
+                            continue
+                        if committed is None:
+                            if counters is None:
+                                counters = CounterTally(state)
+                            if available is None:
+                                available = counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices])
+                            if not counters.charge(pool.name, available, device.consumes_counters):
+                                continue
+                        counted = True
                     if untolerated_blocking_taints(device.taints, req.tolerations):
-                        continue
-                    candidates.append(_Candidate(device))
+                        continue  # its counters stay charged for the rest of the call, as upstream's do
+                    candidates.append(_Candidate(device, pool if counted else None, shared, amounts))
                     if len(candidates) == req.count:
                         return _Slot(0, request.name, [_Alternative(request.name, req, device_class, req.count, candidates)])
         return None
@@ -560,7 +589,8 @@ class Allocator(Generic[SelectorT]):
                     tally.matched += 1
                     shared = shares and device.allow_multiple_allocations
                     amounts: cap.Amounts | None = None
-                    if shares:
+                    # A whole device without a request policy always holds a request without capacity requests.
+                    if shares and (req.capacity_requests or shared or device.capacity_policies):
                         amounts = cap.request_amounts(dict(req.capacity_requests), device.driver, device.capacity, device.capacity_policies)
                         committed = state.consumed_capacity(device.id)
                         if amounts is None or not cap.fits(amounts, device.capacity, device.capacity_policies, committed, None):

@@ -29,12 +29,13 @@ Tally = dict[str, dict[str, Fraction]]  # counter set -> counter -> value
 class CounterTally:
     """Available and consumed counters per pool name for one allocation call."""
 
-    __slots__ = ("_available", "_consumed", "_state")
+    __slots__ = ("_available", "_consumed", "_over", "_state")
 
     def __init__(self, state: AllocatedState) -> None:
         self._state = state
         self._available: dict[str, Tally] = {}
         self._consumed: dict[str, Tally] = {}
+        self._over: dict[str, bool] = {}  # pool name -> some counter is already below zero
 
     def available(self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Iterable[SliceView]) -> Tally:
         """The pool's counters left by allocated devices (computed once per pool name, as upstream)."""
@@ -53,6 +54,7 @@ class CounterTally:
                                 if name in left:
                                     left[name] -= q.value
             self._available[pool] = tally
+            self._over[pool] = any(v < 0 for counters in tally.values() for v in counters.values())
         return tally
 
     def charge(self, pool: str, available: Tally, consumption: tuple[CounterConsumption, ...]) -> bool:
@@ -80,12 +82,21 @@ class CounterTally:
                 counters[name] = counters.get(name, Fraction(0)) - q.value
 
     def would_fit_alone(self, pool: str, available: Tally, consumption: tuple[CounterConsumption, ...]) -> bool:
-        """Whether the device could be charged with nothing else picked (a device that cannot never will)."""
+        """Whether the device could be charged with nothing else picked (a device that cannot never will).
+
+        `available` must come from `available(pool, ...)` of this tally.
+        """
+        if self._over.get(pool, False):
+            return False  # every counter of the pool is compared: an over-committed one refuses all
+        if len(consumption) == 1:
+            use = consumption[0]
+            left = available.get(use.counter_set)
+            return left is None or all(name not in left or left[name] >= q.value for name, q in use.counters.items())
         own: dict[tuple[str, str], Fraction] = {}
         for use in consumption:
             for name, q in use.counters.items():
                 own[(use.counter_set, name)] = own.get((use.counter_set, name), Fraction(0)) + q.value
-        return all(value >= own.get((s, c), 0) for s, counters in available.items() for c, value in counters.items())
+        return all(key[0] not in available or key[1] not in available[key[0]] or available[key[0]][key[1]] >= v for key, v in own.items())
 
 
 def describe_short(available: Tally, consumption: tuple[CounterConsumption, ...]) -> str:

@@ -9,6 +9,7 @@ normalised to fully qualified names, as upstream does.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Mapping
@@ -285,9 +286,15 @@ def _parse_attribute(r: _Reader, raw: Any, path: str) -> AttributeValue:
         raise r.fail(f"{path}.version", str(e)) from None
 
 
+@functools.lru_cache(maxsize=4096)
+def _cached_quantity(raw: str) -> Quantity:
+    return parse_quantity(raw)
+
+
 def _parse_quantity(r: _Reader, raw: Any, path: str) -> Quantity:
     try:
-        return parse_quantity(raw)
+        # Slices repeat the same few quantities thousands of times ("10Gi"): parse each string once.
+        return _cached_quantity(raw) if type(raw) is str else parse_quantity(raw)
     except QuantityError as e:
         raise r.fail(path, str(e)) from None
 
