@@ -115,6 +115,14 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        stalled = bridge.stalled_for()
+        if stalled > bridge.stall_threshold:
+            # Ready means able to answer verbs: a loop that does not turn answers none.
+            return Response(
+                f"not ready: event loop stalled: it has not turned for {stalled:.1f} s (threshold {bridge.stall_threshold:g} s)".encode(),
+                status_code=503,
+                media_type="text/plain",
+            )
         if state.ready:
             return Response(b"ok", media_type="text/plain")
         return Response(

@@ -11,10 +11,14 @@ Built on the object store (tracker/store.py).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_device_class, parse_device_taint_rule, parse_resource_slice, parse_resource_slice_patch
 from allocator.tolerations import blocks_allocation
@@ -34,6 +38,16 @@ if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
 _ANY = None  # wildcard in selector index keys
+
+# The warm-up gives the event loop back after this much work, so probes, verbs and signals
+# are served between its slices however many devices or how costly the class selectors.
+WARM_SLICE_SECONDS = 0.02
+# One warm-up evaluation gives up after this long (the cost limit stops a hostile one within
+# ~50 ms; this is the backstop). The device is then evaluated by the first /filter that needs
+# it, under that call's own time budget.
+WARM_EVALUATION_SECONDS = 0.1
+
+log = logging.getLogger(__name__)
 
 
 def _spec_field(raw: Mapping[str, Any], name: str) -> Any:
@@ -103,6 +117,8 @@ class DeviceViews(ObjectStore):
         self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
         self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
+        self._warm_queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
+        self._warm_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ allocation state per node
 
@@ -418,26 +434,71 @@ class DeviceViews(ObjectStore):
     def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
         """Evaluate class selectors when devices or classes change, not on the scheduler's clock.
 
-        A cold selector costs hundreds of microseconds per device; paid here, a
-        filter over thousands of nodes is answered from the cache.
+        A cold selector costs hundreds of microseconds per device (a hostile one
+        up to its cost limit); paid here, a filter over thousands of nodes is
+        answered from the cache. On an event loop the work runs in a task, in
+        slices of WARM_SLICE_SECONDS, so it never holds the loop; without one
+        (tools, synchronous tests) it runs in place.
         """
-        cel = self.cel
+        classes = tuple(c for c in classes if c.selectors)
+        if not classes:
+            return
+        devices = tuple(devices)
+        if not devices:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._warm_slice(devices, self._compiled(classes), None)
+            return
+        self._warm_queue.append((devices, classes))
+        if self._warm_task is None or self._warm_task.done():
+            self._warm_task = loop.create_task(self._warm_later(), name="warm-selectors")
+
+    def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
         compiled = []
         for device_class in classes:
             for expression in device_class.selectors:
                 try:
-                    compiled.append(cel.compile(expression))
+                    compiled.append(self.cel.compile(expression))
                 except ValueError:
                     continue  # reported when the class arrived
-        if not compiled:
-            return
-        for device in devices:
-            for selector in compiled:
-                try:
+        return compiled
+
+    async def _warm_later(self) -> None:
+        """Drain the warm-up queue, yielding to the loop after every slice of work."""
+        while self._warm_queue:
+            devices, classes = self._warm_queue.popleft()
+            compiled = self._compiled(classes)
+            start = 0
+            while start < len(devices):
+                start = self._warm_slice(devices, compiled, start, time.monotonic() + WARM_SLICE_SECONDS)
+                await asyncio.sleep(0)
+        self._warm_task = None
+
+    def _warm_slice(self, devices: tuple[DeviceView, ...], compiled: list[Any], start: int | None, until: float | None = None) -> int:
+        """Warm devices[start:] until `until` (monotonic); returns where it stopped."""
+        cel = self.cel
+        i = start or 0
+        while i < len(devices):
+            if until is not None and i > (start or 0) and time.monotonic() > until:
+                return i
+            device = devices[i]
+            i += 1
+            if until is not None and self.devices.get(device.id) is not device:
+                continue  # replaced or gone since it was queued (its successor is queued itself)
+            previous = set_deadline(time.monotonic() + WARM_EVALUATION_SECONDS)
+            try:
+                for selector in compiled:
                     if not cel.evaluate(selector, device):
                         break  # the class's later selectors are not needed for this device
-                except ValueError:
-                    break
+            except ValueError:
+                pass
+            except DeadlineExceeded as e:
+                log.debug("warm-up evaluation gave up", extra={"device": str(device.id), "expression": e.expression[:200]})
+            finally:
+                set_deadline(previous)
+        return i
 
     def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
         self._slice_changed(s.node_name)

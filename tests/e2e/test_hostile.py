@@ -196,19 +196,21 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
 
 
 def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
-    """With a generous filter budget the slow selector holds the loop for seconds: /livez (both
-    ports) fails past --livez-stall-threshold, and passes again once the loop turns."""
-    nodes = write_cluster(tmp_path / "c", nodes=2, devices=64, claims={"heavy": HEAVY_NOWHERE})
-    ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "60", "--livez-stall-threshold", "1")
+    """A /filter holds the loop for exactly its time budget (4 s): the slow selector over 1,024
+    devices is ~20 s of work, so the budget, not the machine's speed, says how long. /livez and
+    /readyz (both ports) fail past --livez-stall-threshold (1 s), and pass again once the loop turns."""
+    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE})
+    ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "4", "--livez-stall-threshold", "1")
     try:
         ext.wait_ready()
         # Loading may itself hold the loop past the (tiny) threshold on a loaded machine.
         wait_for(lambda: ext.http.get("/livez").status_code == 200, 15, what="/livez passing once loaded")
         done = threading.Event()
+        answer: list[dict[str, Any]] = []
 
         def busy() -> None:
             try:
-                httpx.post(ext.url + "/filter", json=claim_pod("heavy", nodes), timeout=120)
+                answer.append(httpx.post(ext.url + "/filter", json=claim_pod("heavy", nodes), timeout=120).json())
             finally:
                 done.set()
 
@@ -217,16 +219,19 @@ def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
 
         def stalled() -> bool:
             for url in (ext.url, probe):
-                r = httpx.get(url + "/livez", timeout=5)
-                if r.status_code == 503:
-                    seen[url] = r.text
-            return len(seen) == 2 or done.is_set()
+                for path in ("/livez", "/readyz"):
+                    r = httpx.get(url + path, timeout=5)
+                    if r.status_code == 503:
+                        seen[url + path] = r.text
+            return len(seen) == 4 or done.is_set()
 
-        wait_for(stalled, 30, interval=0.1, what="/livez failing while the loop is stuck")
-        assert len(seen) == 2, f"/livez never failed on both ports while the loop was busy (filter finished first): {seen}"
+        wait_for(stalled, 30, interval=0.1, what="/livez and /readyz failing while the loop is stuck")
+        assert len(seen) == 4, f"/livez and /readyz did not fail on both ports while the loop was held: {seen}"
         assert all("event loop stalled" in t for t in seen.values()), seen
         assert done.wait(120)
+        assert "time budget of 4 s" in answer[0]["Error"], answer[0]
         wait_for(lambda: httpx.get(probe + "/livez", timeout=5).status_code == 200, 15, what="/livez passing again")
+        wait_for(lambda: httpx.get(probe + "/readyz", timeout=5).status_code == 200, 15, what="/readyz passing again")
     finally:
         ext.stop()
 
