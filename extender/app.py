@@ -246,10 +246,20 @@ def create_app(
             error = str(e)
         return _json(wire.binding_result(error))
 
+    def parse_bind(raw: bytes) -> wire.BindingArgs:
+        """A /bind the scheduler sent but we cannot read is decided too: release its pod in the gate."""
+        try:
+            return wire.parse_binding_args(raw)
+        except wire.BadRequest:
+            uid = wire.pod_uid_of(raw)
+            if uid:
+                bridge.call_soon(lambda: service.placements.decided(uid))
+            raise
+
     parse_args = wire.parse_extender_args
     app.add_api_route("/filter", timed("filter", parse_args, do_filter, wire.error_filter_result, quick_filter), methods=["POST"])
     app.add_api_route("/prioritize", timed("prioritize", parse_args, do_prioritize, lambda _e: b"[]", quick_prioritize), methods=["POST"])
-    app.add_api_route("/bind", timed("bind", wire.parse_binding_args, do_bind, wire.binding_result), methods=["POST"])
+    app.add_api_route("/bind", timed("bind", parse_bind, do_bind, wire.binding_result), methods=["POST"])
 
     if not debug:
         return app
