@@ -481,3 +481,36 @@ def test_outage_is_visible_and_the_view_catches_up(relist: bool) -> None:
     finally:
         ext.stop()
         api.stop()
+
+
+def test_hung_api_server_is_stale_within_40s_and_fresh_again_after() -> None:
+    """The API server stops answering with its connections open (a stopped process): no watch
+    ends and no request fails, yet within 40 s of its last answer every kind is stale (the
+    default 30 s threshold), and within 15 s of it answering again every kind is fresh."""
+    api = FakeApi(DEMO)
+    ext = cluster_extender(api)
+    try:
+        ext.wait_ready(60)
+        wait_converged(api, ext, 20)
+        kinds = sorted(ext.http.get("/debug/objects").json()["sources"])
+        assert "ResourceSlice.resource.k8s.io" in kinds, kinds
+
+        def stale() -> list[float | None]:
+            return [metric(ext, "dra_extender_source_stale", kind=k) for k in kinds]
+
+        assert stale() == [0] * len(kinds)
+        api.faults(hang=True)
+        hung = time.monotonic()
+        wait_for(lambda: stale() == [1] * len(kinds), 45, interval=0.5, what="every kind stale while the server hangs")
+        took = time.monotonic() - hung
+        assert took <= 40, f"stale only {took:.1f} s after the server stopped answering"
+        assert ext.http.get("/livez").status_code == 200
+        time.sleep(max(0.0, 40 - (time.monotonic() - hung)))
+        api.clear_faults()
+        resumed = time.monotonic()
+        wait_for(lambda: stale() == [0] * len(kinds), 15, interval=0.5, what="every kind fresh once the server answers")
+        print(f"hung API server: stale after {took:.1f} s, fresh {time.monotonic() - resumed:.1f} s after it resumed")
+        wait_for(lambda: "view caught up" in ext.logs(), 5, what="the caught-up log line")
+    finally:
+        ext.stop()
+        api.stop()
