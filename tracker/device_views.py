@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
 _ANY = None  # wildcard in selector index keys
+_RECOMPUTING = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
 
 # The warm-up gives the event loop back after this much work, so probes, verbs and signals
 # are served between its slices however many devices or how costly the class selectors.
@@ -119,6 +120,12 @@ class DeviceViews(ObjectStore):
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
         self._warm_queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
         self._warm_task: asyncio.Task[None] | None = None
+        # Devices whose views a rule, patch or class change asked to recompute, done in slices
+        # on the loop (their selectors may be costly), and the events held back meanwhile.
+        self._pending_recompute: set[DeviceID] = set()
+        self._deferring = False  # the event being applied left work in _pending_recompute
+        self._held_events: list[ev.ObjectEvent] = []
+        self._views_ready = False
 
     # ------------------------------------------------------------------ allocation state per node
 
@@ -149,6 +156,28 @@ class DeviceViews(ObjectStore):
         return len(taken) if taken else 0
 
     # ------------------------------------------------------------------ the store's hooks
+
+    @property
+    def ready(self) -> bool:
+        """Every required kind listed and, the first time, the views those lists ask for computed
+        (a rule listed after the slices must taint them before the first /filter); later
+        recomputes are lag, as a watch event's is."""
+        if not super().ready:
+            return False
+        if not self._views_ready:
+            if self._pending_recompute:
+                return False
+            self._views_ready = True
+        return True
+
+    def _notify(self, event: ev.ObjectEvent) -> None:
+        if self._deferring or self._held_events:
+            # Listeners (the eviction controller) read the views this event changes: they hear
+            # of it once those are computed, after the events held before it.
+            self._deferring = False
+            self._held_events.append(event) if event.kind in _RECOMPUTING else super()._notify(event)
+            return
+        super()._notify(event)
 
     def _became_ready(self) -> None:
         # Classes may have arrived after the slices: warm what is still cold.
@@ -466,15 +495,29 @@ class DeviceViews(ObjectStore):
         return compiled
 
     async def _warm_later(self) -> None:
-        """Drain the warm-up queue, yielding to the loop after every slice of work."""
-        while self._warm_queue:
-            devices, classes = self._warm_queue.popleft()
-            compiled = self._compiled(classes)
-            start = 0
-            while start < len(devices):
-                start = self._warm_slice(devices, compiled, start, time.monotonic() + WARM_SLICE_SECONDS)
-                await asyncio.sleep(0)
-        self._warm_task = None
+        """Recompute pending views, then drain the warm-up queue, yielding to the loop after every slice of work."""
+        try:
+            while self._pending_recompute or self._warm_queue:
+                if self._pending_recompute:
+                    pending, self._pending_recompute = self._pending_recompute, set()
+                    left = self._recompute_now(pending, time.monotonic() + WARM_SLICE_SECONDS)
+                    self._pending_recompute |= left
+                    if not self._pending_recompute:
+                        held, self._held_events = self._held_events, []
+                        for event in held:
+                            ObjectStore._notify(self, event)
+                    await asyncio.sleep(0)
+                    continue
+                devices, classes = self._warm_queue.popleft()
+                compiled = self._compiled(classes)
+                start = 0
+                while start < len(devices) and not self._pending_recompute:
+                    start = self._warm_slice(devices, compiled, start, time.monotonic() + WARM_SLICE_SECONDS)
+                    await asyncio.sleep(0)
+                if start < len(devices):
+                    self._warm_queue.appendleft((devices[start:], classes))  # views first
+        finally:
+            self._warm_task = None
 
     def _warm_slice(self, devices: tuple[DeviceView, ...], compiled: list[Any], start: int | None, until: float | None = None) -> int:
         """Warm devices[start:] until `until` (monotonic); returns where it stopped."""
@@ -516,15 +559,43 @@ class DeviceViews(ObjectStore):
         )
 
     def _recompute_devices(self, affected: set[DeviceID]) -> None:
+        """Recompute the views of devices a rule, patch or class change touches.
+
+        Their selectors may be costly: on an event loop, what does not fit in one
+        slice of WARM_SLICE_SECONDS continues in the background task, in slices, and
+        the event reaches the listeners once it is done (and the store is not ready
+        before the initial views are); without a loop, all in place.
+        """
         if not affected:
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._recompute_now(affected, None)
+            return
+        if not self._pending_recompute:
+            affected = self._recompute_now(affected, time.monotonic() + WARM_SLICE_SECONDS)  # most are done here
+            if not affected:
+                return
+        self._pending_recompute |= affected
+        self._deferring = True
+        if self._warm_task is None or self._warm_task.done():
+            self._warm_task = loop.create_task(self._warm_later(), name="warm-selectors")
+
+    def _recompute_now(self, affected: set[DeviceID], until: float | None) -> set[DeviceID]:
+        """Recompute until `until` (monotonic; None: all); returns the devices left to do."""
         ctx = self._selector_context()
         by_slice: dict[str, list[DeviceID]] = defaultdict(list)
         for did in affected:
             name = self._device_slice.get(did)
             if name is not None:
                 by_slice[name].append(did)
+        left: set[DeviceID] = set()
+        progressed = False  # at least one device per call
         for name, ids in by_slice.items():
+            if until is not None and progressed and time.monotonic() > until:
+                left.update(ids)
+                continue
             s = self.slices[name]
             view = self.slice_views[name]
             wanted = {d.device for d in ids}
@@ -533,6 +604,10 @@ class DeviceViews(ObjectStore):
             for i, d in enumerate(s.devices):
                 if d.name not in wanted:
                     continue
+                if until is not None and progressed and time.monotonic() > until:
+                    left.add(DeviceID(s.driver, s.pool, d.name))  # the next slice of work
+                    continue
+                progressed = True
                 nv = self._compute_device(s, i, ctx)
                 if nv is not new_devices[i]:
                     before = new_devices[i].cel_key
@@ -544,6 +619,7 @@ class DeviceViews(ObjectStore):
             if changed:
                 self._set_slice_view(s, tuple(new_devices))
                 self._warm(self.slice_views[name].devices, self.classes.values())
+        return left
 
     # ------------------------------------------------------------------ queries
 
