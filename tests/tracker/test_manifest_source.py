@@ -856,7 +856,7 @@ async def test_deleted_pod_releases_its_claims(tmp_path: Path, running, how: str
 
 
 UNKNOWN_EFFECTS = [
-    # name, file, document, field named in the warning
+    # name, file, document, field named in the warning, kind and name of the object
     (
         "rule",
         "rules/typo.yaml",
@@ -870,6 +870,8 @@ UNKNOWN_EFFECTS = [
         "slice.yaml",
         slice_yaml("resource.k8s.io/v1", taint="{key: k, effect: Evict-Everything}"),
         "spec.devices[0].taints[0].effect",
+        ev.RESOURCE_SLICE,
+        "s1",
     ),
 ]
 
