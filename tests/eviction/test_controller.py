@@ -226,6 +226,8 @@ async def test_evict_mode_respects_a_pod_disruption_budget(cluster: Cluster) -> 
         "2 pods need to be evicted in 1 namespace. 1 pod evicted since starting the controller."
     )
     assert "evictions refused by a PodDisruptionBudget (retrying)." in status["message"]
+    refused = [w for w in cluster.recorder.events() if w.body["message"].startswith("Eviction refused by a PodDisruptionBudget")]
+    assert refused and all(w.body["type"] == "Warning" and w.name != gone[0] for w in refused), "the refusal shows on the pod"
     # The budget goes away: the retries get through.
     api.delete("poddisruptionbudgets", "default", "trainers")
     await cluster.run_until(lambda: all(api.get("pods", "default", f"t{i}") is None for i in range(3)), within=120)
