@@ -43,6 +43,24 @@ MAX_DEBUG_PAGE = 1000  # /debug/devices items per page: one page costs the loop 
 METRICS_REFRESH_WAIT = 0.05  # /metrics waits this long for fresh gauges from the main loop
 
 
+# A refused body's chunks are freed, but glibc keeps freed heap blocks in the process:
+# malloc_trim gives them back. Only after a refusal of more than this many bytes read.
+TRIM_AFTER_BYTES = 1 << 20
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
 class _Refused(Exception):
     """A request refused before it reached a handler (status, message)."""
 
@@ -75,7 +93,13 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     try:
         await asyncio.wait_for(collect(), limits.body_timeout)
     except TimeoutError:
+        chunks.clear()
         raise _Refused(408, f"request body not received within {limits.body_timeout:g} s") from None
+    except _Refused:
+        chunks.clear()
+        if total > TRIM_AFTER_BYTES and _malloc_trim is not None:
+            _malloc_trim(0)  # memory returns to where it was before the request
+        raise
     return b"".join(chunks)
 
 

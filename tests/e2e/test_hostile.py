@@ -514,3 +514,33 @@ def test_hung_api_server_is_stale_within_40s_and_fresh_again_after() -> None:
     finally:
         ext.stop()
         api.stop()
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_refused_chunked_body_gives_its_memory_back(tmp_path: Path) -> None:
+    """100 MiB chunked against the default 32 MiB limit: 413, and the ~32 MiB read before the
+    refusal is returned to the system (the allocator would otherwise keep it)."""
+    shutil.copytree(DEMO, tmp_path / "demo")
+    ext = Extender("--source", str(tmp_path / "demo"))
+    try:
+        ext.wait_ready()
+        for _ in range(3):  # steady state: the server's own buffers exist
+            ext.post("filter", claim_pod("none", ["node-a"]))
+        before = _rss_kib(ext.proc.pid)
+        chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+        head = b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        answer = _raw(ext.port, head + chunk * 1600, wait=30)  # 100 MiB
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        time.sleep(0.5)
+        grown = _rss_kib(ext.proc.pid) - before
+        print(f"RSS after a refused 100 MiB chunked body: {grown / 1024:+.1f} MiB")
+        assert grown < 8 * 1024, f"RSS grew by {grown / 1024:.1f} MiB and stayed"
+        assert ext.http.get("/readyz").status_code == 200
+    finally:
+        ext.stop()
