@@ -166,10 +166,11 @@ def test_hostile_selector_is_stopped_with_the_cost_limit_reason(tmp_path: Path) 
 
 
 def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -> None:
-    """A selector that is legal but slow (~20 ms per device) over 256 devices: /filter stops at its
-    budget with an Error naming the claim and the expression, never a partial node list, while
-    /readyz on both ports keeps answering at once."""
-    nodes = write_cluster(tmp_path / "c", nodes=4, devices=64, claims={"heavy": HEAVY_NOWHERE})
+    """A selector that is legal but slow (~20 ms per device) over 1,024 devices (~20 s of work,
+    far past the 1 s budget however fast the machine): /filter stops at its budget with an Error
+    naming the claim and the expression, never a partial node list, while /readyz on both ports
+    keeps answering at once."""
+    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE})
     ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "1")
     try:
         ext.wait_ready()
