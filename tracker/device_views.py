@@ -16,6 +16,7 @@ import logging
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
@@ -23,8 +24,10 @@ from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_device_class, parse_device_taint_rule, parse_resource_slice, parse_resource_slice_patch
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
+    EFFECT_NO_SCHEDULE,
     DeviceClass,
     DeviceID,
+    DeviceTaint,
     DeviceTaintRule,
     ResourceSlice,
     ResourceSlicePatch,
@@ -39,6 +42,12 @@ if TYPE_CHECKING:
 
 _ANY = None  # wildcard in selector index keys
 _RECOMPUTING = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
+# A slice's handler computes its devices' views (rule and patch selectors included) for at
+# most this long; the rest get a provisional view, carrying this taint so that nothing is
+# allocated on what is not known yet, and are computed in the background.
+SLICE_HANDLER_SECONDS = 0.05
+PENDING_TAINT = DeviceTaint("resource.dra-extender.io/selectors-pending", EFFECT_NO_SCHEDULE)
+PENDING_SOURCE = "pending"
 
 # The warm-up gives the event loop back after this much work, so probes, verbs and signals
 # are served between its slices however many devices or how costly the class selectors.
@@ -171,11 +180,11 @@ class DeviceViews(ObjectStore):
         return True
 
     def _notify(self, event: ev.ObjectEvent) -> None:
-        if self._deferring or self._held_events:
+        if self._deferring or (self._held_events and event.kind in _RECOMPUTING):
             # Listeners (the eviction controller) read the views this event changes: they hear
             # of it once those are computed, after the events held before it.
             self._deferring = False
-            self._held_events.append(event) if event.kind in _RECOMPUTING else super()._notify(event)
+            self._held_events.append(event)
             return
         super()._notify(event)
 
@@ -423,10 +432,26 @@ class DeviceViews(ObjectStore):
         rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
         return patches, rules
 
-    def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext) -> DeviceView:
+    def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext, *, provisional: bool = False) -> DeviceView:
+        """The device's view; `provisional`: without the rules and patches that need a selector
+        evaluated (the costly part), tainted PENDING_TAINT until computed in full."""
         device = slice_.devices[index]
         did = DeviceID(slice_.driver, slice_.pool, device.name)
         patches, rules = self._candidates(did)
+        if provisional:
+            patches = [p for p in patches if not p.filter.selectors and not p.filter.device_class_name]
+            rules = [r for r in rules if r.selector is None or (not r.selector.selectors and not r.selector.device_class_name)]
+            view = effective_view(
+                ctx,
+                slice_,
+                device,
+                patches,
+                rules,
+                None,
+                self._device_versions[slice_.meta.name][device.name][2],
+                self._patch_versions,
+            )
+            return replace(view, taints=(*view.taints, PENDING_TAINT), taint_sources=(*view.taint_sources, PENDING_SOURCE))
         return effective_view(
             ctx,
             slice_,
@@ -448,9 +473,14 @@ class DeviceViews(ObjectStore):
         kept = before.devices if before is not None and old is not None and len(before.devices) == len(s.devices) else None
         views = []
         fresh = []
+        until = self._handler_deadline()
+        later: set[DeviceID] = set()
         for i, device in enumerate(s.devices):
             if kept is not None and old is not None and device is old.devices[i] and kept[i].id.device == device.name:
                 view = kept[i]
+            elif until is not None and time.monotonic() > until:
+                view = self._compute_device(s, i, ctx, provisional=True)
+                later.add(view.id)
             else:
                 view = self._compute_device(s, i, ctx)
                 fresh.append(view)
@@ -459,6 +489,16 @@ class DeviceViews(ObjectStore):
             views.append(view)
         self._set_slice_view(s, tuple(views))
         self._warm(fresh, self.classes.values())
+        if later:
+            self._defer_recompute(later)
+
+    def _handler_deadline(self) -> float | None:
+        """Until when a slice's handler computes views itself: None without an event loop (all of them)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        return time.monotonic() + SLICE_HANDLER_SECONDS
 
     def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
         """Evaluate class selectors when devices or classes change, not on the scheduler's clock.
@@ -577,10 +617,14 @@ class DeviceViews(ObjectStore):
             affected = self._recompute_now(affected, time.monotonic() + WARM_SLICE_SECONDS)  # most are done here
             if not affected:
                 return
+        self._defer_recompute(affected, loop)
+
+    def _defer_recompute(self, affected: set[DeviceID], loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Recompute these views in the background task; the event being applied waits for it."""
         self._pending_recompute |= affected
         self._deferring = True
         if self._warm_task is None or self._warm_task.done():
-            self._warm_task = loop.create_task(self._warm_later(), name="warm-selectors")
+            self._warm_task = (loop or asyncio.get_running_loop()).create_task(self._warm_later(), name="warm-selectors")
 
     def _recompute_now(self, affected: set[DeviceID], until: float | None) -> set[DeviceID]:
         """Recompute until `until` (monotonic; None: all); returns the devices left to do."""

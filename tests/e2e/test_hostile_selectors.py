@@ -147,48 +147,63 @@ def test_hostile_selector_never_holds_the_loop(tmp_path: Path, name: str, make_h
     assert code is not None, f"SIGTERM did not stop the extender within 10 s ({took_to_stop:.1f} s)"
 
 
-def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: Path) -> None:
+@pytest.mark.parametrize("at_start", [False, True], ids=["rule-added-later", "rule-there-at-start"])
+def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: Path, at_start: bool) -> None:
     """A DeviceTaintRule whose selector is legal but slow (~20 ms per device) over 512 devices is
     ~10 s of work: it is done in slices, so the loop keeps turning (/livez with a 1 s stall
-    threshold stays 200), /filter answers, the taint lands on every device, and SIGTERM works."""
+    threshold stays 200), /filter answers, the taint lands on every device (and no device is left
+    provisional), and SIGTERM works; whether the rule comes after the slices or the slices after it."""
     from tests.e2e.test_hostile import HEAVY, claim_pod, write_cluster
 
     nodes = write_cluster(tmp_path / "c", nodes=4, devices=128, claims={"plain": f'device.driver == "{GPU}"'})
+    rule = {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "slow-rule"},
+        "spec": {
+            "deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": HEAVY}}]},
+            "taint": {"key": "example.com/slow", "effect": "NoSchedule"},
+        },
+    }
+    if at_start:
+        (tmp_path / "c" / "a-rule.yaml").write_text(json.dumps(rule))
     ext = Extender("--source", str(tmp_path / "c"), "--livez-stall-threshold", "1")
     try:
-        ext.wait_ready()
-        rule = {
-            "apiVersion": "resource.k8s.io/v1beta2",
-            "kind": "DeviceTaintRule",
-            "metadata": {"name": "slow-rule"},
-            "spec": {
-                "deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": HEAVY}}]},
-                "taint": {"key": "example.com/slow", "effect": "NoSchedule"},
-            },
-        }
-        (tmp_path / "c" / "rule.yaml").write_text(json.dumps(rule))
+        if not at_start:
+            ext.wait_ready()
+            (tmp_path / "c" / "rule.yaml").write_text(json.dumps(rule))
         failures: list[str] = []
         filtered: list[float] = []
-        tainted = 0
+        tainted = pending = 0
+        up = False  # the HTTP server is listening (before, connections are refused)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
                 r = httpx.get(ext.url + "/livez", timeout=1)
+                up = True
                 if r.status_code != 200:
                     failures.append(f"{r.status_code} {r.text}")
+                ready = httpx.get(ext.url + "/readyz", timeout=1).status_code == 200
+            except httpx.ConnectError:
+                if up:
+                    failures.append("ConnectError")
+                ready = False
             except httpx.HTTPError as e:
                 failures.append(type(e).__name__)
-            started = time.monotonic()
-            result = httpx.post(ext.url + "/filter", json=claim_pod("plain", nodes), timeout=5).json()
-            filtered.append(time.monotonic() - started)
-            page = ext.http.get("/debug/devices", params={"limit": 1000}).json()["items"]
-            tainted = sum(1 for d in page if any("example.com/slow" in str(t) for t in d.get("taints") or []))
-            if tainted == 4 * 128 and result["NodeNames"] == [] and result["Error"] == "":
-                break
+                ready = False
+            if ready:
+                started = time.monotonic()
+                result = httpx.post(ext.url + "/filter", json=claim_pod("plain", nodes), timeout=5).json()
+                filtered.append(time.monotonic() - started)
+                page = ext.http.get("/debug/devices", params={"limit": 1000}).json()["items"]
+                tainted = sum(1 for d in page if "example.com/slow" in str(d.get("taints")))
+                pending = sum(1 for d in page if "selectors-pending" in str(d.get("taints")))
+                if tainted == 4 * 128 and not pending and result["NodeNames"] == [] and result["Error"] == "":
+                    break
             time.sleep(0.5)
         assert not failures, failures
-        assert tainted == 4 * 128, f"{tainted} of 512 devices tainted"
-        assert max(filtered) < 5, filtered
+        assert tainted == 4 * 128 and not pending, f"{tainted} of 512 devices tainted, {pending} pending"
+        assert filtered and max(filtered) < 5, filtered
     finally:
         started = time.monotonic()
         ext.proc.send_signal(signal.SIGTERM)
