@@ -42,6 +42,8 @@ DISRUPTION_TARGET = {
     "message": "Device Taint manager: deleting due to NoExecute taint",
 }
 VOLUME_EVENT_REASON = "VolumeTaintManagerEviction"
+UNKNOWN_EFFECT_REASON = "UnknownTaintEffect"
+_KNOWN_EFFECTS = frozenset({EFFECT_NONE, "NoSchedule", "NoExecute"})
 VOLUME_DISRUPTION_TARGET = {
     "type": "DisruptionTarget",
     "status": "True",
@@ -108,6 +110,7 @@ class EvictionController:
         # Evictions under way (pod UID -> task): as many run at once as the buckets have
         # tokens, so the API's latency does not cap the rate.
         self._inflight: dict[str, asyncio.Task[None]] = {}
+        self._unknown_effects: set[tuple[str, object]] = set()  # (rule uid, generation) announced
         # Volume taints: first sight of a NoUse taint without timeAdded, our pending timeAdded
         # writes ((kind, key) -> the annotation we replaced), NoAttachOrMount taints announced.
         self._volume_seen: dict[tuple[str, str, str], float] = {}
@@ -130,8 +133,32 @@ class EvictionController:
                     del self._stamps[key]
             else:
                 self._raw_rules[ident] = event.object
+                self._announce_unknown_effect(ident, event.object)
         self.dirty = True
         self._wake.set()
+
+    def _announce_unknown_effect(self, ident: tuple[str, str], raw: dict[str, Any]) -> None:
+        """A rule whose effect this version does not know acts like None (as upstream's); say so on
+        the rule, once per generation, so a typo such as `Evict-Everything` is not silent."""
+        taint = (raw.get("spec") or {}).get("taint") or {}
+        effect = taint.get("effect") if isinstance(taint, dict) else None
+        if not isinstance(effect, str) or effect in _KNOWN_EFFECTS or not self.is_leader():
+            return
+        meta = raw.get("metadata") or {}
+        seen = (str(meta.get("uid") or ""), meta.get("generation"))
+        if seen in self._unknown_effects:
+            return
+        self._unknown_effects.add(seen)
+        group, name = ident
+        message = f"spec.taint.effect: unknown effect {effect!r}: treated as None (known: NoExecute, NoSchedule, None)"
+        log.warning(
+            "DeviceTaintRule has an unknown taint effect",
+            extra={"rule": name, "group": group, "field": "spec.taint.effect", "effect": effect},
+        )
+        involved = {"apiVersion": str(raw.get("apiVersion") or ""), "kind": "DeviceTaintRule", "name": name, "uid": seen[0]}
+        event = {"type": "Warning", "reason": UNKNOWN_EFFECT_REASON, "message": message, "involvedObject": involved}
+        task = asyncio.ensure_future(self.source.create_event(event))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def _own_write(self, event: ev.ObjectEvent) -> bool:
         """A pod this controller is evicting or has evicted: the event is our own write coming

@@ -296,3 +296,19 @@ async def test_an_upstream_rule_also_handled_by_the_in_tree_controller_is_warned
     warnings = [w for w in cluster.recorder.events() if w.body.get("reason") == "TwoEvictionControllers"]
     assert [(w.name, w.body["type"], w.body["involvedObject"]["kind"]) for w in warnings] == [("shared", "Warning", "DeviceTaintRule")]
     assert cluster.recorder.deleted() == ["a"]  # it still acts: the operator asked for --evict-upstream
+
+
+async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_generation(cluster: Cluster) -> None:
+    """Unknown effects act like None (as upstream's), but a typo must not be silent: one Warning
+    Event on the rule per generation, naming the field."""
+    api = cluster.api
+    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0))
+    await cluster.start()
+    api.create(rule("typo", "Evict-Everything", timeAdded=format_time(T0)))
+    await cluster.advance(30)
+    warned = [w for w in cluster.recorder.events() if w.body.get("reason") == "UnknownTaintEffect"]
+    assert len(warned) == 1, warned
+    assert warned[0].name == "typo" and warned[0].body["type"] == "Warning"
+    assert "spec.taint.effect" in warned[0].body["message"] and "Evict-Everything" in warned[0].body["message"]
+    assert cluster.recorder.deleted() == [], "acts like None"
+    assert condition(api, "typo")["reason"] == "OtherEffect"
