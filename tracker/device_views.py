@@ -432,6 +432,13 @@ class DeviceViews(ObjectStore):
         rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
         return patches, rules
 
+    def _needs_selectors(self, did: DeviceID) -> bool:
+        """Whether a rule or patch that may touch the device needs a selector evaluated to know."""
+        patches, rules = self._candidates(did)
+        return any(p.filter.selectors or p.filter.device_class_name for p in patches) or any(
+            r.selector is not None and (r.selector.selectors or r.selector.device_class_name) for r in rules
+        )
+
     def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext, *, provisional: bool = False) -> DeviceView:
         """The device's view; `provisional`: without the rules and patches that need a selector
         evaluated (the costly part), tainted PENDING_TAINT until computed in full."""
@@ -478,7 +485,7 @@ class DeviceViews(ObjectStore):
         for i, device in enumerate(s.devices):
             if kept is not None and old is not None and device is old.devices[i] and kept[i].id.device == device.name:
                 view = kept[i]
-            elif until is not None and time.monotonic() > until:
+            elif until is not None and time.monotonic() > until and self._needs_selectors(DeviceID(s.driver, s.pool, device.name)):
                 view = self._compute_device(s, i, ctx, provisional=True)
                 later.add(view.id)
             else:
