@@ -79,6 +79,11 @@ CASES: list[Case] = [
     Case("matches-long-input", f'{_ints(100)}.all(x, {A9000}.matches("(a|aa)+(b|bb)*$"))', "cost"),
     Case("matches-big-pattern", f'{A3000}.matches("' + "(a?)" * 300 + "a" * 300 + '")', "cost"),
     Case("find-repeated", f'{_ints(100)}.all(x, {A9000}.find("a+b") == "")', "cost"),
+    # Distinct patterns built at runtime: each is a compile, charged by its program's size
+    # (`\\pL{1000}` is 9 characters but 50-90 ms of compiling before RE2 refuses it).
+    Case("regex-compile-too-large", f'{_ints(1500)}.all(i, !"a".matches("\\\\pL{{1000}}" + string(i)))', "cost"),
+    Case("regex-compile-medium", f'{_ints(1500)}.all(i, !"a".matches("\\\\pL{{30}}" + string(i)))', "cost"),
+    Case("regex-compile-many-small", f'{_ints(1500)}.all(i, !"a".matches("\\\\pL{{3}}" + string(i)))', "cost"),
     Case("contains-repeated", f'{_ints(300)}.all(x, {A3000}.contains("{"a" * 200}b"))', "ok"),
     # Deep nesting: bounded by the parse-tree depth limit, not by cost.
     Case("deep-parens", _nested_parens(20), "ok"),
@@ -100,6 +105,7 @@ class _Device:
 
 def run(repeats: int) -> dict[str, Any]:
     from allocator.cel import CelEnvironment
+    from allocator.cel.lib.regex import clear_cache as clear_regex_cache
 
     rows = []
     n = 0
@@ -116,6 +122,7 @@ def run(repeats: int) -> dict[str, Any]:
             for _ in range(repeats):
                 n += 1
                 device = _Device(n)
+                clear_regex_cache()  # every evaluation compiles its patterns: the worst case
                 start = time.perf_counter()
                 try:
                     outcome = "true" if env.evaluate(selector, device) else "false"

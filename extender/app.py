@@ -44,6 +44,24 @@ MAX_DEBUG_PAGE = 1000  # /debug/devices items per page: one page costs the loop 
 METRICS_REFRESH_WAIT = 0.05  # /metrics waits this long for fresh gauges from the main loop
 
 
+# A refused body's chunks are freed, but glibc keeps freed heap blocks in the process:
+# malloc_trim gives them back. Only after a refusal of more than this many bytes read.
+TRIM_AFTER_BYTES = 1 << 20
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    return trim
+
+
+_malloc_trim = _load_malloc_trim()
+
+
 class _Refused(Exception):
     """A request refused before it reached a handler (status, message)."""
 
@@ -76,7 +94,13 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     try:
         await asyncio.wait_for(collect(), limits.body_timeout)
     except TimeoutError:
+        chunks.clear()
         raise _Refused(408, f"request body not received within {limits.body_timeout:g} s") from None
+    except _Refused:
+        chunks.clear()
+        if total > TRIM_AFTER_BYTES and _malloc_trim is not None:
+            _malloc_trim(0)  # memory returns to where it was before the request
+        raise
     return b"".join(chunks)
 
 
@@ -117,6 +141,14 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
+        stalled = bridge.stalled_for()
+        if stalled > bridge.stall_threshold:
+            # Ready means able to answer verbs: a loop that does not turn answers none.
+            return Response(
+                f"not ready: event loop stalled: it has not turned for {stalled:.1f} s (threshold {bridge.stall_threshold:g} s)".encode(),
+                status_code=503,
+                media_type="text/plain",
+            )
         # A followed Lease nobody renews keeps /readyz 200 (with the reason): the cache is complete and
         # /filter answers; failing readiness would block rollouts and PDB-guarded drains of every replica
         # while the scheduler is down, and the kubelet restarting nothing. The log and
@@ -266,10 +298,20 @@ def create_app(
             error = str(e)
         return _json(wire.binding_result(error))
 
+    def parse_bind(raw: bytes) -> wire.BindingArgs:
+        """A /bind the scheduler sent but we cannot read is decided too: release its pod in the gate."""
+        try:
+            return wire.parse_binding_args(raw)
+        except wire.BadRequest:
+            uid = wire.pod_uid_of(raw)
+            if uid:
+                bridge.call_soon(lambda: service.placements.decided(uid))
+            raise
+
     parse_args = wire.parse_extender_args
     app.add_api_route("/filter", timed("filter", parse_args, do_filter, wire.error_filter_result, quick_filter), methods=["POST"])
     app.add_api_route("/prioritize", timed("prioritize", parse_args, do_prioritize, lambda _e: b"[]", quick_prioritize), methods=["POST"])
-    app.add_api_route("/bind", timed("bind", wire.parse_binding_args, do_bind, wire.binding_result), methods=["POST"])
+    app.add_api_route("/bind", timed("bind", parse_bind, do_bind, wire.binding_result), methods=["POST"])
 
     if not debug:
         return app

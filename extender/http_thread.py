@@ -72,6 +72,10 @@ class LoopBridge:
         future = asyncio.run_coroutine_threadsafe(run(), self.loop)
         return await asyncio.wrap_future(future)
 
+    def call_soon(self, fn: Callable[[], object]) -> None:
+        """Run `fn` on the main loop, without waiting for it; from the HTTP thread."""
+        self.loop.call_soon_threadsafe(fn)
+
     async def call_within(self, fn: Callable[[], T], seconds: float) -> T | None:
         """Like call, but give up (None) when the main loop does not get to it in time."""
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(fn), self.loop)
@@ -96,6 +100,9 @@ class InlineBridge(LoopBridge):
         if hasattr(result, "__await__"):
             result = await result  # type: ignore[misc]
         return result  # type: ignore[return-value]
+
+    def call_soon(self, fn: Callable[[], object]) -> None:
+        fn()
 
     async def call_within(self, fn: Callable[[], T], seconds: float) -> T | None:
         return fn()

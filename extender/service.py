@@ -586,12 +586,18 @@ class Service:
     # ------------------------------------------------------------------ bind
 
     async def bind(self, args: BindingArgs) -> str:
-        """Allocate, write claim status, then create the Binding; '' on success, else the error."""
-        if not self.is_leader():
+        """Allocate, write claim status, then create the Binding; '' on success, else the error.
+
+        Whatever the way out (not leader, not ready, an error), the placement gate
+        hears that this pod's bind is decided: later filters must not wait for it.
+        """
+        try:
+            if not self.is_leader():
+                return "not leader"
+            self._check_ready()
+            return await self.binder.bind(args)
+        finally:
             self.placements.decided(args.pod_uid)
-            return "not leader"
-        self._check_ready()
-        return await self.binder.bind(args)
 
 
 def _readiness_gone(claim: str, node: str) -> Readiness:

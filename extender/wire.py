@@ -119,6 +119,16 @@ def parse_binding_args(raw: bytes) -> BindingArgs:
     return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
 
 
+def pod_uid_of(raw: bytes) -> str:
+    """PodUID of an ExtenderBindingArgs body that may be invalid otherwise; '' when there is none."""
+    try:
+        body = decode(raw, "ExtenderBindingArgs")
+    except BadRequest:
+        return ""
+    uid = body.get("poduid")
+    return uid if isinstance(uid, str) else ""
+
+
 def filter_result(
     args: ExtenderArgs,
     passed: list[str],

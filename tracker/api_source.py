@@ -212,6 +212,7 @@ class ApiSource(ApiWrites):
         tasks = [asyncio.create_task(self._reflector(r, sink).run(), name=f"reflector-{r.plural}") for r in CORE_RESOURCES]
         tasks.append(asyncio.create_task(self._optional(sink), name="optional-apis"))
         tasks.append(asyncio.create_task(self.freshness.watch(), name="staleness"))
+        tasks.append(asyncio.create_task(self.freshness.probe(self), name="api-probe"))
         try:
             await asyncio.gather(*tasks)
         finally:

@@ -11,18 +11,25 @@ Built on the object store (tracker/store.py).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
 from allocator.counters import CounterTally
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_device_class, parse_device_taint_rule, parse_resource_slice, parse_resource_slice_patch
 from allocator.quantity import format_quantity
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
+    EFFECT_NO_SCHEDULE,
     DeviceClass,
     DeviceID,
+    DeviceTaint,
     DeviceTaintRule,
     ResourceSlice,
     ResourceSlicePatch,
@@ -36,6 +43,23 @@ if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
 _ANY = None  # wildcard in selector index keys
+_RECOMPUTING = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
+# A slice's handler computes its devices' views (rule and patch selectors included) for at
+# most this long; the rest get a provisional view, carrying this taint so that nothing is
+# allocated on what is not known yet, and are computed in the background.
+SLICE_HANDLER_SECONDS = 0.05
+PENDING_TAINT = DeviceTaint("resource.dra-extender.io/selectors-pending", EFFECT_NO_SCHEDULE)
+PENDING_SOURCE = "pending"
+
+# The warm-up gives the event loop back after this much work, so probes, verbs and signals
+# are served between its slices however many devices or how costly the class selectors.
+WARM_SLICE_SECONDS = 0.02
+# One warm-up evaluation gives up after this long (the cost limit stops a hostile one within
+# ~50 ms; this is the backstop). The device is then evaluated by the first /filter that needs
+# it, under that call's own time budget.
+WARM_EVALUATION_SECONDS = 0.1
+
+log = logging.getLogger(__name__)
 
 
 def _spec_field(raw: Mapping[str, Any], name: str) -> Any:
@@ -106,6 +130,14 @@ class DeviceViews(ObjectStore):
         self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
         self._pools: dict[tuple[str, str], set[str]] = defaultdict(set)  # (driver, pool) -> slice names
+        self._warm_queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
+        self._warm_task: asyncio.Task[None] | None = None
+        # Devices whose views a rule, patch or class change asked to recompute, done in slices
+        # on the loop (their selectors may be costly), and the events held back meanwhile.
+        self._pending_recompute: set[DeviceID] = set()
+        self._deferring = False  # the event being applied left work in _pending_recompute
+        self._held_events: list[ev.ObjectEvent] = []
+        self._views_ready = False
 
     # ------------------------------------------------------------------ allocation state per node
 
@@ -176,6 +208,28 @@ class DeviceViews(ObjectStore):
         return len(taken) if taken else 0
 
     # ------------------------------------------------------------------ the store's hooks
+
+    @property
+    def ready(self) -> bool:
+        """Every required kind listed and, the first time, the views those lists ask for computed
+        (a rule listed after the slices must taint them before the first /filter); later
+        recomputes are lag, as a watch event's is."""
+        if not super().ready:
+            return False
+        if not self._views_ready:
+            if self._pending_recompute:
+                return False
+            self._views_ready = True
+        return True
+
+    def _notify(self, event: ev.ObjectEvent) -> None:
+        if self._deferring or (self._held_events and event.kind in _RECOMPUTING):
+            # Listeners (the eviction controller) read the views this event changes: they hear
+            # of it once those are computed, after the events held before it.
+            self._deferring = False
+            self._held_events.append(event)
+            return
+        super()._notify(event)
 
     def _became_ready(self) -> None:
         # Classes may have arrived after the slices: warm what is still cold.
@@ -427,10 +481,33 @@ class DeviceViews(ObjectStore):
         rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
         return patches, rules
 
-    def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext) -> DeviceView:
+    def _needs_selectors(self, did: DeviceID) -> bool:
+        """Whether a rule or patch that may touch the device needs a selector evaluated to know."""
+        patches, rules = self._candidates(did)
+        return any(p.filter.selectors or p.filter.device_class_name for p in patches) or any(
+            r.selector is not None and (r.selector.selectors or r.selector.device_class_name) for r in rules
+        )
+
+    def _compute_device(self, slice_: ResourceSlice, index: int, ctx: SelectorContext, *, provisional: bool = False) -> DeviceView:
+        """The device's view; `provisional`: without the rules and patches that need a selector
+        evaluated (the costly part), tainted PENDING_TAINT until computed in full."""
         device = slice_.devices[index]
         did = DeviceID(slice_.driver, slice_.pool, device.name)
         patches, rules = self._candidates(did)
+        if provisional:
+            patches = [p for p in patches if not p.filter.selectors and not p.filter.device_class_name]
+            rules = [r for r in rules if r.selector is None or (not r.selector.selectors and not r.selector.device_class_name)]
+            view = effective_view(
+                ctx,
+                slice_,
+                device,
+                patches,
+                rules,
+                None,
+                self._device_versions[slice_.meta.name][device.name][2],
+                self._patch_versions,
+            )
+            return replace(view, taints=(*view.taints, PENDING_TAINT), taint_sources=(*view.taint_sources, PENDING_SOURCE))
         return effective_view(
             ctx,
             slice_,
@@ -452,9 +529,14 @@ class DeviceViews(ObjectStore):
         kept = before.devices if before is not None and old is not None and len(before.devices) == len(s.devices) else None
         views = []
         fresh = []
+        until = self._handler_deadline()
+        later: set[DeviceID] = set()
         for i, device in enumerate(s.devices):
             if kept is not None and old is not None and device is old.devices[i] and kept[i].id.device == device.name:
                 view = kept[i]
+            elif until is not None and time.monotonic() > until and self._needs_selectors(DeviceID(s.driver, s.pool, device.name)):
+                view = self._compute_device(s, i, ctx, provisional=True)
+                later.add(view.id)
             else:
                 view = self._compute_device(s, i, ctx)
                 fresh.append(view)
@@ -463,30 +545,99 @@ class DeviceViews(ObjectStore):
             views.append(view)
         self._set_slice_view(s, tuple(views))
         self._warm(fresh, self.classes.values())
+        if later:
+            self._defer_recompute(later)
+
+    def _handler_deadline(self) -> float | None:
+        """Until when a slice's handler computes views itself: None without an event loop (all of them)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        return time.monotonic() + SLICE_HANDLER_SECONDS
 
     def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
         """Evaluate class selectors when devices or classes change, not on the scheduler's clock.
 
-        A cold selector costs hundreds of microseconds per device; paid here, a
-        filter over thousands of nodes is answered from the cache.
+        A cold selector costs hundreds of microseconds per device (a hostile one
+        up to its cost limit); paid here, a filter over thousands of nodes is
+        answered from the cache. On an event loop the work runs in a task, in
+        slices of WARM_SLICE_SECONDS, so it never holds the loop; without one
+        (tools, synchronous tests) it runs in place.
         """
-        cel = self.cel
+        classes = tuple(c for c in classes if c.selectors)
+        if not classes:
+            return
+        devices = tuple(devices)
+        if not devices:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._warm_slice(devices, self._compiled(classes), None)
+            return
+        self._warm_queue.append((devices, classes))
+        if self._warm_task is None or self._warm_task.done():
+            self._warm_task = loop.create_task(self._warm_later(), name="warm-selectors")
+
+    def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
         compiled = []
         for device_class in classes:
             for expression in device_class.selectors:
                 try:
-                    compiled.append(cel.compile(expression))
+                    compiled.append(self.cel.compile(expression))
                 except ValueError:
                     continue  # reported when the class arrived
-        if not compiled:
-            return
-        for device in devices:
-            for selector in compiled:
-                try:
+        return compiled
+
+    async def _warm_later(self) -> None:
+        """Recompute pending views, then drain the warm-up queue, yielding to the loop after every slice of work."""
+        try:
+            while self._pending_recompute or self._warm_queue:
+                if self._pending_recompute:
+                    pending, self._pending_recompute = self._pending_recompute, set()
+                    left = self._recompute_now(pending, time.monotonic() + WARM_SLICE_SECONDS)
+                    self._pending_recompute |= left
+                    if not self._pending_recompute:
+                        held, self._held_events = self._held_events, []
+                        for event in held:
+                            ObjectStore._notify(self, event)
+                    await asyncio.sleep(0)
+                    continue
+                devices, classes = self._warm_queue.popleft()
+                compiled = self._compiled(classes)
+                start = 0
+                while start < len(devices) and not self._pending_recompute:
+                    start = self._warm_slice(devices, compiled, start, time.monotonic() + WARM_SLICE_SECONDS)
+                    await asyncio.sleep(0)
+                if start < len(devices):
+                    self._warm_queue.appendleft((devices[start:], classes))  # views first
+        finally:
+            self._warm_task = None
+
+    def _warm_slice(self, devices: tuple[DeviceView, ...], compiled: list[Any], start: int | None, until: float | None = None) -> int:
+        """Warm devices[start:] until `until` (monotonic); returns where it stopped."""
+        cel = self.cel
+        i = start or 0
+        while i < len(devices):
+            if until is not None and i > (start or 0) and time.monotonic() > until:
+                return i
+            device = devices[i]
+            i += 1
+            if until is not None and self.devices.get(device.id) is not device:
+                continue  # replaced or gone since it was queued (its successor is queued itself)
+            previous = set_deadline(time.monotonic() + WARM_EVALUATION_SECONDS)
+            try:
+                for selector in compiled:
                     if not cel.evaluate(selector, device):
                         break  # the class's later selectors are not needed for this device
-                except ValueError:
-                    break
+            except ValueError:
+                pass
+            except DeadlineExceeded as e:
+                log.debug("warm-up evaluation gave up", extra={"device": str(device.id), "expression": e.expression[:200]})
+            finally:
+                set_deadline(previous)
+        return i
 
     def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
         self._pool_changed(s)
@@ -505,15 +656,47 @@ class DeviceViews(ObjectStore):
         )
 
     def _recompute_devices(self, affected: set[DeviceID]) -> None:
+        """Recompute the views of devices a rule, patch or class change touches.
+
+        Their selectors may be costly: on an event loop, what does not fit in one
+        slice of WARM_SLICE_SECONDS continues in the background task, in slices, and
+        the event reaches the listeners once it is done (and the store is not ready
+        before the initial views are); without a loop, all in place.
+        """
         if not affected:
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._recompute_now(affected, None)
+            return
+        if not self._pending_recompute:
+            affected = self._recompute_now(affected, time.monotonic() + WARM_SLICE_SECONDS)  # most are done here
+            if not affected:
+                return
+        self._defer_recompute(affected, loop)
+
+    def _defer_recompute(self, affected: set[DeviceID], loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Recompute these views in the background task; the event being applied waits for it."""
+        self._pending_recompute |= affected
+        self._deferring = True
+        if self._warm_task is None or self._warm_task.done():
+            self._warm_task = (loop or asyncio.get_running_loop()).create_task(self._warm_later(), name="warm-selectors")
+
+    def _recompute_now(self, affected: set[DeviceID], until: float | None) -> set[DeviceID]:
+        """Recompute until `until` (monotonic; None: all); returns the devices left to do."""
         ctx = self._selector_context()
         by_slice: dict[str, list[DeviceID]] = defaultdict(list)
         for did in affected:
             name = self._device_slice.get(did)
             if name is not None:
                 by_slice[name].append(did)
+        left: set[DeviceID] = set()
+        progressed = False  # at least one device per call
         for name, ids in by_slice.items():
+            if until is not None and progressed and time.monotonic() > until:
+                left.update(ids)
+                continue
             s = self.slices[name]
             view = self.slice_views[name]
             wanted = {d.device for d in ids}
@@ -522,6 +705,10 @@ class DeviceViews(ObjectStore):
             for i, d in enumerate(s.devices):
                 if d.name not in wanted:
                     continue
+                if until is not None and progressed and time.monotonic() > until:
+                    left.add(DeviceID(s.driver, s.pool, d.name))  # the next slice of work
+                    continue
+                progressed = True
                 nv = self._compute_device(s, i, ctx)
                 if nv is not new_devices[i]:
                     before = new_devices[i].cel_key
@@ -533,6 +720,7 @@ class DeviceViews(ObjectStore):
             if changed:
                 self._set_slice_view(s, tuple(new_devices))
                 self._warm(self.slice_views[name].devices, self.classes.values())
+        return left
 
     # ------------------------------------------------------------------ queries
 

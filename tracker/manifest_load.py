@@ -31,6 +31,7 @@ from allocator.parse import (
     parse_resource_slice,
     parse_resource_slice_patch,
 )
+from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_NONE
 from tracker import events as ev
 from tracker import manifest_schema as schema
 
@@ -299,6 +300,34 @@ def validate(kind: str, group: str, raw: dict[str, Any], obj: str) -> None:
         schema.check_resource_slice_patch(obj, raw)
 
 
+_KNOWN_EFFECTS = frozenset({EFFECT_NONE, EFFECT_NO_SCHEDULE, EFFECT_NO_EXECUTE})
+
+
+def unknown_effects(kind: str, raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, effect) of every device taint whose effect this version does not know.
+
+    They load and act like None, as upstream treats effects added by newer
+    versions; but an operator's typo must not go unnoticed.
+    """
+    spec = raw.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    out: list[tuple[str, str]] = []
+    if kind == ev.DEVICE_TAINT_RULE:
+        taint = spec.get("taint")
+        effect = taint.get("effect") if isinstance(taint, dict) else None
+        if isinstance(effect, str) and effect not in _KNOWN_EFFECTS:
+            out.append(("spec.taint.effect", effect))
+    elif kind == ev.RESOURCE_SLICE:
+        for i, device in enumerate(spec.get("devices") or []):
+            taints = device.get("taints") if isinstance(device, dict) else None
+            for j, taint in enumerate(taints if isinstance(taints, list) else []):
+                effect = taint.get("effect") if isinstance(taint, dict) else None
+                if isinstance(effect, str) and effect not in _KNOWN_EFFECTS:
+                    out.append((f"spec.devices[{i}].taints[{j}].effect", effect))
+    return out
+
+
 def _candidate(doc: Any, path: str, budget: list[int]) -> Candidate | LoadError | tuple[str, str]:
     """One document: a valid object, the error that skips it, or (apiVersion, kind) if ignored."""
     if not isinstance(doc, dict):
@@ -344,6 +373,11 @@ def _candidate(doc: Any, path: str, budget: list[int]) -> Candidate | LoadError 
         return LoadError(path, e.reason, e.obj or obj, e.field)
     except Exception as e:
         return LoadError(path, f"invalid: {type(e).__name__}: {e}", obj)
+    for field_path, effect in unknown_effects(kind, raw):
+        log.warning(
+            "unknown taint effect: treated as None",
+            extra={"path": path, "object": obj, "field": field_path, "effect": effect, "known": sorted(_KNOWN_EFFECTS)},
+        )
     return Candidate((kind, group, key), raw, path)
 
 

@@ -43,6 +43,13 @@ LIST_TIMEOUT_SECONDS = 120.0
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 0.6
 STALE_CHECK_SECONDS = 1.0
+# An open HTTP/1.1 watch says nothing about a server that stopped answering (its process
+# frozen, the connection open): no bytes, no error. client-go pings over HTTP/2 for this;
+# here the server is asked for /version this often, with this timeout. Anything it
+# answers (that, a list, a watch line) proves it is there; an open watch counts as
+# current only as long as the server last answered.
+PROBE_INTERVAL_SECONDS = 5.0
+PROBE_TIMEOUT_SECONDS = 5.0
 SHORT_WATCH_SECONDS = 1.0
 GC_FREEZE_ITEMS = 1000  # a list this long is frozen out of the collector's full scans
 
@@ -168,6 +175,34 @@ class Freshness:
     def __init__(self, stale_threshold: float) -> None:
         self.stale_threshold = stale_threshold
         self.kinds: dict[str, SyncState] = {}
+        self.last_answer: float | None = None  # monotonic: the API server last answered anything
+
+    def answered(self) -> None:
+        """The API server answered (a probe, a list, a watch line): open watches still follow it."""
+        self.last_answer = time.monotonic()
+
+    def silence(self) -> float:
+        """Seconds since the API server last answered (0 before anything was asked)."""
+        return 0.0 if self.last_answer is None else time.monotonic() - self.last_answer
+
+    def age(self, st: SyncState) -> float:
+        """How old a kind's view may be: while its watch is open, as old as the server's silence."""
+        return self.silence() if st.watching else st.staleness()
+
+    async def probe(self, transport: Transport) -> None:
+        """Ask the server for /version every PROBE_INTERVAL_SECONDS, so a frozen one shows as stale."""
+        while True:
+            try:
+                status, _ = await asyncio.wait_for(
+                    transport.request("GET", "/version", timeout=PROBE_TIMEOUT_SECONDS), PROBE_TIMEOUT_SECONDS + 1
+                )
+                if status < 500:
+                    self.answered()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("API server probe failed", extra={"err": str(e) or type(e).__name__})
+            await asyncio.sleep(PROBE_INTERVAL_SECONDS)
 
     def of(self, res: Resource) -> SyncState:
         name = sync_name(res)
@@ -184,9 +219,9 @@ class Freshness:
         now = time.time()
         out: dict[str, dict[str, Any]] = {}
         for name, st in sorted(self.kinds.items()):
-            age = st.staleness()
+            age = self.age(st)
             out[name] = {
-                "last_sync": now if st.watching else st.last_sync,
+                "last_sync": now - age if st.watching else st.last_sync,
                 "staleness_seconds": round(age, 3),
                 "stale": age > self.stale_threshold,
                 "errors": st.errors,
@@ -200,7 +235,7 @@ class Freshness:
         while True:
             await asyncio.sleep(STALE_CHECK_SECONDS)
             for name, st in list(self.kinds.items()):
-                age = st.staleness()
+                age = self.age(st)
                 stale = age > self.stale_threshold
                 if stale and not st.stale:
                     log.warning(
@@ -370,6 +405,7 @@ class Reflector:
                 if not cont:
                     break
             was_ready = sink.ready
+            self.freshness.answered()
             sink.replace(res.kind, res.group, items)
             self.freshness.of(res).synced()
             sink.mark_synced(res.kind, res.group)  # the last kind's warms the CEL cache of every device
@@ -399,13 +435,16 @@ class Reflector:
             if resp.status != 200:
                 raise status_error(resp.status, await resp.read(), f"watch {res.plural}")
             progress.opened_at = time.monotonic()
-            sync = self.freshness.of(res)
+            freshness = self.freshness
+            freshness.answered()
+            sync = freshness.of(res)
             sync.synced()
             sync.watching = True
             while True:
                 line = await resp.content.readline()
                 if not line:
                     return  # stream ended (timeout or closed): the caller resumes from progress.rv
+                freshness.answered()
                 if self.handle(process_line(line), progress):
                     # readline() does not suspend while the stream has buffered lines: without a
                     # yield, a burst of events (a driver republishing its slices) would hold the

@@ -189,10 +189,10 @@ class ObjectStore:
 
     def mark_synced(self, kind: str, group: str) -> None:
         if (kind, group) not in self.synced:
-            was_ready = self.ready
+            was_ready = self.required <= self.synced
             self.synced.add((kind, group))
             log.info("initial state complete", extra={"kind": kind, "group": group})
-            if self.ready and not was_ready:
+            if self.required <= self.synced and not was_ready:
                 self._became_ready()
 
     # ------------------------------------------------------------------ event intake
@@ -251,6 +251,10 @@ class ObjectStore:
             # A claim keeps the newest of our write and its watch echo (see _on_claim).
             held = self.raw_claims[event.key] if event.kind == ev.RESOURCE_CLAIM else event.object
             versions[event.key] = str((held.get("metadata") or {}).get("resourceVersion") or "")
+        self._notify(event)
+
+    def _notify(self, event: ev.ObjectEvent) -> None:
+        """Tell the listeners (the device views hold back events whose views are still being computed)."""
         for listener in self.listeners:
             listener(event)
 

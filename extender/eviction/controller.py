@@ -42,6 +42,8 @@ DISRUPTION_TARGET = {
     "message": "Device Taint manager: deleting due to NoExecute taint",
 }
 VOLUME_EVENT_REASON = "VolumeTaintManagerEviction"
+UNKNOWN_EFFECT_REASON = "UnknownTaintEffect"
+_KNOWN_EFFECTS = frozenset({EFFECT_NONE, "NoSchedule", "NoExecute"})
 VOLUME_DISRUPTION_TARGET = {
     "type": "DisruptionTarget",
     "status": "True",
@@ -105,6 +107,10 @@ class EvictionController:
         self._marked: set[str] = set()  # pod UIDs that got our Event
         self._retry: dict[str, tuple[float, float]] = {}  # pod UID -> (not before, last backoff)
         self._deadlines: list[float] = []
+        # Evictions under way (pod UID -> task): as many run at once as the buckets have
+        # tokens, so the API's latency does not cap the rate.
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        self._unknown_effects: set[tuple[str, object]] = set()  # (rule uid, generation) announced
         # Volume taints: first sight of a NoUse taint without timeAdded, our pending timeAdded
         # writes ((kind, key) -> the annotation we replaced), NoAttachOrMount taints announced.
         self._volume_seen: dict[tuple[str, str, str], float] = {}
@@ -117,6 +123,8 @@ class EvictionController:
     def _on_event(self, event: ev.ObjectEvent) -> None:
         if event.kind not in _TRIGGERS:
             return
+        if event.kind == ev.POD and self._own_write(event):
+            return
         if event.kind == ev.DEVICE_TAINT_RULE:
             ident = (event.group or ev.GROUP_RESOURCE, event.key)
             if event.type == "DELETED":
@@ -125,8 +133,43 @@ class EvictionController:
                     del self._stamps[key]
             else:
                 self._raw_rules[ident] = event.object
+                self._announce_unknown_effect(ident, event.object)
         self.dirty = True
         self._wake.set()
+
+    def _announce_unknown_effect(self, ident: tuple[str, str], raw: dict[str, Any]) -> None:
+        """A rule whose effect this version does not know acts like None (as upstream's); say so on
+        the rule, once per generation, so a typo such as `Evict-Everything` is not silent."""
+        taint = (raw.get("spec") or {}).get("taint") or {}
+        effect = taint.get("effect") if isinstance(taint, dict) else None
+        if not isinstance(effect, str) or effect in _KNOWN_EFFECTS or not self.is_leader():
+            return
+        meta = raw.get("metadata") or {}
+        seen = (str(meta.get("uid") or ""), meta.get("generation"))
+        if seen in self._unknown_effects:
+            return
+        self._unknown_effects.add(seen)
+        group, name = ident
+        message = f"spec.taint.effect: unknown effect {effect!r}: treated as None (known: NoExecute, NoSchedule, None)"
+        log.warning(
+            "DeviceTaintRule has an unknown taint effect",
+            extra={"rule": name, "group": group, "field": "spec.taint.effect", "effect": effect},
+        )
+        involved = {"apiVersion": str(raw.get("apiVersion") or ""), "kind": "DeviceTaintRule", "name": name, "uid": seen[0]}
+        event = {"type": "Warning", "reason": UNKNOWN_EFFECT_REASON, "message": message, "involvedObject": involved}
+        task = asyncio.ensure_future(self.source.create_event(event))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    def _own_write(self, event: ev.ObjectEvent) -> bool:
+        """A pod this controller is evicting or has evicted: the event is our own write coming
+        back (condition, deletion). It changes no plan, so it must not restart the wait."""
+        uid = str((event.object.get("metadata") or {}).get("uid") or "")
+        return bool(uid) and (uid in self._inflight or uid in self.done)
+
+    @property
+    def in_flight(self) -> int:
+        """Evictions under way."""
+        return len(self._inflight)
 
     @property
     def woken(self) -> bool:
@@ -164,6 +207,13 @@ class EvictionController:
             "eviction controller started",
             extra={"mode": self.settings.mode, "evict_upstream": self.settings.ownership.evict_upstream},
         )
+        try:
+            await self._loop()
+        finally:
+            for task in list(self._inflight.values()):
+                task.cancel()
+
+    async def _loop(self) -> None:
         while True:
             if not self.state.ready:
                 # Acting on a partial view would cancel and re-plan for nothing. Readiness comes
@@ -201,7 +251,10 @@ class EvictionController:
             self.dirty = False
             self._recompute()
         await self._evict_due()
-        await self._write_statuses()
+        if not self._inflight:
+            # Counts settle when the evictions under way end (each wakes the loop): writing
+            # now would report them pending, and the throttle would keep that for 10 s.
+            await self._write_statuses()
         needed = {r.id for p in self.plan.values() for r in p.reasons}
         self.limiters.drop_idle(needed, self.clock.now())
 
@@ -238,7 +291,7 @@ class EvictionController:
             if self.dirty:
                 self._deadlines.append(now)  # the cluster changed meanwhile: recompute first
                 return
-            if p.uid in self.done:
+            if p.uid in self.done or p.uid in self._inflight:
                 continue
             if p.due > now:
                 self._deadlines.append(p.due)
@@ -251,23 +304,31 @@ class EvictionController:
             if charged is None:
                 self._deadlines.append(when)
                 continue
+            self._inflight[p.uid] = asyncio.create_task(self._evict_and_wake(p, charged), name=f"evict-{p.key}")
+
+    async def _evict_and_wake(self, p: PodEviction, charged: str) -> None:
+        try:
             await self._evict(p, charged)
-            now = self.clock.now()
+        except Exception:
+            log.exception("eviction failed unexpectedly", extra=p.describe())
+        finally:
+            self._inflight.pop(p.uid, None)
+            self._wake.set()  # its outcome (done, a retry deadline) is for the loop to take up
 
     # ------------------------------------------------------------------ one eviction
 
     @staticmethod
-    def _pod_event(p: PodEviction, message: str) -> dict[str, Any]:
+    def _pod_event(p: PodEviction, message: str, *, warning: bool = False) -> dict[str, Any]:
         return {
-            "type": "Normal",
+            "type": "Warning" if warning else "Normal",
             "reason": VOLUME_EVENT_REASON if p.volume else EVENT_REASON,
             "message": message,
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": p.namespace, "name": p.name, "uid": p.uid},
         }
 
-    def _event(self, p: PodEviction, message: str) -> None:
+    def _event(self, p: PodEviction, message: str, *, warning: bool = False) -> None:
         """Fire and forget (the source logs a failure): a cancellation must not wait on it."""
-        task = asyncio.ensure_future(self.source.create_event(self._pod_event(p, message)))
+        task = asyncio.ensure_future(self.source.create_event(self._pod_event(p, message, warning=warning)))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _event_now(self, p: PodEviction, message: str) -> None:
@@ -316,6 +377,7 @@ class EvictionController:
             if refused:
                 for source in p.sources:
                     self._stats_for_source(source).refused += 1
+                self._event(p, f"Eviction refused by a PodDisruptionBudget, retrying in {backoff:g} s: {e.message}", warning=True)
             log.warning(
                 "eviction refused by a PodDisruptionBudget; retrying" if refused else "eviction failed; retrying",
                 extra={**fields, "err": e.message, "retry_in_s": backoff},

@@ -706,3 +706,44 @@ def test_hostile_selectors_are_stopped_by_the_cost_limit(case) -> None:
             env.evaluate(selector, device)
     else:
         assert env.evaluate(selector, device) in (True, False)
+
+
+# ---------------------------------------------------------------- regular expressions: compile cost
+
+REGEX_COMPILES = [
+    # name, pattern, compiles?
+    ("ordinary", "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", True),
+    ("letter-class", "\\pL+", True),
+    ("too-large-for-re2s-memory-budget", "\\pL{1000}", False),
+    ("syntax-error", "[", False),
+]
+
+
+@pytest.mark.parametrize(("name", "pattern", "compiles"), REGEX_COMPILES, ids=[r[0] for r in REGEX_COMPILES])
+def test_regex_compiles_and_failures_are_cached(name: str, pattern: str, compiles: bool) -> None:
+    """A pattern is compiled once, and one that fails is remembered too: a pattern RE2
+    refuses for its size must not cost a compile at every use."""
+    from allocator.cel.lib import regex
+
+    regex.clear_cache()
+    for _ in range(2):
+        if compiles:
+            assert regex.compile_regex(pattern) is regex.compile_regex(pattern)
+        else:
+            with pytest.raises(ValueError, match="invalid regular expression"):
+                regex.compile_regex(pattern)
+    first = regex._REGEXES[pattern]
+    with contextlib.suppress(ValueError):
+        regex.compile_regex(pattern)
+    assert regex._REGEXES[pattern] is first, "served from the cache"
+
+
+def test_regex_compile_is_charged_by_program_size_once_per_evaluation() -> None:
+    """The same pattern in every step of a comprehension is one compile; distinct large ones are
+    charged each (their program's size), so building many runs out of budget."""
+    env = CelEnvironment()
+    same = env.compile("[" + ",".join(str(i) for i in range(1500)) + '].all(i, !"a".matches("\\\\pL{10}"))')
+    assert env.evaluate(same, GPU) is True
+    distinct = env.compile("[" + ",".join(str(i) for i in range(1500)) + '].all(i, !"a".matches("\\\\pL{3}" + string(i)))')
+    with pytest.raises(CelRuntimeError, match="actual cost limit exceeded"):
+        env.evaluate(distinct, GPU)

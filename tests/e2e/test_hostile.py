@@ -166,10 +166,11 @@ def test_hostile_selector_is_stopped_with_the_cost_limit_reason(tmp_path: Path) 
 
 
 def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -> None:
-    """A selector that is legal but slow (~20 ms per device) over 256 devices: /filter stops at its
-    budget with an Error naming the claim and the expression, never a partial node list, while
-    /readyz on both ports keeps answering at once."""
-    nodes = write_cluster(tmp_path / "c", nodes=4, devices=64, claims={"heavy": HEAVY_NOWHERE})
+    """A selector that is legal but slow (~20 ms per device) over 1,024 devices (~20 s of work,
+    far past the 1 s budget however fast the machine): /filter stops at its budget with an Error
+    naming the claim and the expression, never a partial node list, while /readyz on both ports
+    keeps answering at once."""
+    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE})
     ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "1")
     try:
         ext.wait_ready()
@@ -196,19 +197,21 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
 
 
 def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
-    """With a generous filter budget the slow selector holds the loop for seconds: /livez (both
-    ports) fails past --livez-stall-threshold, and passes again once the loop turns."""
-    nodes = write_cluster(tmp_path / "c", nodes=2, devices=64, claims={"heavy": HEAVY_NOWHERE})
-    ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "60", "--livez-stall-threshold", "1")
+    """A /filter holds the loop for exactly its time budget (4 s): the slow selector over 1,024
+    devices is ~20 s of work, so the budget, not the machine's speed, says how long. /livez and
+    /readyz (both ports) fail past --livez-stall-threshold (1 s), and pass again once the loop turns."""
+    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE})
+    ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "4", "--livez-stall-threshold", "1")
     try:
         ext.wait_ready()
         # Loading may itself hold the loop past the (tiny) threshold on a loaded machine.
         wait_for(lambda: ext.http.get("/livez").status_code == 200, 15, what="/livez passing once loaded")
         done = threading.Event()
+        answer: list[dict[str, Any]] = []
 
         def busy() -> None:
             try:
-                httpx.post(ext.url + "/filter", json=claim_pod("heavy", nodes), timeout=120)
+                answer.append(httpx.post(ext.url + "/filter", json=claim_pod("heavy", nodes), timeout=120).json())
             finally:
                 done.set()
 
@@ -217,16 +220,19 @@ def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
 
         def stalled() -> bool:
             for url in (ext.url, probe):
-                r = httpx.get(url + "/livez", timeout=5)
-                if r.status_code == 503:
-                    seen[url] = r.text
-            return len(seen) == 2 or done.is_set()
+                for path in ("/livez", "/readyz"):
+                    r = httpx.get(url + path, timeout=5)
+                    if r.status_code == 503:
+                        seen[url + path] = r.text
+            return len(seen) == 4 or done.is_set()
 
-        wait_for(stalled, 30, interval=0.1, what="/livez failing while the loop is stuck")
-        assert len(seen) == 2, f"/livez never failed on both ports while the loop was busy (filter finished first): {seen}"
+        wait_for(stalled, 30, interval=0.1, what="/livez and /readyz failing while the loop is stuck")
+        assert len(seen) == 4, f"/livez and /readyz did not fail on both ports while the loop was held: {seen}"
         assert all("event loop stalled" in t for t in seen.values()), seen
         assert done.wait(120)
+        assert "time budget of 4 s" in answer[0]["Error"], answer[0]
         wait_for(lambda: httpx.get(probe + "/livez", timeout=5).status_code == 200, 15, what="/livez passing again")
+        wait_for(lambda: httpx.get(probe + "/readyz", timeout=5).status_code == 200, 15, what="/readyz passing again")
     finally:
         ext.stop()
 
@@ -476,3 +482,66 @@ def test_outage_is_visible_and_the_view_catches_up(relist: bool) -> None:
     finally:
         ext.stop()
         api.stop()
+
+
+def test_hung_api_server_is_stale_within_40s_and_fresh_again_after() -> None:
+    """The API server stops answering with its connections open (a stopped process): no watch
+    ends and no request fails, yet within 40 s of its last answer every kind is stale (the
+    default 30 s threshold), and within 15 s of it answering again every kind is fresh."""
+    api = FakeApi(DEMO)
+    ext = cluster_extender(api)
+    try:
+        ext.wait_ready(60)
+        wait_converged(api, ext, 20)
+        kinds = sorted(ext.http.get("/debug/objects").json()["sources"])
+        assert "ResourceSlice.resource.k8s.io" in kinds, kinds
+
+        def stale() -> list[float | None]:
+            return [metric(ext, "dra_extender_source_stale", kind=k) for k in kinds]
+
+        assert stale() == [0] * len(kinds)
+        api.faults(hang=True)
+        hung = time.monotonic()
+        wait_for(lambda: stale() == [1] * len(kinds), 45, interval=0.5, what="every kind stale while the server hangs")
+        took = time.monotonic() - hung
+        assert took <= 40, f"stale only {took:.1f} s after the server stopped answering"
+        assert ext.http.get("/livez").status_code == 200
+        time.sleep(max(0.0, 40 - (time.monotonic() - hung)))
+        api.clear_faults()
+        resumed = time.monotonic()
+        wait_for(lambda: stale() == [0] * len(kinds), 15, interval=0.5, what="every kind fresh once the server answers")
+        print(f"hung API server: stale after {took:.1f} s, fresh {time.monotonic() - resumed:.1f} s after it resumed")
+        wait_for(lambda: "view caught up" in ext.logs(), 5, what="the caught-up log line")
+    finally:
+        ext.stop()
+        api.stop()
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_refused_chunked_body_gives_its_memory_back(tmp_path: Path) -> None:
+    """100 MiB chunked against the default 32 MiB limit: 413, and the ~32 MiB read before the
+    refusal is returned to the system (the allocator would otherwise keep it)."""
+    shutil.copytree(DEMO, tmp_path / "demo")
+    ext = Extender("--source", str(tmp_path / "demo"))
+    try:
+        ext.wait_ready()
+        for _ in range(3):  # steady state: the server's own buffers exist
+            ext.post("filter", claim_pod("none", ["node-a"]))
+        before = _rss_kib(ext.proc.pid)
+        chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+        head = b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        answer = _raw(ext.port, head + chunk * 1600, wait=30)  # 100 MiB
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        time.sleep(0.5)
+        grown = _rss_kib(ext.proc.pid) - before
+        print(f"RSS after a refused 100 MiB chunked body: {grown / 1024:+.1f} MiB")
+        assert grown < 8 * 1024, f"RSS grew by {grown / 1024:.1f} MiB and stayed"
+        assert ext.http.get("/readyz").status_code == 200
+    finally:
+        ext.stop()

@@ -129,7 +129,7 @@ class Cluster:
             ctrl = self.controller
             assert ctrl is not None
             caught_up = self._caught_up()
-            quiet = quiet + 1 if ctrl.idle and not ctrl.woken and caught_up else 0
+            quiet = quiet + 1 if ctrl.idle and not ctrl.woken and not ctrl.in_flight and caught_up else 0
             if loop.time() > deadline:
                 raise TimeoutError(
                     f"the controller did not settle: idle={ctrl.idle} dirty={ctrl.dirty} caught_up={caught_up} "

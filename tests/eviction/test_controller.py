@@ -226,6 +226,8 @@ async def test_evict_mode_respects_a_pod_disruption_budget(cluster: Cluster) -> 
         "2 pods need to be evicted in 1 namespace. 1 pod evicted since starting the controller."
     )
     assert "evictions refused by a PodDisruptionBudget (retrying)." in status["message"]
+    refused = [w for w in cluster.recorder.events() if w.body["message"].startswith("Eviction refused by a PodDisruptionBudget")]
+    assert refused and all(w.body["type"] == "Warning" and w.name != gone[0] for w in refused), "the refusal shows on the pod"
     # The budget goes away: the retries get through.
     api.delete("poddisruptionbudgets", "default", "trainers")
     await cluster.run_until(lambda: all(api.get("pods", "default", f"t{i}") is None for i in range(3)), within=120)
@@ -317,3 +319,19 @@ async def test_a_noexecute_taint_on_a_shared_device_evicts_every_pod_sharing_it(
     assert sorted(cluster.recorder.deleted()) == ["share-a", "share-b"]
     assert api.get("pods", "default", "share-tolerates") is not None
     assert api.get("pods", "default", "whole-gpu-1") is not None
+
+
+async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_generation(cluster: Cluster) -> None:
+    """Unknown effects act like None (as upstream's), but a typo must not be silent: one Warning
+    Event on the rule per generation, naming the field."""
+    api = cluster.api
+    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0))
+    await cluster.start()
+    api.create(rule("typo", "Evict-Everything", timeAdded=format_time(T0)))
+    await cluster.advance(30)
+    warned = [w for w in cluster.recorder.events() if w.body.get("reason") == "UnknownTaintEffect"]
+    assert len(warned) == 1, warned
+    assert warned[0].name == "typo" and warned[0].body["type"] == "Warning"
+    assert "spec.taint.effect" in warned[0].body["message"] and "Evict-Everything" in warned[0].body["message"]
+    assert cluster.recorder.deleted() == [], "acts like None"
+    assert condition(api, "typo")["reason"] == "OtherEffect"

@@ -64,6 +64,10 @@ class Faults:
     paths: tuple[str, ...] | None = None  # regular expressions searched in the request path
     retry_after_seconds: int = 1
     fail_next: int = 0  # the next N matching requests fail for certain (deterministic)
+    # A frozen server (its process stopped, its connections open): every request waits
+    # unanswered and open watches send nothing until this is cleared; then all proceeds.
+    # Ignores `verbs`/`paths`. /_fake stays served, to clear it.
+    hang: bool = False
 
     def matches(self, method: str, verb: str, path: str) -> bool:
         if self.verbs is not None and verb not in self.verbs and method not in self.verbs:
@@ -531,6 +535,7 @@ class FakeApiServer:
         rec = RequestRecord(request.method, request.path, dict(request.query), user_agent=request.headers.get("User-Agent", ""))
         self.requests.append(rec)
         t0 = time.monotonic()
+        await self._while_hung()
         try:
             resp = await self._serve(request, rec)
         except ApiError as e:
@@ -639,6 +644,10 @@ class FakeApiServer:
         if verb not in t.verbs:
             raise ApiError(405, "the server does not allow this method on the requested resource", "MethodNotAllowed")
         return verb
+
+    async def _while_hung(self) -> None:
+        while self.faults.hang:
+            await asyncio.sleep(0.05)
 
     async def _inject(self, info: RequestInfo, rec: RequestRecord) -> web.StreamResponse | None:
         """Latency, injected errors and reactors, in that order."""
@@ -903,11 +912,13 @@ class FakeApiServer:
                     if deadline is not None and now >= deadline:
                         break
                     if next_mark is not None and now >= next_mark:
+                        await self._while_hung()
                         if w.queue.empty():
                             mark = {"kind": t.kind, "apiVersion": av, "metadata": {"resourceVersion": str(self.store.rv)}}
                             await resp.write(b'{"type":"BOOKMARK","object":' + orjson.dumps(mark) + b"}\n")
                         next_mark = now + self.bookmark_interval
                     continue
+                await self._while_hung()
                 if line is Watcher.DROP:
                     transport = request.transport
                     if transport is not None:

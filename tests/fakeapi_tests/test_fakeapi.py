@@ -728,6 +728,26 @@ async def test_leases_conflict_for_leader_election(api, kc):
 # ---------------------------------------------------------------------- faults and optional APIs
 
 
+async def test_hang_holds_requests_and_watches_until_cleared(api, kc):
+    """A frozen server: requests and open watches get nothing (no error either) until it resumes."""
+    core = client.CoreV1Api(kc)
+    api.create(node("n1"))
+    resp = await open_watch(kc, "/api/v1/nodes", resourceVersion=str(api.store.rv))
+    try:
+        api.set_faults(hang=True)
+        request = asyncio.ensure_future(core.read_node("n1"))
+        api.create(node("n2"))
+        line = asyncio.ensure_future(resp.content.readline())
+        done, _ = await asyncio.wait([request, line], timeout=0.5)
+        assert not done, "nothing is answered while the server hangs"
+        api.clear_faults()
+        assert (await asyncio.wait_for(request, 5)).metadata.name == "n1"
+        event = orjson.loads(await asyncio.wait_for(line, 5))
+        assert event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "n2"
+    finally:
+        resp.release()
+
+
 async def test_fault_injection_errors_latency_and_request_log(api, kc):
     core = client.CoreV1Api(kc)
     api.create(node("n1"))

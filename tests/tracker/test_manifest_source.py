@@ -853,3 +853,39 @@ async def test_deleted_pod_releases_its_claims(tmp_path: Path, running, how: str
     assert [r["name"] for r in shared["status"]["reservedFor"]] == ["p2"]
     assert shared["status"]["allocation"] == ALLOCATED["allocation"]
     assert shared["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+
+
+UNKNOWN_EFFECTS = [
+    # name, file, document, field named in the warning, kind and name of the object
+    (
+        "rule",
+        "rules/typo.yaml",
+        RULE % ("resource.k8s.io/v1beta2", "r", "m", "Evict-Everything"),
+        "spec.taint.effect",
+        ev.DEVICE_TAINT_RULE,
+        "r",
+    ),
+    (
+        "slice-device-taint",
+        "slice.yaml",
+        slice_yaml("resource.k8s.io/v1", taint="{key: k, effect: Evict-Everything}"),
+        "spec.devices[0].taints[0].effect",
+        ev.RESOURCE_SLICE,
+        "s1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "document", "field", "kind", "key"), UNKNOWN_EFFECTS, ids=[r[0] for r in UNKNOWN_EFFECTS])
+async def test_unknown_taint_effect_loads_with_a_warning_naming_file_and_field(
+    tmp_path: Path, running, caplog, name: str, path: str, document: str, field: str, kind: str, key: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="dra_extender.source")
+    written = write(tmp_path, path, document)
+    source, sink = await running()
+    assert key in sink.of(kind, RES), "the object loads (its unknown effect acts like None)"
+    (warning,) = records(caplog, "unknown taint effect")
+    assert warning.levelno == logging.WARNING
+    assert warning.path == str(written) and warning.field == field and warning.effect == "Evict-Everything"  # type: ignore[attr-defined]
+    source.reload()
+    assert len(records(caplog, "unknown taint effect")) == 1, "not repeated for an unchanged file"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -129,3 +130,28 @@ def test_handle_gone_and_errors_raise() -> None:
         r.handle(Gone(), WatchProgress("1"))
     with pytest.raises(SourceError, match="watch pods: etcd is sad"):
         r.handle(WatchError("etcd is sad"), WatchProgress("1"))
+
+
+FRESHNESS = [
+    # name, watching, seconds since the server last answered, seconds since the last sync, stale?
+    ("watching-server-answers", True, 1.0, 100.0, False),
+    ("watching-server-silent", True, 31.0, 1.0, True),
+    ("not-watching-recent-list", False, 100.0, 1.0, False),
+    ("not-watching-old-list", False, 1.0, 31.0, True),
+]
+
+
+@pytest.mark.parametrize(("name", "watching", "silence", "since_sync", "stale"), FRESHNESS, ids=[r[0] for r in FRESHNESS])
+def test_an_open_watch_is_current_only_while_the_server_answers(
+    name: str, watching: bool, silence: float, since_sync: float, stale: bool
+) -> None:
+    """A frozen API server leaves its watches open and silent: they count as current only as
+    long as the server last answered (a probe, a list, a watch line)."""
+    freshness = Freshness(30.0)
+    st = freshness.of(KIND_RESOURCES[ev.POD])
+    now = time.monotonic()
+    freshness.last_answer = now - silence
+    st.last_sync_monotonic = now - since_sync
+    st.watching = watching
+    [status] = freshness.status().values()
+    assert status["stale"] is stale

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -376,3 +377,65 @@ def test_change_log_names_changed_nodes_and_says_when_it_cannot(state: ClusterSt
         state.apply(ev.ObjectEvent("MODIFIED", ev.NODE, ev.GROUP_CORE, f"n{i}", {"metadata": {"name": f"n{i}"}}))
     assert state.changed_nodes_since(after) is None, "the log was trimmed past this point"
     assert state.changed_nodes_since(state.change_seq - 1) == ["n5"]
+
+
+# ---------------------------------------------------------------- costly selectors: work in slices on the loop
+
+PENDING = "resource.dra-extender.io/selectors-pending:NoSchedule"
+SELECTOR = {"driver": D, "selectors": [{"cel": {"expression": f'device.attributes["{D}"].model == "a100"'}}]}
+
+
+def _rule_then_slices(s: ClusterState) -> None:
+    """A rule with a CEL selector listed before the slices: each slice's handler evaluates it."""
+    add_rule(s, rule("r", SELECTOR))
+    for i in range(3):
+        s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, f"s{i}", slice_obj(f"s{i}", f"p{i}", [gpu("g0"), gpu("g1")])))
+
+
+def _slices_then_rule(s: ClusterState) -> None:
+    for i in range(3):
+        s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, f"s{i}", slice_obj(f"s{i}", f"p{i}", [gpu("g0"), gpu("g1")])))
+    add_rule(s, rule("r", SELECTOR))
+
+
+SLICED = [
+    # name, how the state is built, the kind of the events that leave work behind
+    ("rule-then-slices", _rule_then_slices, ev.RESOURCE_SLICE),
+    ("slices-then-rule", _slices_then_rule, ev.DEVICE_TAINT_RULE),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "held"), SLICED, ids=[r[0] for r in SLICED])
+async def test_views_with_costly_selectors_are_finished_in_the_background(
+    monkeypatch: pytest.MonkeyPatch, name: str, build: Any, held: str
+) -> None:
+    """With no time at all for selectors in a handler (each step does one device), the views
+    left over are finished by the background task: until then the state is not ready, the
+    devices not yet computed carry the pending taint (nothing is allocated on them), and the
+    events that asked for the work reach the listeners only afterwards."""
+    from tracker import device_views
+
+    monkeypatch.setattr(device_views, "WARM_SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(device_views, "SLICE_HANDLER_SECONDS", 0.0)
+    s = ClusterState(CelEnvironment())
+    heard: list[str] = []
+    s.listeners.append(lambda e: heard.append(e.kind))
+    build(s)
+    for kind, group in sorted(s.required):
+        s.mark_synced(kind, group)
+    assert not s.ready, "views still being computed"
+    keys = [taint_keys(s, f"p{i}", d) for i in range(3) for d in ("g0", "g1")]
+    if held == ev.RESOURCE_SLICE:
+        assert any(PENDING in k for k in keys), f"provisional views are tainted: {keys}"
+    else:
+        assert any(not k for k in keys), f"views not recomputed yet keep their old taints: {keys}"
+    assert heard.count(held) < 3 if held == ev.RESOURCE_SLICE else held not in heard
+    for _ in range(200):
+        if s.ready:
+            break
+        await asyncio.sleep(0)
+    assert s.ready
+    assert heard.count(held) == (3 if held == ev.RESOURCE_SLICE else 1), heard
+    for i in range(3):
+        for device in ("g0", "g1"):
+            assert taint_keys(s, f"p{i}", device) == ["example.com/rule:NoSchedule"], (i, device)

@@ -52,6 +52,7 @@ class _Budget(threading.local):
 
     left: int | float = COST_LIMIT
     deadline: float | None = None
+    regexes: set[str] | None = None  # patterns whose compile this evaluation was charged for
 
 
 _budget = _Budget()
@@ -65,6 +66,7 @@ def reset_budget(divisor: int = 1) -> None:
     """
     b = _budget
     b.left = COST_LIMIT // divisor
+    b.regexes = None
     deadline = b.deadline
     if deadline is not None and _monotonic() > deadline:
         raise DeadlineExceeded("time budget exceeded")
@@ -87,6 +89,17 @@ def charge(units: int | float) -> None:
     deadline = b.deadline
     if deadline is not None and _monotonic() > deadline:
         raise DeadlineExceeded("time budget exceeded")
+
+
+def charge_once(key: str, units: int | float) -> None:
+    """Charge `units` for `key` once per evaluation (a regex compile: cel-go compiles a pattern once)."""
+    b = _budget
+    seen = b.regexes
+    if seen is None:
+        seen = b.regexes = set()
+    if key not in seen:
+        seen.add(key)
+        charge(units)
 
 
 def traversal_cost(n: int) -> int:
