@@ -43,12 +43,13 @@ from typing import Any
 
 import orjson
 
-from bench.bench_workloads import PodClaim, base_objects, node_name
+from bench.bench_workloads import DRIVER, PodClaim, base_objects, node_name
 from tracker import events as ev
 from tracker.source import merge_patch
 
 RESULTS = Path(__file__).parent / "results"
 NODES, DEVICES = 5000, 8
+SHAPES = 3  # never-seen claim shapes probed after the pods
 
 
 class MemorySource:
@@ -105,6 +106,18 @@ def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
     pcs = [PodClaim(k, "template") for k in range(pods)]
     for pc in pcs:
         objs += pc.objects()
+    for s in range(SHAPES):  # pods whose claim has a selector no pod had: the first pod of a new shape
+        pc = PodClaim(300_000 + s, "template")
+        claim = pc.claim_object()
+        claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+            {
+                "cel": {
+                    "expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'
+                }
+            }
+        ]
+        objs += [claim, pc.pod()]
+        pcs.append(pc)
     rv = 1000
     for o in objs:
         rv += 1
@@ -112,7 +125,7 @@ def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
     return objs, pcs
 
 
-def build(pods: int) -> tuple[Any, list[PodClaim]]:
+def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim]]:
     from allocator.allocation import Allocator
     from extender.metrics import Metrics
     from extender.service import Service
@@ -135,7 +148,8 @@ def build(pods: int) -> tuple[Any, list[PodClaim]]:
     gc.enable()
     gc.collect()
     gc.freeze()  # as the reflector does once the initial lists are in
-    service = Service(state, MemorySource(state), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0)  # type: ignore[arg-type]
+    extra = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
+    service = Service(state, MemorySource(state), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)  # type: ignore[arg-type]
     return service, pcs
 
 
@@ -204,12 +218,12 @@ def top_allocations(snapshot: tracemalloc.Snapshot, limit: int = 30) -> str:
     return "\n".join(lines)
 
 
-async def run(pods: int, warm: int, profile: bool, memory: bool, label: str) -> dict[str, Any]:
+async def run(pods: int, warm: int, profile: bool, memory: bool, label: str, offer_nodes: int | None = None) -> dict[str, Any]:
     load_start = list(os.getloadavg())
     if memory:
         tracemalloc.start(3)
     t0 = time.perf_counter()
-    service, pcs = build(pods + warm)
+    service, pcs = build(pods + warm, offer_nodes)
     build_s = time.perf_counter() - t0
     gc.collect()
     rss_built = rss_mb()
@@ -218,6 +232,8 @@ async def run(pods: int, warm: int, profile: bool, memory: bool, label: str) -> 
     # The shape's first pass over 5,000 nodes is Scale5k's "first pod" figure, not this one's.
     for pc in pcs[:warm]:
         await one_pod(service, pc, names_body, rng)
+    probes = pcs[len(pcs) - SHAPES :]
+    pcs = pcs[: len(pcs) - SHAPES]
     prof = cProfile.Profile() if profile else None
     samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "total": []}
     offered = []
@@ -231,6 +247,13 @@ async def run(pods: int, warm: int, profile: bool, memory: bool, label: str) -> 
         offered.append(r["offered"])
     if prof is not None:
         prof.disable()
+    first_shape = []
+    for pc in probes:  # wall clock too: the scheduler waits for it
+        t = time.perf_counter()
+        r = await one_pod(service, pc, names_body, rng)
+        first_shape.append(
+            {"filter_cpu_ms": round(r["filter"] * 1000, 1), "filter_bind_wall_ms": round((time.perf_counter() - t) * 1000, 1)}
+        )
     result: dict[str, Any] = {
         "label": label,
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -247,6 +270,7 @@ async def run(pods: int, warm: int, profile: bool, memory: bool, label: str) -> 
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "offered_per_filter": {"min": min(offered), "max": max(offered), "mean": round(sum(offered) / len(offered), 1)},
         "cpu_ms": {k: summary(v) for k, v in samples.items()},
+        "never_seen_shape": first_shape,
     }
     if prof is not None:
         s = io.StringIO()
@@ -287,15 +311,16 @@ def write(result: dict[str, Any], tag: str) -> None:
         "thread per verb: parse the body, decide, encode the answer (HTTP framing not included). Warm: the shape's first pass "
         "over the nodes is done before the timed pods. Target: filter + prioritize + bind <= 5 ms.",
         "",
-        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB | never-seen shape: /filter CPU ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for tag_, r in runs.items():
         c = r["cpu_ms"]
         lines.append(
             f"| {tag_}: {r['label']} | {r['when']} | {r['load_average_start']} -> {r['load_average_end']} | {r['pods']} | "
             f"{r['offered_per_filter']['mean']} | {c['filter']['mean']} / {c['filter']['p99']} | {c['prioritize']['mean']} / {c['prioritize']['p99']} | "
-            f"{c['bind']['mean']} / {c['bind']['p99']} | {c['total']['mean']} / {c['total']['p50']} / {c['total']['p99']} | {r.get('rss_after_build_mb')} / {r.get('rss_after_pods_mb')} / {r['peak_rss_mb']} |"
+            f"{c['bind']['mean']} / {c['bind']['p99']} | {c['total']['mean']} / {c['total']['p50']} / {c['total']['p99']} | {r.get('rss_after_build_mb')} / {r.get('rss_after_pods_mb')} / {r['peak_rss_mb']} | "
+            f"{', '.join(str(x['filter_cpu_ms']) for x in r.get('never_seen_shape', [])) or '–'} |"
         )
     (RESULTS / "scale5k-cpu.md").write_text("\n".join(lines) + "\n")
 
@@ -307,11 +332,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--tag", default="run")
+    parser.add_argument("--offer-nodes", type=int, default=None, help="the extender's --offer-nodes (default: its default)")
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag))
+    result = asyncio.run(run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag, args.offer_nodes))
     c = result["cpu_ms"]
     print(
+        result["never_seen_shape"],
         {k: (c[k]["mean"], c[k]["p99"]) for k in c},
         "offered",
         result["offered_per_filter"],

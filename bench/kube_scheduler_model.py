@@ -1098,6 +1098,8 @@ WORKLOADS: dict[str, Workload] = {
     "competition": Workload("competition", 10, 10, 1000, timeout=600, settle=5),
     # timeout 360 s: long enough to see the 5-minute flush of unschedulable pods (checked every 30 s).
     "taint-removal": Workload("taint-removal", 10, 2, 19, tainted_nodes=1, taint_removal=True, timeout=360),
+    # The issue-22 scale: 5,000 nodes x 8 devices, 2,500 pods created at once.
+    "5000x8": Workload("5000x8", 5000, 8, 2500, timeout=1500),
     # Upstream's SteadyStateClusterResourceClaimTemplate at the issue's 99.5 % full and 20 pods/s.
     "steady-100x10": Workload("steady-100x10", 100, 10, 1200, rate=20, steady_fill=0.995, timeout=300),
     "steady-1000x8": Workload("steady-1000x8", 1000, 8, 1200, rate=20, steady_fill=0.995, timeout=300),
