@@ -1550,6 +1550,7 @@ def run_workload(
         cpu = Cpu({"extender": ext_proc.pid, "fakeapi": api_proc.pid})
         result = _run_async(_drive(w, api_url, f"http://127.0.0.1:{port}", cfg, claims, progress, label, noop))
         result["cpu"] = cpu.done()
+        result["extender_memory_mb"] = _memory_mb(ext_proc.pid)
         result["extender_ready_s"] = round(ready_s, 2)
         if ext_proc.poll() is not None:
             result["extender_exited"] = ext_proc.returncode
@@ -1568,6 +1569,18 @@ def run_workload(
             print(f"kept {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _memory_mb(pid: int) -> dict[str, float]:
+    """A process's resident set now and at its peak (VmRSS, VmHWM), MB."""
+    out: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out["rss" if line.startswith("VmRSS") else "peak_rss"] = round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return out
 
 
 def _run_async(coro: Any) -> Any:
@@ -1764,6 +1777,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"- unbound pods: {r['unbound_pods']}, their last rejection: {r['unbound_last_rejections'] or 'none'}")
         lines.append(f"- read back: {r['readback']}")
         lines.append(f"- CPU: {r['cpu']}")
+        if r.get("extender_memory_mb"):
+            lines.append(f"- extender memory (MB): {r['extender_memory_mb']}")
         if "taint_removal" in r:
             lines.append(f"- taint removal: {r['taint_removal']}")
         lines.append("")

@@ -140,3 +140,19 @@ async def test_offer_nodes_0_offers_every_fitting_node(start: Start) -> None:
     assert await service.bind(BindingArgs("p1", "default", "uid-p1", NODES[1])) == ""
     passed, _ = await service.filter(_args(2))
     assert passed == [n for n in NODES if n != NODES[1]]
+
+
+async def test_a_limited_look_still_withholds_nodes_a_placed_pod_may_take(start: Start) -> None:
+    service = await start(dict.fromkeys(NODES[:6], 1), offer_nodes=2)
+    names = NODES[:6]
+    passed, _ = await service.filter(_args(1, names))
+    assert passed == names[:2]
+    assert await service.bind(BindingArgs("p1", "default", "uid-p1", names[0])) == ""  # the gate turns on
+    assert (await service.filter(_args(2, names)))[0] == names[2:4]  # p2 placed; its /bind outstanding
+    assert (await service.filter(_args(3, names)))[0] == names[4:6]  # p3 looks further on: nothing shared
+    # p4 wraps around: node-00 is taken, node-01 fits, node-02 and node-03 fit alone but p2 may take
+    # their only device: withheld, never offered twice.
+    passed, failed = await service.filter(_args(4, names))
+    assert passed == [names[1]]
+    assert "withheld" in failed[names[2]] and "withheld" in failed[names[3]]
+    assert "allocated" in failed[names[0]]
