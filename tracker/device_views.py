@@ -30,6 +30,7 @@ from allocator.parse import (
 from allocator.quantity import format_quantity
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
+    EFFECT_NO_EXECUTE,
     DeviceClass,
     DeviceID,
     DeviceTaintRule,
@@ -116,6 +117,7 @@ class DeviceViews(ObjectStore):
         self.slice_views: dict[str, SliceView] = {}
         self.devices: dict[DeviceID, DeviceView] = {}
         self._device_slice: dict[DeviceID, str] = {}
+        self._no_execute: set[DeviceID] = set()  # devices whose view carries a NoExecute taint
         self._node_slices: dict[str, set[str]] = defaultdict(set)  # node-local slices
         self._shared_slices: set[str] = set()  # reachable from more than one node
         self._rules_by_key: dict[tuple[str | None, str | None, str | None], set[tuple[str, str]]] = defaultdict(set)
@@ -348,6 +350,7 @@ class DeviceViews(ObjectStore):
             if self._device_slice.get(did) == old.meta.name:
                 del self._device_slice[did]
                 self.devices.pop(did, None)
+                self._no_execute.discard(did)
         self._pool_changed(old)
         members = self._pools.get((old.driver, old.pool))
         if members is not None:
@@ -432,6 +435,21 @@ class DeviceViews(ObjectStore):
 
     # ------------------------------------------------------------------ patched views
 
+    def _set_device(self, view: DeviceView) -> None:
+        self.devices[view.id] = view
+        if any(t.effect == EFFECT_NO_EXECUTE for t in view.taints):
+            self._no_execute.add(view.id)
+        else:
+            self._no_execute.discard(view.id)
+
+    def may_evict(self) -> bool:
+        """Whether a NoExecute taint may apply to some device: one on a published device, or a rule with one.
+
+        False lets the eviction controller skip its pass over every allocated
+        claim, which every claim change would otherwise cost.
+        """
+        return bool(self._no_execute) or any(r.taint.effect == EFFECT_NO_EXECUTE for r in self.rules.values())
+
     def _devices_matching(self, driver: str | None, pool: str | None, device: str | None) -> set[DeviceID]:
         """The known devices a (driver, pool, device) selector names (None: any).
 
@@ -500,7 +518,7 @@ class DeviceViews(ObjectStore):
                 view = self._compute_device(s, i, ctx)
                 fresh.append(view)
             if self._device_slice.get(view.id) == name:
-                self.devices[view.id] = view
+                self._set_device(view)
             views.append(view)
         self._set_slice_view(s, tuple(views))
         self._warm(fresh, self.classes.values())
@@ -569,7 +587,7 @@ class DeviceViews(ObjectStore):
                     if before != nv.cel_key and isinstance(before, tuple) and before[:1] == ("patched",):
                         self.cel.forget(before)  # a patched version replaced; the original's key stays in use
                     new_devices[i] = nv
-                    self.devices[nv.id] = nv
+                    self._set_device(nv)
                     changed = True
             if changed:
                 self._set_slice_view(s, tuple(new_devices))
