@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_count,
         default=DEFAULT_OFFER_NODES,
         metavar="N",
-        help="/filter stops looking once N fitting nodes have every device free of taints, and offers those it found "
+        help="/filter stops looking once N fitting nodes have the best health (no device with a None-effect taint), and offers those it found "
         "(it starts where the previous /filter stopped); a pod that fits anywhere is never refused. 0 offers every "
         "fitting node (default %(default)s; see docs/kube-scheduler.md)",
     )

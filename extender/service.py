@@ -321,7 +321,8 @@ class Service:
 
         With `offer_nodes` set and more names than that, the names are looked
         at in chunks from a rotating start, and the look stops once
-        `offer_nodes` fitting nodes have every device free of taints: the
+        `offer_nodes` fitting nodes have the best health (no device with a
+        taint that does not block allocation, see `_score`): the
         nodes not looked at are neither offered nor failed (kube-scheduler
         drops them). A pod that fits anywhere is never refused: only a look
         over every name ends with no fitting node. See
@@ -356,7 +357,7 @@ class Service:
                     if failure is None:
                         passed.append(name)
                         fits[name] = outcome
-                        if limited and _untainted(outcome):
+                        if limited and _fully_healthy(outcome):
                             healthy += 1
                     else:
                         failed[name] = failure.message
@@ -509,9 +510,12 @@ class Service:
         return await self.binder.bind(args)
 
 
-def _untainted(outcome: Outcome) -> bool:
-    """A fit whose devices carry no taint at all (the best /prioritize health)."""
-    return not any(d.taints for d in outcome.devices)
+def _fully_healthy(outcome: Outcome) -> bool:
+    """A fit with the best /prioritize health: no device with a taint that does not block allocation (None, unknown effects).
+
+    A tolerated NoSchedule or NoExecute taint does not lower the score (see `Service._score`).
+    """
+    return not any(not blocks_allocation(t) for d in outcome.devices for t in d.taints)
 
 
 def _short(text: str) -> str:

@@ -1,4 +1,4 @@
-"""/filter stops looking once `offer_nodes` untainted fitting nodes are found (docs/kube-scheduler.md#how-many-nodes-filter-offers)."""
+"""/filter stops looking once `offer_nodes` fully healthy fitting nodes (no None-effect taint) are found (docs/kube-scheduler.md#how-many-nodes-filter-offers)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ spec:
 """
 
 
-def _cluster(directory: Path, gpus: dict[str, int], taints: dict[str, str] | None = None) -> None:
+def _cluster(directory: Path, gpus: dict[str, int], taints: dict[str, str] | None = None, tolerate: bool = False) -> None:
     docs = [CLASS]
     for node in NODES:
         docs.append(f"apiVersion: v1\nkind: Node\nmetadata: {{name: {node}}}\n")
@@ -48,7 +48,9 @@ def _cluster(directory: Path, gpus: dict[str, int], taints: dict[str, str] | Non
         docs.append(
             "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\n"
             f"metadata: {{name: c{i}, namespace: default}}\n"
-            "spec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {deviceClassName: gpu.example.com}\n"
+            "spec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {deviceClassName: gpu.example.com"
+            + (", tolerations: [{operator: Exists}]" if tolerate else "")
+            + "}\n"
         )
         docs.append(
             "apiVersion: v1\nkind: Pod\n"
@@ -67,9 +69,9 @@ Start = Callable[..., Awaitable[Service]]
 async def start(tmp_path: Path) -> AsyncIterator[Start]:
     tasks: list[asyncio.Task] = []
 
-    async def run(gpus: dict[str, int], offer_nodes: int, taints: dict[str, str] | None = None) -> Service:
+    async def run(gpus: dict[str, int], offer_nodes: int, taints: dict[str, str] | None = None, tolerate: bool = False) -> Service:
         directory = tmp_path / f"c{len(tasks)}"
-        _cluster(directory, gpus, taints)
+        _cluster(directory, gpus, taints, tolerate)
         cel = CelEnvironment()
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
@@ -124,7 +126,7 @@ async def test_a_pod_that_fits_on_one_node_only_is_offered_it_wherever_it_is(sta
 
 async def test_nodes_with_tainted_devices_do_not_end_the_look(start: Start) -> None:
     # The first six nodes' devices carry a taint that does not block allocation: they fit but
-    # score lower, so the look goes on until three untainted fits are found.
+    # score lower, so the look goes on until three fits without such taints are found.
     tainted = dict.fromkeys(NODES[:6], "None")
     service = await start(dict.fromkeys(NODES, 1), offer_nodes=3, taints=tainted)
     passed, _ = await service.filter(_args(1))
@@ -156,3 +158,11 @@ async def test_a_limited_look_still_withholds_nodes_a_placed_pod_may_take(start:
     assert passed == [names[1]]
     assert "withheld" in failed[names[2]] and "withheld" in failed[names[3]]
     assert "allocated" in failed[names[0]]
+
+
+async def test_a_tolerated_blocking_taint_does_not_lower_health_and_ends_the_look(start: Start) -> None:
+    # Every device carries a NoSchedule taint the claims tolerate: as healthy as untainted for
+    # /prioritize, so the look stops after three fits.
+    service = await start(dict.fromkeys(NODES, 1), offer_nodes=3, taints=dict.fromkeys(NODES, "NoSchedule"), tolerate=True)
+    passed, failed = await service.filter(_args(1))
+    assert passed == NODES[:3] and failed == {}
