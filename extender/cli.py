@@ -16,6 +16,8 @@ from typing import Any
 
 from allocator.features import Features
 
+DEFAULT_OFFER_NODES = 100  # as extender.service.DEFAULT_OFFER_NODES (not imported: the CLI starts without the service's imports)
+
 log = logging.getLogger("dra_extender")
 
 
@@ -55,6 +57,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value!r}")
+    return n
 
 
 def _positive(value: str) -> float:
@@ -190,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
         "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--offer-nodes",
+        type=_count,
+        default=DEFAULT_OFFER_NODES,
+        metavar="N",
+        help="/filter stops looking once N fitting nodes have the best health (no device with a None-effect taint), and offers those it found "
+        "(it starts where the previous /filter stopped); a pod that fits anywhere is never refused. 0 offers every "
+        "fitting node (default %(default)s; see docs/kube-scheduler.md)",
     )
     serve.add_argument("--no-eviction", action="store_true", help="do not run the NoExecute eviction controller")
     serve.add_argument("--evict-upstream", action="store_true", help="also evict for upstream rules and driver taints")
@@ -371,6 +392,7 @@ async def serve(args: argparse.Namespace) -> int:
         bind_timeout=args.bind_timeout,
         features=features,
         binding_timeout=args.binding_timeout,
+        offer_nodes=args.offer_nodes,
     )
     eviction = None
     if not args.no_eviction:

@@ -84,7 +84,9 @@ class OutcomeCache:
             sig = ("allocated", claim.key, claim.meta.resource_version)
         else:
             raw = self.state.raw_claims.get(claim.key) or {}
-            spec = orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)
+            # Copied to a bytes object of its own size: orjson's output keeps a 4 KB buffer, and
+            # signatures live as long as their verdicts.
+            spec = bytes(memoryview(orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)))
             sig = ("new", spec, claim.meta.annotations.get(TOLERATIONS_ANNOTATION), bool(claim.meta.deletion_timestamp))
         if len(self._signatures) >= self.size:
             self._signatures.clear()

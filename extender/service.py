@@ -47,6 +47,7 @@ DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bi
 DEFAULT_CLAIM_WAIT = 1.0  # seconds a /filter waits for a claim generated from a template
 MAX_JOINT_PLACEMENTS = 4  # placed pods a /filter judges jointly with its own; beyond, it waits for their binds
 MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
+DEFAULT_OFFER_NODES = 100  # fully healthy fitting nodes after which /filter stops looking (0: offer every fitting node)
 
 
 def pod_has_claims(pod: dict[str, Any]) -> bool:
@@ -100,9 +101,12 @@ class Service:
         bind_timeout: float = DEFAULT_BIND_TIMEOUT,
         features: Features = DEFAULT_FEATURES,
         binding_timeout: float = 600.0,
+        offer_nodes: int = DEFAULT_OFFER_NODES,
     ) -> None:
         self.state = state
         self.features = features
+        self.offer_nodes = offer_nodes
+        self._scan_start = 0  # where the next limited /filter starts looking (it rotates, as kube-scheduler's sampling does)
         self.source = source
         self.allocator = allocator
         self.metrics = metrics
@@ -435,23 +439,57 @@ class Service:
         deadline: float | None,
         budget: float | None,
     ) -> tuple[list[str], dict[str, str], dict[str, Outcome]]:
-        """(nodes where the claims fit, why not elsewhere, the fitting nodes' verdicts) against allocated and in-flight devices."""
-        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
-        try:
-            verdicts = self._verdicts(pod, claims, names, raw_nodes, deadline)
-        except CelDeadlineExceeded as e:
-            raise self._out_of_budget(e, claims, names, budget) from None
-        finally:
-            set_cel_deadline(previous)
+        """(nodes where the claims fit, why not elsewhere, the fitting nodes' verdicts) against allocated and in-flight devices.
+
+        With `offer_nodes` set and more names than that, the names are looked
+        at in chunks from a rotating start, and the look stops once
+        `offer_nodes` fitting nodes have the best health (no device with a
+        taint that does not block allocation, see `_score`): the
+        nodes not looked at are neither offered nor failed (kube-scheduler
+        drops them). A pod that fits anywhere is never refused: only a look
+        over every name ends with no fitting node. See
+        docs/kube-scheduler.md#how-many-nodes-filter-offers.
+        """
+        limit = self.offer_nodes
+        total = len(names)
+        limited = 0 < limit < total
+        if limited:
+            start = self._scan_start % total
+            order = names[start:] + names[:start] if start else names
+            chunk = limit
+        else:
+            order, chunk = names, total
         passed: list[str] = []
         failed: dict[str, str] = {}
         fits: dict[str, Outcome] = {}
-        for name, outcome in zip(names, verdicts, strict=True):
-            if outcome.failure is None:
-                passed.append(name)
-                fits[name] = outcome
-            else:
-                failed[name] = outcome.failure.message
+        signature = self.outcomes.signature(claims)
+        healthy = 0
+        examined = 0
+        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
+        try:
+            while examined < total:
+                part = order[examined : examined + chunk]
+                try:
+                    verdicts = self.outcomes.verdicts(signature, claims, self._nodes(part, raw_nodes), deadline)
+                except CelDeadlineExceeded as e:
+                    e.nodes_done = examined + (e.nodes_done or 0)
+                    raise self._out_of_budget(e, claims, order, budget) from None
+                for name, outcome in zip(part, verdicts, strict=True):
+                    failure = outcome.failure
+                    if failure is None:
+                        passed.append(name)
+                        fits[name] = outcome
+                        if limited and _fully_healthy(outcome):
+                            healthy += 1
+                    else:
+                        failed[name] = failure.message
+                examined += len(part)
+                if limited and healthy >= limit:
+                    break
+        finally:
+            set_cel_deadline(previous)
+        if limited:
+            self._scan_start = (start + examined) % total
         return passed, failed, fits
 
     def _out_of_budget(self, e: CelDeadlineExceeded, claims: list[ResourceClaim], names: list[str], budget: float | None) -> BudgetExceeded:
@@ -606,6 +644,14 @@ def _readiness_gone(claim: str, node: str) -> Readiness:
         claim,
         f"device binding failed: claim={claim.partition('/')[2]}, reason=NodeUnavailable, message=node {node or '?'} is no longer offered to the pod",
     )
+
+
+def _fully_healthy(outcome: Outcome) -> bool:
+    """A fit with the best /prioritize health: no device with a taint that does not block allocation (None, unknown effects).
+
+    A tolerated NoSchedule or NoExecute taint does not lower the score (see `Service._score`).
+    """
+    return not any(not blocks_allocation(t) for d in outcome.devices for t in d.taints)
 
 
 def _short(text: str) -> str:

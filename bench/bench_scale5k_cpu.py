@@ -1,0 +1,354 @@
+"""The extender's CPU per pod at 5,000 node names, in process (issue 22).
+
+The Scale5k cluster (5,000 nodes x 8 devices, 5,000 bound pods with a
+claim each, 5,000 pods without claims) is built in a `ClusterState`; each pod
+of a ResourceClaimTemplate then goes through what kube-scheduler sends with
+`percentageOfNodesToScore: 100`: /filter with all 5,000 names, /prioritize
+with the names /filter returned, /bind on the node with the best score (ties
+broken at random, as the scheduler does). Each verb is timed as its HTTP route
+runs it (parse the body, decide, encode the answer), CPU time of this thread;
+HTTP framing and the hop between the server's threads are not in it (the
+cluster-mode run of `bench_workloads` measures those, with the process's CPU).
+
+/bind writes through an in-memory source: a write returns the object with a
+new resourceVersion and is applied to the state as the watch would deliver it.
+
+    .venv/bin/python -m bench.bench_scale5k_cpu [--pods N] [--profile] [--memory]
+
+`--profile` adds a cProfile of the pods (top entries as text); `--memory`
+a tracemalloc summary of the state after the pods (what holds the memory).
+Results land in bench/results/scale5k-cpu.{json,md} (and -profile.txt,
+-memory.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import cProfile
+import gc
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import resource
+import time
+import tracemalloc
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.bench_workloads import DRIVER, PodClaim, base_objects, node_name
+from tracker import events as ev
+from tracker.source import merge_patch
+
+RESULTS = Path(__file__).parent / "results"
+NODES, DEVICES = 5000, 8
+SHAPES = 3  # never-seen claim shapes probed after the pods
+
+
+class MemorySource:
+    """Writes answered from memory and echoed into the state like watch events."""
+
+    description = "bench"
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.rv = 50_000_000
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
+        key = f"{namespace}/{name}"
+        raw = (self.state.raw_claims if kind == ev.RESOURCE_CLAIM else self.state.raw_pods).get(key)
+        return copy.deepcopy(raw) if raw is not None else None
+
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+        key = f"{namespace}/{name}"
+        raw = copy.deepcopy(self.state.raw_claims[key])
+        patch = copy.deepcopy(patch)
+        patch.get("metadata", {}).pop("resourceVersion", None)
+        raw = merge_patch(raw, patch)
+        raw["metadata"]["resourceVersion"] = self._next_rv()
+        return raw
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        key = f"{namespace}/{name}"
+        raw = copy.deepcopy(self.state.raw_pods[key])
+        raw["spec"]["nodeName"] = node
+        raw["metadata"]["resourceVersion"] = self._next_rv()
+        self.state.apply(ev.ObjectEvent("MODIFIED", ev.POD, ev.GROUP_CORE, key, raw))
+
+    async def create_event(self, event: dict[str, Any]) -> None:
+        pass
+
+
+def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
+    objs = base_objects(NODES, DEVICES)
+    for p in range(5000):
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"web-{p:05d}", "namespace": "default", "uid": f"web-uid-{p:05d}", "resourceVersion": "2"},
+                "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]},
+            }
+        )
+    for p in range(5000):
+        objs += PodClaim(100_000 + p, "template").objects((node_name(p), f"instance-{DEVICES - 1}"))
+    pcs = [PodClaim(k, "template") for k in range(pods)]
+    for pc in pcs:
+        objs += pc.objects()
+    for s in range(SHAPES):  # pods whose claim has a selector no pod had: the first pod of a new shape
+        pc = PodClaim(300_000 + s, "template")
+        claim = pc.claim_object()
+        claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+            {
+                "cel": {
+                    "expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'
+                }
+            }
+        ]
+        objs += [claim, pc.pod()]
+        pcs.append(pc)
+    rv = 1000
+    for o in objs:
+        rv += 1
+        o["metadata"].setdefault("resourceVersion", str(rv))
+    return objs, pcs
+
+
+def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim]]:
+    from allocator.allocation import Allocator
+    from extender.metrics import Metrics
+    from extender.service import Service
+    from tracker.state import ClusterState
+
+    objs, pcs = scale5k_objects(pods)
+    from allocator.cel import CelEnvironment
+
+    state = ClusterState(CelEnvironment())
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for o in objs:
+        groups.setdefault((o["kind"], o["apiVersion"].rpartition("/")[0]), []).append(o)
+    del objs
+    gc.disable()
+    for (kind, group), items in groups.items():
+        state.replace(kind, group, items)
+    for kind, group in state.required:
+        state.mark_synced(kind, group)
+    del groups
+    gc.enable()
+    gc.collect()
+    gc.freeze()  # as the reflector does once the initial lists are in
+    extra = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
+    service = Service(state, MemorySource(state), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)  # type: ignore[arg-type]
+    return service, pcs
+
+
+async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Random) -> dict[str, float]:
+    from extender import wire
+
+    raw_pod = service.state.raw_pods[f"default/{pc.name}"]
+    pod_json = orjson.dumps(raw_pod)
+    body = b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_body + b"}"
+    out: dict[str, float] = {}
+    t = time.thread_time()
+    args = wire.parse_extender_args(body)
+    passed, failed = await service.filter(args)
+    answer = wire.filter_result(args, passed, unresolvable=failed)
+    out["filter"] = time.thread_time() - t
+    offered = orjson.loads(answer)["NodeNames"]  # kube-scheduler's side: not timed
+    body = orjson.dumps({"Pod": raw_pod, "Nodes": None, "NodeNames": offered})
+    t = time.thread_time()
+    args = wire.parse_extender_args(body)
+    scores = service.prioritize_without_state(args)
+    if scores is None:
+        scores = service.prioritize(args)
+    answer = wire.priority_list(scores)
+    out["prioritize"] = time.thread_time() - t
+    ranked = orjson.loads(answer)
+    best = max(s["Score"] for s in ranked)
+    node = rng.choice([s["Host"] for s in ranked if s["Score"] == best])
+    body = orjson.dumps({"PodName": pc.name, "PodNamespace": "default", "PodUID": pc.uid, "Node": node})
+    t = time.thread_time()
+    bargs = wire.parse_binding_args(body)
+    error = await service.bind(bargs)
+    wire.binding_result(error)
+    out["bind"] = time.thread_time() - t
+    if error:
+        raise RuntimeError(f"bind {pc.name} on {node}: {error}")
+    out["offered"] = len(offered)
+    return out
+
+
+def rss_mb() -> float:
+    """This process's resident set now (not the peak: the build's transient garbage is not state)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    v = sorted(values)
+    return {
+        "mean": round(sum(v) / len(v) * 1000, 3),
+        "p50": round(v[len(v) // 2] * 1000, 3),
+        "p99": round(v[min(len(v) - 1, int(0.99 * len(v)))] * 1000, 3),
+        "max": round(v[-1] * 1000, 3),
+    }
+
+
+def top_allocations(snapshot: tracemalloc.Snapshot, limit: int = 30) -> str:
+    stats = snapshot.statistics("traceback")
+    total = sum(s.size for s in stats)
+    lines = [f"traced {total / 1e6:.1f} MB in {sum(s.count for s in stats)} blocks; top {limit} allocation sites (3 frames each):", ""]
+    for s in stats[:limit]:
+        lines.append(f"{s.size / 1e6:8.1f} MB {s.count:9d} blocks")
+        for frame in s.traceback.format()[-6:]:
+            lines.append("    " + frame.strip())
+    return "\n".join(lines)
+
+
+async def run(pods: int, warm: int, profile: bool, memory: bool, label: str, offer_nodes: int | None = None) -> dict[str, Any]:
+    load_start = list(os.getloadavg())
+    if memory:
+        tracemalloc.start(3)
+    t0 = time.perf_counter()
+    service, pcs = build(pods + warm, offer_nodes)
+    build_s = time.perf_counter() - t0
+    gc.collect()
+    rss_built = rss_mb()
+    names_body = orjson.dumps([node_name(i) for i in range(NODES)])
+    rng = random.Random(1)
+    # The shape's first pass over 5,000 nodes is Scale5k's "first pod" figure, not this one's.
+    for pc in pcs[:warm]:
+        await one_pod(service, pc, names_body, rng)
+    probes = pcs[len(pcs) - SHAPES :]
+    pcs = pcs[: len(pcs) - SHAPES]
+    prof = cProfile.Profile() if profile else None
+    samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "total": []}
+    offered = []
+    if prof is not None:
+        prof.enable()
+    for pc in pcs[warm:]:
+        r = await one_pod(service, pc, names_body, rng)
+        for verb in ("filter", "prioritize", "bind"):
+            samples[verb].append(r[verb])
+        samples["total"].append(r["filter"] + r["prioritize"] + r["bind"])
+        offered.append(r["offered"])
+    if prof is not None:
+        prof.disable()
+    first_shape = []
+    for pc in probes:  # wall clock too: the scheduler waits for it
+        t = time.perf_counter()
+        r = await one_pod(service, pc, names_body, rng)
+        first_shape.append(
+            {"filter_cpu_ms": round(r["filter"] * 1000, 1), "filter_bind_wall_ms": round((time.perf_counter() - t) * 1000, 1)}
+        )
+    result: dict[str, Any] = {
+        "label": label,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "python": platform.python_version(),
+        "load_average_start": load_start,
+        "load_average_end": list(os.getloadavg()),
+        "nodes": NODES,
+        "devices": NODES * DEVICES,
+        "pods": pods,
+        "warm_pods": warm,
+        "build_s": round(build_s, 1),
+        "rss_after_build_mb": round(rss_built, 1),
+        "rss_after_pods_mb": rss_mb(),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "offered_per_filter": {"min": min(offered), "max": max(offered), "mean": round(sum(offered) / len(offered), 1)},
+        "cpu_ms": {k: summary(v) for k, v in samples.items()},
+        "never_seen_shape": first_shape,
+    }
+    if prof is not None:
+        s = io.StringIO()
+        ps = pstats.Stats(prof, stream=s)
+        ps.sort_stats("tottime").print_stats(35)
+        ps.sort_stats("cumulative").print_stats(35)
+        result["profile_text"] = s.getvalue()
+    if memory:
+        gc.collect()
+        result["memory_text"] = top_allocations(tracemalloc.take_snapshot())
+        tracemalloc.stop()
+    return result
+
+
+def write(result: dict[str, Any], tag: str) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    text = {k: result.pop(k) for k in ("profile_text", "memory_text") if k in result}
+    path = RESULTS / "scale5k-cpu.json"
+    runs = json.loads(path.read_text()) if path.exists() else {}
+    runs[tag] = result
+    path.write_text(json.dumps(runs, indent=2) + "\n")
+    if "profile_text" in text:
+        (RESULTS / f"scale5k-cpu-profile-{tag}.txt").write_text(
+            f"# cProfile of {result['pods']} pods at {NODES} names ({result['label']}); load {result['load_average_start']}\n\n"
+            + text["profile_text"]
+        )
+    if "memory_text" in text:
+        (RESULTS / f"scale5k-memory-{tag}.txt").write_text(
+            f"# tracemalloc of the in-process Scale5k state after {result['pods']} pods ({result['label']}); load {result['load_average_start']}\n\n"
+            + text["memory_text"]
+            + "\n"
+        )
+    lines = [
+        "# Extender CPU per pod at 5,000 node names, in process (`python -m bench.bench_scale5k_cpu`)",
+        "",
+        "Scale5k cluster (5,000 nodes x 8 devices, 5,000 bound pods with a claim, 5,000 without) in one `ClusterState`; each pod: "
+        "/filter with all 5,000 names, /prioritize with the nodes /filter returned, /bind on the best-scored node. CPU time of the "
+        "thread per verb: parse the body, decide, encode the answer (HTTP framing not included). Warm: the shape's first pass "
+        "over the nodes is done before the timed pods. Target: filter + prioritize + bind <= 5 ms.",
+        "",
+        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB | never-seen shape: /filter CPU ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for tag_, r in runs.items():
+        c = r["cpu_ms"]
+        lines.append(
+            f"| {tag_}: {r['label']} | {r['when']} | {r['load_average_start']} -> {r['load_average_end']} | {r['pods']} | "
+            f"{r['offered_per_filter']['mean']} | {c['filter']['mean']} / {c['filter']['p99']} | {c['prioritize']['mean']} / {c['prioritize']['p99']} | "
+            f"{c['bind']['mean']} / {c['bind']['p99']} | {c['total']['mean']} / {c['total']['p50']} / {c['total']['p99']} | {r.get('rss_after_build_mb')} / {r.get('rss_after_pods_mb')} / {r['peak_rss_mb']} | "
+            f"{', '.join(str(x['filter_cpu_ms']) for x in r.get('never_seen_shape', [])) or '–'} |"
+        )
+    (RESULTS / "scale5k-cpu.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=300)
+    parser.add_argument("--warm", type=int, default=60)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--tag", default="run")
+    parser.add_argument("--offer-nodes", type=int, default=None, help="the extender's --offer-nodes (default: its default)")
+    parser.add_argument("--label", default="")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag, args.offer_nodes))
+    c = result["cpu_ms"]
+    print(
+        result["never_seen_shape"],
+        {k: (c[k]["mean"], c[k]["p99"]) for k in c},
+        "offered",
+        result["offered_per_filter"],
+        "RSS",
+        result["rss_after_build_mb"],
+        result["rss_after_pods_mb"],
+        result["peak_rss_mb"],
+    )
+    write(result, args.tag)
+
+
+if __name__ == "__main__":
+    main()
