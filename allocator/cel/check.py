@@ -376,7 +376,7 @@ class Checker:
 
     def _select_type(self, recv: str, field: str) -> str:
         if recv == DEVICE:
-            fields = {"driver": "string", "attributes": ATTRS, "capacity": CAPS}
+            fields = {"driver": "string", "allowMultipleAllocations": "bool", "attributes": ATTRS, "capacity": CAPS}
             if field not in fields:
                 raise CheckError(f"undefined field '{field}'")
             return fields[field]

@@ -118,6 +118,10 @@ class SelectorDevice(Protocol):
     def capacity(self) -> Mapping[str, Quantity]:
         """Fully qualified names."""
 
+    @property
+    def allow_multiple_allocations(self) -> bool:
+        """`device.allowMultipleAllocations` (DRAConsumableCapacity): shared by several claims."""
+
 
 @dataclass(frozen=True, slots=True)
 class CompiledSelector:
@@ -211,13 +215,14 @@ def _grouped(values: Mapping[str, Any], driver: str) -> lib.DomainMap:
 
 
 def device_value(device: SelectorDevice) -> celtypes.MapType:
-    """The `device` variable: {driver, attributes[domain][id], capacity[domain][id]}."""
+    """The `device` variable: {driver, allowMultipleAllocations, attributes[domain][id], capacity[domain][id]}."""
     driver = device.driver
     if not isinstance(driver, str):
         raise ValueError(f"driver {driver!r} is not a string")
     return _map(
         {
             "driver": str(driver),
+            "allowMultipleAllocations": bool(device.allow_multiple_allocations),
             "attributes": _grouped(device.attributes, driver),
             "capacity": _grouped(device.capacity, driver),
         }

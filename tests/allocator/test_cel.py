@@ -33,6 +33,7 @@ class Dev:
     attributes: Mapping[str, Any] = field(default_factory=dict)
     capacity: Mapping[str, Any] = field(default_factory=dict)
     cel_key: Hashable = field(default_factory=lambda: ("dev", next(_keys)))
+    allow_multiple_allocations: bool = False
 
 
 GPU = Dev(
@@ -85,6 +86,8 @@ CASES: list[tuple[str, str, bool | Err | Compile]] = [
     ("driver-eq", 'device.driver == "gpu.example.com"', True),
     ("driver-ne", 'device.driver != "gpu.example.com"', False),
     ("driver-other", 'device.driver == "nic.example.com"', False),
+    ("allow-multiple-allocations-false", "device.allowMultipleAllocations", False),
+    ("allow-multiple-allocations-negated", "!device.allowMultipleAllocations", True),
     ("driver-startswith", 'device.driver.startsWith("gpu.")', True),
     ("driver-endswith", 'device.driver.endsWith(".com")', True),
     # --- attributes of each kind
