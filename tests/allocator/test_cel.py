@@ -636,7 +636,12 @@ def _kind_of(outcome: bool | Err | Compile) -> object:
 def test_fuzz_compiled_and_interpreted_agree(expression: str) -> None:
     """Differential check: both runners give the same answer (or both fail) for any expression."""
     outcomes = {b: _outcome(env, expression) for b, env in _ENVS.items()}
-    assert _kind_of(outcomes["compiled"]) == _kind_of(outcomes["interpreted"]), (expression, outcomes)
+    interpreted = outcomes["interpreted"]
+    if isinstance(interpreted, Err) and "cost limit" in interpreted.text and not isinstance(outcomes["compiled"], Compile):
+        # The interpreter is slower per step and gets a fraction of the budget by design
+        # (docs/hostile-input.md): running out of it where the compiled runner does not is expected.
+        return
+    assert _kind_of(outcomes["compiled"]) == _kind_of(interpreted), (expression, outcomes)
 
 
 @settings(max_examples=300, deadline=None)
