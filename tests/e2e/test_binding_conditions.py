@@ -19,6 +19,8 @@ import pytest
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import Extender
 
+pytestmark = pytest.mark.e2e
+
 DRIVER = "gpu.example.com"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 

@@ -27,6 +27,8 @@ from extender.requeue import REQUEUE_ANNOTATION
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
 
+pytestmark = pytest.mark.e2e
+
 ALL = ["node-a", "node-b", "node-c"]
 DEMO_PODS = ["trainer", "maintenance-job", "pair", "templated", "plain", "gpu-and-nic"]
 GPU = "gpu.example.com"
