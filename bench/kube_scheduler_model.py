@@ -5,7 +5,7 @@ bind (bench/bench_scheduling.py, "the extender alone") hides what happens
 behind the real scheduler: its next /filter arrives before the previous
 pod's /bind, a failed bind costs the pod a 1-10 s backoff, and a pod the
 extender rejected waits for an event kube-scheduler considers relevant
-(docs/design.md#how-kube-scheduler-calls-an-extender, issue 8). Modelled on `pkg/scheduler/schedule_one.go`,
+(docs/design.md#how-kube-scheduler-calls-an-extender). Modelled on `pkg/scheduler/schedule_one.go`,
 `extender.go`, `backend/queue/{scheduling_queue,backoff_queue,active_queue}.go`,
 `framework/types.go` (UnrollWildCardResource) and `eventhandlers.go` of 1.36:
 
@@ -1634,7 +1634,7 @@ def dump_json(report: dict[str, Any]) -> str:
 
 
 def targets(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
-    """Issue 8's targets for one extender run: (target, met, measured)."""
+    """The model's targets for one extender run (docs/kube-scheduler.md#asynchronous-binding-and-a-single-writer): (target, met, measured)."""
     w = r["workload"]
     rb = r["readback"]
     expected = r["pods_created"] if "taint_removal" in r else r["expected_bound"]  # after the removal every pod fits

@@ -1,6 +1,6 @@
 """End to end: DRA-backed extended resources at /filter and /bind, against the fake API server.
 
-Mirrors the issue's measured row (a DeviceClass with `extendedResourceName`,
+Mirrors docs/kube-scheduler.md#extended-resources-backed-by-dra (a DeviceClass with `extendedResourceName`,
 a node with two such devices and no such allocatable, three pods asking for
 one each: two bound, each with a claim; the third rejected) and upstream's
 plugin cases named per test.
@@ -94,7 +94,7 @@ def claims_of(api: FakeApi, pod_name: str) -> list[dict[str, Any]]:
 
 
 def test_three_pods_two_devices_as_in_tree(cluster) -> None:
-    """The issue's row (upstream `extended-resource-name-with-resources`): two pods bound with a claim each, the third not."""
+    """The documented case (upstream `extended-resource-name-with-resources`): two pods bound with a claim each, the third not."""
     api, ext = cluster
     pods = [api.create(er_pod(f"er-{i}", {RESOURCE: 1})) for i in range(3)]
     for p in pods[:2]:
