@@ -97,6 +97,7 @@ from bench.common import (
     start_server,
     stop_process,
 )
+from tracker.timestamps import rfc3339
 
 NAMESPACE = "perf"
 DRIVER = "dra.example.com"
@@ -979,7 +980,7 @@ class KubeSchedulerModel:
                 "status": "False",
                 "reason": reason,
                 "message": message,
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "lastTransitionTime": rfc3339(),
             }
         )
         try:
@@ -1304,7 +1305,7 @@ class FakeDriver:
     async def _report(self, claim: dict[str, Any], results: list[dict[str, Any]], fail: bool) -> None:
         await asyncio.sleep(self.w.binding_delay or 0.0)
         meta = claim["metadata"]
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp = rfc3339()
         ctype = "failed" if fail else "ready"
         devices = [
             {

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import Extender
+from tracker.timestamps import rfc3339
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +69,7 @@ def claim_and_pod(api: FakeApi, name: str) -> dict[str, Any]:
 
 
 def set_condition(api: FakeApi, claim: str, device: str, node_name: str, ctype: str, status: str = "True") -> None:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339()
 
     def change(obj: dict[str, Any]) -> None:
         cond = {"type": ctype, "status": status, "reason": "Driver", "message": f"{ctype} set by the driver", "lastTransitionTime": now}

@@ -26,6 +26,7 @@ from extender.binder import BIND_ATTEMPTS
 from extender.requeue import REQUEUE_ANNOTATION
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
+from tracker.timestamps import rfc3339
 
 pytestmark = pytest.mark.e2e
 
@@ -121,7 +122,7 @@ def bind_args(name: str, uid: str, node_name: str) -> dict[str, Any]:
 
 
 def micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(micro=True)
 
 
 # ----------------------------------------------------------------------------- fixtures
