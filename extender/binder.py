@@ -656,6 +656,18 @@ def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:
 
 
 def _rv(raw: dict[str, Any]) -> int:
+    """resourceVersion as an integer, for one order only: our own write against a late watch event.
+
+    The API contract makes resourceVersion opaque (compare for equality), and
+    every other use here does. This one needs an order and has no other signal:
+    the claim our patch returned must not be replaced by an older watch event
+    that arrives after it, or the allocated devices would look free again.
+    Upstream's scheduler does the same in its assume cache
+    (pkg/scheduler/util/assumecache: the object's resourceVersion parsed as
+    int64, older updates ignored). tracker/store.py `_resource_version` is the
+    same rule on the watch's side. A missing or unparsable version counts as 0
+    here (store.py: no order, the event applies).
+    """
     try:
         return int((raw.get("metadata") or {}).get("resourceVersion") or 0)
     except (TypeError, ValueError):
