@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
+from tests.e2e.cluster import FakeApi, bind, filter_pod, serving, wait_converged, wait_for
 from tests.e2e.harness import Extender
 from tracker.timestamps import rfc3339
 
@@ -91,25 +91,8 @@ def cluster() -> Iterator[tuple[FakeApi, Extender]]:
     )
     for obj in objects("bc-a", 1) + objects("bc-b", 1):
         api.create(obj)
-    ext = cluster_extender(api, "--placement-wait", "0", "--binding-timeout", "3")
-    try:
-        ext.wait_ready()
-        wait_converged(api, ext)
+    with serving(api, "--placement-wait", "0", "--binding-timeout", "3") as ext:
         yield api, ext
-    finally:
-        ext.stop()
-        api.stop()
-
-
-def filter_pod(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
-    resp = ext.post("filter", {"Pod": pod, "NodeNames": nodes})
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def bind(ext: Extender, pod: dict[str, Any], node_name: str) -> str:
-    meta = pod["metadata"]
-    return ext.post("bind", {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": node_name}).json()["Error"]
 
 
 def pod_events(api: FakeApi, name: str) -> list[tuple[str, str, str]]:
