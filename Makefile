@@ -1,12 +1,13 @@
 # Two entry points: `make run` (the extender on the bundled demo cluster) and
-# `make test` (the whole suite). Both bootstrap .venv on first use.
+# `make test` (lint and the whole suite). Both bootstrap .venv on first use.
+# `make test-fast` runs the fast tier only: every test not marked `e2e`.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 LISTEN ?= 127.0.0.1:8888
 SOURCE ?= examples/demo-cluster
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,10 @@ run: $(VENV)/.installed
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# In-process tests (no dra-extender subprocess, no kube-scheduler model): under a minute.
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
 
 # Style and layering, also run by `make test` (and by pre-commit: .pre-commit-config.yaml).
 lint: $(VENV)/.installed

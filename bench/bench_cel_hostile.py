@@ -52,7 +52,7 @@ class Case:
 
 
 CASES: list[Case] = [
-    # The attack: findAll charged nothing, 30 x 4,000 matches.
+    # docs/hostile-input.md#cel-selectors-the-runtime-cost: findAll charged nothing, 30 x 4,000 matches.
     Case("findAll-in-comprehension", f'{_ints(30)}.all(x, "{"a" * 4000}".findAll(".").size() > 0)', "cost"),
     Case("findAll-9k-matches", f'{A9000}.findAll(".").size() > 0', "cost"),
     Case("findAll-limited", f'{A9000}.findAll(".", 100).size() == 100', "ok"),

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from extender.metrics import Metrics
 from extender.service import Service
 from tracker import events as ev
 from tracker.state import ClusterState
+from tracker.timestamps import rfc3339
 from tracker.volumes import TAINTS_ANNOTATION, TOLERATIONS_ANNOTATION
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -147,7 +147,7 @@ async def run(nodes: int, calls: int) -> dict[str, Any]:
             }
         )
     return {
-        "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "when": rfc3339(),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "calls": calls,

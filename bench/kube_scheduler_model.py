@@ -5,7 +5,7 @@ bind (bench/bench_scheduling.py, "the extender alone") hides what happens
 behind the real scheduler: its next /filter arrives before the previous
 pod's /bind, a failed bind costs the pod a 1-10 s backoff, and a pod the
 extender rejected waits for an event kube-scheduler considers relevant
-(docs/design.md#how-kube-scheduler-calls-an-extender, issue 8). Modelled on `pkg/scheduler/schedule_one.go`,
+(docs/design.md#how-kube-scheduler-calls-an-extender). Modelled on `pkg/scheduler/schedule_one.go`,
 `extender.go`, `backend/queue/{scheduling_queue,backoff_queue,active_queue}.go`,
 `framework/types.go` (UnrollWildCardResource) and `eventhandlers.go` of 1.36:
 
@@ -97,6 +97,7 @@ from bench.common import (
     start_server,
     stop_process,
 )
+from tracker.timestamps import rfc3339
 
 NAMESPACE = "perf"
 DRIVER = "dra.example.com"
@@ -1023,7 +1024,7 @@ class KubeSchedulerModel:
                 "status": "False",
                 "reason": reason,
                 "message": message,
-                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "lastTransitionTime": rfc3339(),
             }
         )
         try:
@@ -1454,7 +1455,7 @@ class FakeDriver:
     async def _report(self, claim: dict[str, Any], results: list[dict[str, Any]], fail: bool) -> None:
         await asyncio.sleep(self.w.binding_delay or 0.0)
         meta = claim["metadata"]
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stamp = rfc3339()
         ctype = "failed" if fail else "ready"
         devices = [
             {
@@ -1797,7 +1798,7 @@ def dump_json(report: dict[str, Any]) -> str:
 
 
 def targets(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
-    """Issue 8's targets for one extender run: (target, met, measured)."""
+    """The model's targets for one extender run (docs/kube-scheduler.md#asynchronous-binding-and-a-single-writer): (target, met, measured)."""
     w = r["workload"]
     rb = r["readback"]
     expected = r["pods_created"] if "taint_removal" in r else r["expected_bound"]  # after the removal every pod fits

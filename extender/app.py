@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -22,7 +22,7 @@ from starlette.requests import ClientDisconnect
 
 from allocator.types import DeviceID
 from extender import wire
-from extender.http_thread import InlineBridge, Limits, LoopBridge
+from extender.http_thread import InlineBridge, Limits, LoopBridge, call_and_await
 from extender.service import BudgetExceeded, NotReady, Service
 
 log = logging.getLogger("dra_extender.http")
@@ -190,7 +190,7 @@ def create_app(
     def timed(
         verb: str,
         parse: Callable[[bytes], A],
-        handler: Callable[[A], object],
+        handler: Callable[[A], Awaitable[Response] | Response],
         on_error: Callable[[str], bytes],
         quick: Callable[[A], bytes | None] | None = None,
     ):
@@ -232,11 +232,9 @@ def create_app(
         async def answer(args: A, start: float) -> Response:
             ok = False
             try:
-                result = handler(args)
-                if hasattr(result, "__await__"):
-                    result = await result  # type: ignore[misc]
+                result = await call_and_await(lambda: handler(args))
                 ok = True
-                return result  # type: ignore[return-value]
+                return result
             except wire.BadRequest as e:
                 log.info("bad request", extra={"verb": verb, "err": str(e)})
                 return _bad_request(e)

@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from allocator.allocation import Allocator
@@ -53,15 +52,12 @@ from tracker import events as ev
 from tracker.ledger import Reservation
 from tracker.source import Conflict, Source, SourceError
 from tracker.state import ClusterState
+from tracker.timestamps import parse_rfc3339, rfc3339
 
 log = logging.getLogger("dra_extender.bind")
 
 BIND_ATTEMPTS = 5
 DEFAULT_BIND_TIMEOUT = 4.0  # kube-scheduler's default httpTimeout is 5 s and covers /bind
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class BindFailed(Exception):
@@ -237,7 +233,7 @@ class Binder:
             self.state.classes,
             self.state.ledger,
             self.state.device,
-            timestamp=now_rfc3339(),
+            timestamp=rfc3339(),
             pool_slices=self.state.pool_slices,
         )
         if not outcome.ok:
@@ -650,11 +646,8 @@ class Binder:
 
 def readiness_start(claim: ResourceClaim) -> float | None:
     """The allocation's timestamp (seconds since the epoch): where the binding timeout counts from."""
-    text = claim.allocation.allocation_timestamp if claim.allocation is not None else ""
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
-    except ValueError:
-        return None
+    parsed = parse_rfc3339(claim.allocation.allocation_timestamp) if claim.allocation is not None else None
+    return parsed.timestamp() if parsed is not None else None
 
 
 def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:
@@ -663,6 +656,18 @@ def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:
 
 
 def _rv(raw: dict[str, Any]) -> int:
+    """resourceVersion as an integer, for one order only: our own write against a late watch event.
+
+    The API contract makes resourceVersion opaque (compare for equality), and
+    every other use here does. This one needs an order and has no other signal:
+    the claim our patch returned must not be replaced by an older watch event
+    that arrives after it, or the allocated devices would look free again.
+    Upstream's scheduler does the same in its assume cache
+    (pkg/scheduler/util/assumecache: the object's resourceVersion parsed as
+    int64, older updates ignored). tracker/store.py `_resource_version` is the
+    same rule on the watch's side. A missing or unparsable version counts as 0
+    here (store.py: no order, the event applies).
+    """
     try:
         return int((raw.get("metadata") or {}).get("resourceVersion") or 0)
     except (TypeError, ValueError):

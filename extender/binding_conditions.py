@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from allocator.types import ResourceClaim
+from tracker.timestamps import parse_rfc3339
 
 READY: Final = "ready"
 PENDING: Final = "pending"
@@ -45,13 +46,6 @@ class Readiness:
 
 def has_binding_conditions(claim: ResourceClaim) -> bool:
     return claim.allocation is not None and any(r.binding_conditions for r in claim.allocation.results)
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def readiness(claim: ResourceClaim, raw: Mapping[str, Any] | None, *, timeout: float, now: datetime | None = None) -> Readiness:
@@ -89,7 +83,7 @@ def readiness(claim: ResourceClaim, raw: Mapping[str, Any] | None, *, timeout: f
             ready = False
     if ready:
         return Readiness(READY, claim.key)
-    started = _parse_time(alloc.allocation_timestamp) if alloc.allocation_timestamp else None
+    started = parse_rfc3339(alloc.allocation_timestamp)
     if started is not None and (now or datetime.now(UTC)).timestamp() - started.timestamp() > timeout:
         return Readiness(TIMED_OUT, claim.key, TIMEOUT_MESSAGE)
     return Readiness(PENDING, claim.key)

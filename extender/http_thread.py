@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import socket
 import threading
@@ -63,13 +64,7 @@ class LoopBridge:
     async def call(self, fn: Callable[[], Awaitable[T] | T]) -> T:
         """Run `fn` on the main loop (awaiting it there if it returns an awaitable); from the HTTP thread."""
 
-        async def run() -> T:
-            result = fn()
-            if hasattr(result, "__await__"):
-                result = await result  # type: ignore[misc]
-            return result  # type: ignore[return-value]
-
-        future = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        future = asyncio.run_coroutine_threadsafe(call_and_await(fn), self.loop)
         return await asyncio.wrap_future(future)
 
     def call_soon(self, fn: Callable[[], object]) -> None:
@@ -96,10 +91,7 @@ class InlineBridge(LoopBridge):
         return 0.0
 
     async def call(self, fn: Callable[[], Awaitable[T] | T]) -> T:
-        result = fn()
-        if hasattr(result, "__await__"):
-            result = await result  # type: ignore[misc]
-        return result  # type: ignore[return-value]
+        return await call_and_await(fn)
 
     def call_soon(self, fn: Callable[[], object]) -> None:
         fn()
@@ -110,6 +102,14 @@ class InlineBridge(LoopBridge):
 
 async def _as_coroutine(fn: Callable[[], T]) -> T:
     return fn()
+
+
+async def call_and_await(fn: Callable[[], Awaitable[T] | T]) -> T:
+    """`fn()`, awaited when it returns an awaitable (a handler or a piece of work may be either)."""
+    result = fn()
+    if inspect.isawaitable(result):
+        return await result
+    return result
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

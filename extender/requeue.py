@@ -20,13 +20,13 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.source import SourceError
 from tracker.state import ClusterState
+from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.requeue")
 
@@ -88,7 +88,7 @@ class Requeuer:
             await asyncio.sleep(self.interval)
 
     async def _nudge(self) -> None:
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        stamp = rfc3339(micro=True)
         pods = list(self._rejected.items())[: self.batch]
         start = time.monotonic()
         for uid, key in pods:

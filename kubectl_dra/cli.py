@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from kubectl_dra.taint_spec import (
 )
 from tracker import events as ev
 from tracker.resources import KIND_RESOURCES
+from tracker.timestamps import rfc3339
 
 EXAMPLES = {
     "taint": """examples:
@@ -376,7 +376,7 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
     else:
         out(f"As NoExecute it would evict {_pods_phrase(d.pods, d.namespaces)}:")
     for p in explained.evicted:
-        due = "now" if p["due"] <= 0 else datetime.fromtimestamp(p["due"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        due = "now" if p["due"] <= 0 else rfc3339(p["due"])
         out(f"  {p['pod']}  claims {', '.join(p['claims'])}  due {due}  ({', '.join(p['taints'])})")
     # The message the eviction controller writes into the rule's EvictionInProgress condition while its effect is None.
     out(f"Status:     {explained.message}")

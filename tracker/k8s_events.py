@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from tracker.resources import EVENTS
 from tracker.source import SourceError
+from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.source")
 
@@ -66,7 +66,7 @@ def event_object(event: dict[str, Any], now: float | None = None) -> dict[str, A
     """The core/v1 Event to create for `event` ({type, reason, message, involvedObject}), in the object's namespace."""
     involved = event.get("involvedObject") or {}
     namespace = involved.get("namespace") or "default"
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    stamp = rfc3339(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from tracker.resources import LEASES
+from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.leadership")
 
@@ -42,10 +43,6 @@ TAKEOVER_MARGIN = 1.0
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _micro(dt: datetime) -> str:
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -273,8 +270,8 @@ class Leadership:
                 "spec": {
                     "holderIdentity": self.identity,
                     "leaseDurationSeconds": int(self.lease_duration),
-                    "acquireTime": _micro(now),
-                    "renewTime": _micro(now),
+                    "acquireTime": rfc3339(now, micro=True),
+                    "renewTime": rfc3339(now, micro=True),
                     "leaseTransitions": 0,
                 },
             }
@@ -287,10 +284,10 @@ class Leadership:
             self._set(False, f"lease held by {holder}")
             return
         if holder != self.identity:
-            spec["acquireTime"] = _micro(now)
+            spec["acquireTime"] = rfc3339(now, micro=True)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         spec["holderIdentity"] = self.identity
-        spec["renewTime"] = _micro(now)
+        spec["renewTime"] = rfc3339(now, micro=True)
         spec["leaseDurationSeconds"] = int(self.lease_duration)
         lease["spec"] = spec
         status, _ = await self.source.request("PUT", f"{path}/{self.name}", body=lease, content_type="application/json")

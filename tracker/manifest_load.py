@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ from allocator.parse import (
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_NONE
 from tracker import events as ev
 from tracker import manifest_schema as schema
+from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.source")
 
@@ -126,12 +127,6 @@ _KubeLoader.yaml_implicit_resolvers = {
 def json_copy(value: Any) -> Any:
     """A deep copy of plain JSON data, several times faster than copy.deepcopy."""
     return orjson.loads(orjson.dumps(value))
-
-
-def rfc3339(t: datetime) -> str:
-    if t.tzinfo is not None:
-        t = t.astimezone(UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def manifest_files(directory: Path, on_error: Callable[[str, str], None]) -> list[Path]:

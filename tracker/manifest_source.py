@@ -47,10 +47,10 @@ from tracker.manifest_load import (
     json_copy,
     manifest_files,
     read_file,
-    rfc3339,
 )
 from tracker.resources import api_version as registry_api_version
 from tracker.source import Conflict, Invalid, NotFound, Source, merge_patch
+from tracker.timestamps import rfc3339
 
 __all__ = ["SUFFIXES", "TRACKED", "LoadError", "LoadReport", "ManifestSource", "now_utc"]
 
@@ -645,9 +645,7 @@ class ManifestSource:
         ident = (ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"{namespace}/{name}")
         if ident in self._objects:
             raise Conflict(f'resourceclaims.resource.k8s.io "{name}" already exists')
-        meta.update(
-            name=name, namespace=namespace, uid=f"created-{namespace}-{name}", creationTimestamp=now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")
-        )
+        meta.update(name=name, namespace=namespace, uid=f"created-{namespace}-{name}", creationTimestamp=rfc3339(now_utc()))
         meta.pop("generateName", None)
         raw = {**claim, "metadata": meta}
         raw.pop("status", None)

@@ -55,6 +55,7 @@ class Problem:
 
 
 def _resource_version(raw: Mapping[str, Any] | None) -> int | None:
+    # Ordered only to drop a watch event older than our own applied write (see extender/binder.py `_rv`, as upstream's assume cache does).
     rv: Any = ((raw or {}).get("metadata") or {}).get("resourceVersion")  # a string, as the API sends it; anything else is no version
     try:
         return int(rv)

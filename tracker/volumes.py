@@ -1,4 +1,4 @@
-"""Volume taints (seed 004): taints on PVCs and PVs, tolerations on pods, in annotations.
+"""Volume taints (the PVC taint proposal; docs/design.md#volume-taints): taints on PVCs and PVs, tolerations on pods, in annotations.
 
 The API has no `spec.volumeTaints`, so taints live in the annotation
 `resource.dra-extender.io/volume-taints` of a PersistentVolume or

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from tracker.timestamps import parse_rfc3339, rfc3339
 
 
 class Clock(Protocol):
@@ -78,14 +79,10 @@ class FakeClock:
 
 def format_time(t: float) -> str:
     """RFC 3339 with second resolution, as the API server stores metav1.Time."""
-    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(int(t))
 
 
 def parse_time(value: str) -> float | None:
     """RFC 3339 (with or without fractional seconds) to epoch seconds; None if unparseable."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    parsed = parse_rfc3339(value)
+    return parsed.timestamp() if parsed is not None else None

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-DEFAULT_RATE = 10.0  # evictions per second (seed 001)
+DEFAULT_RATE = 10.0  # evictions per second (docs/design.md#eviction)
 DEFAULT_BURST = 10
 # Refills are float arithmetic on epoch seconds (resolution ~2e-7 s): 0.1 s at 10/s may
 # come to 0.999999 of a token. A token that close is a token, or the controller would

@@ -697,7 +697,7 @@ def test_semver_values_are_semver() -> None:
     assert isinstance(GPU.attributes["gpu.example.com/driverVersion"], Semver)
 
 
-# ---------------------------------------------------------------- hostile selectors (issue: CEL cost)
+# ---------------------------------------------------------------- hostile selectors (docs/hostile-input.md#cel-selectors-the-runtime-cost)
 
 from bench.bench_cel_hostile import CASES as HOSTILE_CASES  # noqa: E402 - the bench's catalogue, verdicts only
 

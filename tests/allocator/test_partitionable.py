@@ -361,7 +361,7 @@ CASES = [
         None,
     ),
     Case(
-        # The issue's first measurement: `full` allocated, a half must not be promised.
+        # docs/design.md#partitionable-devices-and-consumable-capacity: `full` allocated, a half must not be promised.
         "full-taken-halves-refused",
         "",
         [
@@ -627,7 +627,7 @@ CASES = [
         None,
     ),
     Case(
-        # The issue's second measurement: three 20Gi shares of a 40Gi device, two fit.
+        # docs/design.md#partitionable-devices-and-consumable-capacity: three 20Gi shares of a 40Gi device, two fit.
         "two-of-three-shares-fit",
         "",
         [slice_raw("slice-1", devices=[shared("gpu", {"memory": {"value": "40Gi"}})])],
@@ -638,7 +638,7 @@ CASES = [
 
 
 def _fix_capacity_names(case: Case) -> None:
-    """cap_req asks for `capacity-0`; the issue's rows ask for `memory`."""
+    """cap_req asks for `capacity-0`; the two-of-three-shares case asks for `memory`."""
     if case.name == "two-of-three-shares-fit":
         case.claims = [
             c(f"claim-{i}", {"name": "r", "exactly": {"deviceClassName": "class-a", "capacity": {"requests": {"memory": "20Gi"}}}})

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from extender.requeue import REQUEUE_ANNOTATION
@@ -32,6 +31,7 @@ from tests.e2e.test_cluster_mode import (
     taint_rule,
 )
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
+from tracker.timestamps import rfc3339
 
 NAMESPACE = "dra-system"
 LEASE = "dra-scheduler"
@@ -71,7 +71,7 @@ def api_call(method: str, path: str, query: dict[str, str]) -> ApiCall | None:
 
 
 def _micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(micro=True)
 
 
 def _lease(holder: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +243,29 @@ def wait_converged(api: FakeApi, ext: Extender, timeout: float = 10.0) -> float:
 
 def cluster_extender(api: FakeApi, *args: str, env: dict[str, str] | None = None) -> Extender:
     return Extender("--kubeconfig", str(api.kubeconfig), *args, env=env)
+
+
+@contextmanager
+def serving(api: FakeApi, *args: str) -> Iterator[Extender]:
+    """`cluster_extender(api, *args)`, ready and converged; on exit the extender and `api` both stop."""
+    ext = cluster_extender(api, *args)
+    try:
+        ext.wait_ready()
+        wait_converged(api, ext)
+        yield ext
+    finally:
+        ext.stop()
+        api.stop()
+
+
+def filter_pod(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """/filter for a whole pod object (not the demo's), answered 200."""
+    resp = ext.post("filter", {"Pod": pod, "NodeNames": nodes})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def bind(ext: Extender, pod: dict[str, Any], node_name: str) -> str:
+    """/bind of `pod` (namespace default) to `node_name`: the answer's Error ("" when bound)."""
+    meta = pod["metadata"]
+    return ext.post("bind", {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": node_name}).json()["Error"]

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
+from tests.e2e.cluster import FakeApi, bind, filter_pod, serving, wait_converged, wait_for
 from tests.e2e.harness import Extender
+from tracker.timestamps import rfc3339
+
+pytestmark = pytest.mark.e2e
 
 DRIVER = "gpu.example.com"
 FINALIZER = "resource.kubernetes.io/delete-protection"
@@ -67,7 +69,7 @@ def claim_and_pod(api: FakeApi, name: str) -> dict[str, Any]:
 
 
 def set_condition(api: FakeApi, claim: str, device: str, node_name: str, ctype: str, status: str = "True") -> None:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = rfc3339()
 
     def change(obj: dict[str, Any]) -> None:
         cond = {"type": ctype, "status": status, "reason": "Driver", "message": f"{ctype} set by the driver", "lastTransitionTime": now}
@@ -89,25 +91,8 @@ def cluster() -> Iterator[tuple[FakeApi, Extender]]:
     )
     for obj in objects("bc-a", 1) + objects("bc-b", 1):
         api.create(obj)
-    ext = cluster_extender(api, "--placement-wait", "0", "--binding-timeout", "3")
-    try:
-        ext.wait_ready()
-        wait_converged(api, ext)
+    with serving(api, "--placement-wait", "0", "--binding-timeout", "3") as ext:
         yield api, ext
-    finally:
-        ext.stop()
-        api.stop()
-
-
-def filter_pod(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
-    resp = ext.post("filter", {"Pod": pod, "NodeNames": nodes})
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def bind(ext: Extender, pod: dict[str, Any], node_name: str) -> str:
-    meta = pod["metadata"]
-    return ext.post("bind", {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": node_name}).json()["Error"]
 
 
 def pod_events(api: FakeApi, name: str) -> list[tuple[str, str, str]]:

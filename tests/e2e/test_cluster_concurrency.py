@@ -18,7 +18,6 @@ import re
 import time
 import uuid
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -26,6 +25,7 @@ import pytest
 
 from tests.e2e.cluster import FakeApi, cluster_extender, collection, wait_converged, wait_for
 from tests.e2e.harness import Extender
+from tracker.timestamps import rfc3339
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +106,7 @@ async def create_all(api: FakeApi, objects: list[dict[str, Any]], parallel: int 
 
 
 def now_micro() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(micro=True)
 
 
 # ---------------------------------------------------------------------- readback checks

@@ -24,8 +24,11 @@ import pytest
 from allocator.types import TOLERATIONS_ANNOTATION
 from extender.binder import BIND_ATTEMPTS
 from extender.requeue import REQUEUE_ANNOTATION
-from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, wait_converged, wait_for
+from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, serving, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
+from tracker.timestamps import rfc3339
+
+pytestmark = pytest.mark.e2e
 
 ALL = ["node-a", "node-b", "node-c"]
 DEMO_PODS = ["trainer", "maintenance-job", "pair", "templated", "plain", "gpu-and-nic"]
@@ -119,7 +122,7 @@ def bind_args(name: str, uid: str, node_name: str) -> dict[str, Any]:
 
 
 def micro_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(micro=True)
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -146,14 +149,8 @@ def live() -> Iterator[tuple[FakeApi, Extender, Extender]]:
 @pytest.fixture(scope="module")
 def binding() -> Iterator[tuple[FakeApi, Extender]]:
     api = FakeApi(DEMO)
-    ext = cluster_extender(api)
-    try:
-        ext.wait_ready()
-        wait_converged(api, ext)
+    with serving(api) as ext:
         yield api, ext
-    finally:
-        ext.stop()
-        api.stop()
 
 
 # ----------------------------------------------------------------------------- demo parity

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_for
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
+
+pytestmark = pytest.mark.e2e
 
 
 def rule_condition(api: FakeApi, name: str) -> dict | None:

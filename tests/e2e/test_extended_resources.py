@@ -1,6 +1,6 @@
 """End to end: DRA-backed extended resources at /filter and /bind, against the fake API server.
 
-Mirrors the issue's measured row (a DeviceClass with `extendedResourceName`,
+Mirrors docs/kube-scheduler.md#extended-resources-backed-by-dra (a DeviceClass with `extendedResourceName`,
 a node with two such devices and no such allocatable, three pods asking for
 one each: two bound, each with a claim; the third rejected) and upstream's
 plugin cases named per test.
@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
-from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
+from tests.e2e.cluster import FakeApi, bind, cluster_extender, filter_pod, serving, wait_converged, wait_for
 from tests.e2e.harness import Extender
+
+pytestmark = pytest.mark.e2e
 
 DRIVER = "gpu.example.com"
 RESOURCE = "example.com/gpu"
@@ -66,25 +68,8 @@ def cluster() -> Iterator[tuple[FakeApi, Extender]]:
     # er-plugin advertises the resource natively: a device plugin serves it there.
     api.mutate("Node", None, "er-plugin", lambda n: n.setdefault("status", {}).update(allocatable={RESOURCE: "4"}), subresource="status")
     api.create(node_slice("er-a", 2))
-    ext = cluster_extender(api, "--placement-wait", "0")
-    try:
-        ext.wait_ready()
-        wait_converged(api, ext)
+    with serving(api, "--placement-wait", "0") as ext:
         yield api, ext
-    finally:
-        ext.stop()
-        api.stop()
-
-
-def filter_pod(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
-    resp = ext.post("filter", {"Pod": pod, "NodeNames": nodes})
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def bind(ext: Extender, pod: dict[str, Any], node_name: str) -> str:
-    meta = pod["metadata"]
-    return ext.post("bind", {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": node_name}).json()["Error"]
 
 
 def claims_of(api: FakeApi, pod_name: str) -> list[dict[str, Any]]:
@@ -92,7 +77,7 @@ def claims_of(api: FakeApi, pod_name: str) -> list[dict[str, Any]]:
 
 
 def test_three_pods_two_devices_as_in_tree(cluster) -> None:
-    """The issue's row (upstream `extended-resource-name-with-resources`): two pods bound with a claim each, the third not."""
+    """The documented case (upstream `extended-resource-name-with-resources`): two pods bound with a claim each, the third not."""
     api, ext = cluster
     pods = [api.create(er_pod(f"er-{i}", {RESOURCE: 1})) for i in range(3)]
     for p in pods[:2]:

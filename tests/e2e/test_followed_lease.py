@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_for
 from tests.e2e.harness import DEMO
+from tracker.timestamps import rfc3339
+
+pytestmark = pytest.mark.e2e
 
 
 def _stale_lease(namespace: str, name: str, renewed_ago: float) -> dict:
-    renewed = (datetime.now(UTC) - timedelta(seconds=renewed_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    renewed = rfc3339(datetime.now(UTC) - timedelta(seconds=renewed_ago), micro=True)
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -43,7 +48,7 @@ def test_a_lease_nobody_renews_shows_in_log_metric_and_readyz(tmp_path) -> None:
         # Someone renews it: the warning goes away.
         lease = api.get("Lease", "dra-system", "dra-scheduler")
         assert lease is not None
-        lease["spec"]["renewTime"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lease["spec"]["renewTime"] = rfc3339(micro=True)
         api.replace(lease)
         wait_for(lambda: ext.http.get("/readyz").text == "ok", what="the warning to clear")
         assert "dra_extender_followed_lease_stale 0.0" in ext.http.get("/metrics").text

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from tests.e2e.harness import DEMO, Extender, demo_pod_args
 
+pytestmark = pytest.mark.e2e
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
@@ -35,13 +37,24 @@ POD_PATHS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ext() -> Extender:
+    """A fresh extender per test (shared by that test's examples): no test depends on another's order or bodies."""
     e = Extender("--source", str(DEMO))
     e.wait_ready()
-    yield e
-    assert e.proc.poll() is None, "the extender died during fuzzing"
-    e.stop()
+    try:
+        yield e
+        assert e.proc.poll() is None, "the extender died during fuzzing"
+        still_serving(e)
+    finally:
+        e.stop()
+
+
+def still_serving(e: Extender) -> None:
+    assert e.http.get("/livez").status_code == 200
+    assert "internal error" not in e.logs(), "an exception was turned into an answer during fuzzing"
+    result = e.post("filter", demo_pod_args("trainer", ["node-a", "node-c"])).json()
+    assert result["NodeNames"] == ["node-a"]
 
 
 def check(resp) -> None:
@@ -77,8 +90,5 @@ def test_random_bytes(ext: Extender, raw: bytes) -> None:
     check(ext.post("filter", raw))
 
 
-def test_still_serving_after_fuzzing(ext: Extender) -> None:
-    assert ext.http.get("/livez").status_code == 200
-    assert "internal error" not in ext.logs(), "an exception was turned into an answer during fuzzing"
-    result = ext.post("filter", demo_pod_args("trainer", ["node-a", "node-c"])).json()
-    assert result["NodeNames"] == ["node-a"]
+def test_serving_before_fuzzing(ext: Extender) -> None:
+    still_serving(ext)  # the check each fuzzing test's extender passes afterwards (the fixture), on a fresh one

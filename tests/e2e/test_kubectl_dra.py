@@ -23,13 +23,15 @@ from kubectl_dra.cli import main
 from tests.e2e.cluster import (
     CRD_GROUP,
     FakeApi,
-    cluster_extender,
+    serving,
     wait_converged,
     wait_for,
 )
 from tests.e2e.harness import DEMO, ROOT, Extender
 from tests.e2e.test_cluster_mode import add_node, add_pod, pod_args, reasons
 from tests.eviction.harness import claim_and_pod
+
+pytestmark = pytest.mark.e2e
 
 MANAGED = {"app.kubernetes.io/managed-by": "kubectl-dra"}
 
@@ -38,14 +40,8 @@ MANAGED = {"app.kubernetes.io/managed-by": "kubectl-dra"}
 def live() -> Iterator[tuple[FakeApi, Extender]]:
     api = FakeApi(DEMO)
     # No waits: every /filter here is a question, never followed by a /bind.
-    ext = cluster_extender(api, "--placement-wait", "0", "--claim-wait", "0")
-    try:
-        ext.wait_ready()
-        wait_converged(api, ext)
+    with serving(api, "--placement-wait", "0", "--claim-wait", "0") as ext:
         yield api, ext
-    finally:
-        ext.stop()
-        api.stop()
 
 
 def dra(api: FakeApi, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:

@@ -1,8 +1,9 @@
 """dra-extender behind the kube-scheduler model (bench/kube_scheduler_model.py), in cluster mode against the fake API server.
 
 Why: a driver that waits for each bind hides the bind race a real
-kube-scheduler hits (issue 8). These runs use the model's asynchronous binds,
-backoff queue and claim-controller stand-in, and assert issue 8's targets on a
+kube-scheduler hits (docs/kube-scheduler.md#asynchronous-binding-and-a-single-writer).
+These runs use the model's asynchronous binds, backoff queue and
+claim-controller stand-in, and assert the model's targets on a
 cluster small enough for CI: every pod that fits is bound, no failed bind, no
 rejection of a pod that fits somewhere, no device allocated twice (every claim
 read back from the API server), no bind longer than httpTimeout.

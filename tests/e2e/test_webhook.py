@@ -20,6 +20,8 @@ import pytest
 from tests.e2e.cluster import FakeApi
 from tests.e2e.harness import DEMO, ROOT, free_port, stop_process
 
+pytestmark = pytest.mark.e2e
+
 SCHEDULER = "dra-scheduler"
 
 

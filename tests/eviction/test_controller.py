@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from extender.eviction.clock import format_time, parse_time
@@ -15,14 +13,6 @@ FOREVER = {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecu
 
 def seconds(n: int, **kw: str) -> dict:
     return {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": n, **kw}
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path):
-    async with FakeApiServer(bookmark_interval=0.2) as api:
-        c = Cluster(api, tmp_path)
-        yield c
-        await c.stop()
 
 
 def condition(api: FakeApiServer, name: str, group: str = CRD) -> dict | None:

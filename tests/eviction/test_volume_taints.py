@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from extender.eviction.clock import format_time, parse_time
 from tests.eviction.harness import T0, Cluster, node, seed
-from tests.fakeapi import FakeApiServer
 from tracker.volumes import TAINTS_ANNOTATION, TOLERATIONS_ANNOTATION
 
 MIGRATING = {"key": "example.com/migrating", "effect": "NoUse"}
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path):
-    async with FakeApiServer(bookmark_interval=0.2) as api:
-        c = Cluster(api, tmp_path)
-        yield c
-        await c.stop()
 
 
 def pv(taints: list[dict[str, Any]] | None = None) -> dict[str, Any]:

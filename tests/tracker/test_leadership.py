@@ -11,6 +11,7 @@ import pytest
 
 from tracker import leadership
 from tracker.leadership import Leadership
+from tracker.timestamps import rfc3339
 
 
 class Clock:
@@ -35,7 +36,7 @@ class LeaseSource:
 
 
 def micro(dt: datetime) -> str:
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(dt, micro=True)
 
 
 def spec(holder: str, *, acquired_ago: float | None = None, renewed_ago: float = 0.0) -> dict[str, Any]:
