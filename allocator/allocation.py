@@ -23,7 +23,7 @@ from typing import Generic, Protocol, TypeVar
 from allocator import capacity as cap
 from allocator import constraints as cons
 from allocator.allocated_state import AllocatedState, DedicatedOnly, SharesFolded
-from allocator.counters import CounterTally, Tally, describe_short
+from allocator.counters import Availability, CounterTally, Tally, describe_short
 from allocator.device_view import DeviceView, SliceView
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.node_selection import node_name_selector, node_selector_matches
@@ -293,17 +293,18 @@ class Allocator(Generic[SelectorT]):
                 if disabled is not None:
                     return Outcome(disabled)
         pools = gather_pools(node, slices, self.features, pool_slices)
+        avail: Availability = {}  # pool name -> counters left by allocated devices: the same for every tally of this call
         slots: list[_Slot] = []
-        first = self._first_fit(pending, node, pools, classes, state)
+        first = self._first_fit(pending, node, pools, classes, state, avail)
         if first is not None:
             slots.append(first)
         for ci, claim in enumerate(pending if first is None else ()):
             for request in claim.requests:
-                slot_or_failure = self._build_slot(ci, claim, request, node, pools, classes, state)
+                slot_or_failure = self._build_slot(ci, claim, request, node, pools, classes, state, avail)
                 if isinstance(slot_or_failure, Failure):
                     return Outcome(_with_invalid_pools(slot_or_failure, pools))
                 slots.append(slot_or_failure)
-        search = _Search(pending, slots, self._budget, state, any(p.counter_sets for p in pools))
+        search = _Search(pending, slots, self._budget, state, any(p.counter_sets for p in pools), avail)
         solution = search.run()
         if solution is None:
             return Outcome(_with_invalid_pools(search.failure(), pools))
@@ -360,6 +361,7 @@ class Allocator(Generic[SelectorT]):
         pools: list[Pool],
         classes: Mapping[str, DeviceClass],
         state: AllocatedState,
+        avail: Availability,
     ) -> _Slot | None:
         """The slot of a pod's lone request, found as upstream's allocateOne does; None: take the full pass.
 
@@ -435,7 +437,7 @@ class Allocator(Generic[SelectorT]):
                             continue
                         if committed is None:
                             if counters is None:
-                                counters = CounterTally(state)
+                                counters = CounterTally(state, avail)
                             if available is None:
                                 available = counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices])
                             if not counters.charge(pool.name, available, device.consumes_counters):
@@ -484,13 +486,14 @@ class Allocator(Generic[SelectorT]):
         pools: list[Pool],
         classes: Mapping[str, DeviceClass],
         state: AllocatedState,
+        avail: Availability,
     ) -> _Slot | Failure:
         subs = [request.exactly] if request.exactly is not None else list(request.first_available)
         alternatives: list[_Alternative] = []
         failures: list[tuple[str, Failure]] = []
         for sub in subs:
             result_name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-            alt = self._build_alternative(claim, result_name, sub, node, pools, classes, state)
+            alt = self._build_alternative(claim, result_name, sub, node, pools, classes, state, avail)
             if isinstance(alt, Failure):
                 if alt.code in (REASON_SELECTOR_ERROR, REASON_CLASS_MISSING) and request.exactly is not None:
                     return alt
@@ -518,6 +521,7 @@ class Allocator(Generic[SelectorT]):
         pools: list[Pool],
         classes: Mapping[str, DeviceClass],
         state: AllocatedState,
+        avail: Availability,
     ) -> _Alternative | Failure:
         where = f"claim {claim.key}, request {result_name}"
         device_class = classes.get(req.device_class_name)
@@ -542,7 +546,7 @@ class Allocator(Generic[SelectorT]):
         all_mode = req.allocation_mode == MODE_ALL
         partitionable = self.features.partitionable_devices
         shares = self.features.consumable_capacity
-        counters = CounterTally(state)  # availability only: charges happen in the search
+        counters = CounterTally(state, avail)  # availability only: charges happen in the search
         for pool in pools:
             if pool.incomplete or pool.invalid:
                 if all_mode:
@@ -753,7 +757,13 @@ class _Search:
     """
 
     def __init__(
-        self, claims: Sequence[ResourceClaim], slots: list[_Slot], budget: int, state: AllocatedState, counters_in_play: bool
+        self,
+        claims: Sequence[ResourceClaim],
+        slots: list[_Slot],
+        budget: int,
+        state: AllocatedState,
+        counters_in_play: bool,
+        avail: Availability,
     ) -> None:
         self.claims = claims
         self.slots = slots
@@ -764,7 +774,7 @@ class _Search:
         self.classes_used: list[list[tuple[str, DeviceClass]]] = [[] for _ in claims]
         self.picked: dict[DeviceID, int] = {}  # device taken whole -> claim index
         self.constraints = [cons.build(c.constraints) for c in claims]
-        self.counters = CounterTally(state)
+        self.counters = CounterTally(state, avail)
         self.available: dict[int, Tally] = {}  # id(pool) -> its availability
         self.allocating: dict[DeviceID, dict[str, Fraction]] = {}  # shared device -> capacity taken in this call
         # With counters, every candidate is tried (upstream has no early cut-off, and charges leak).

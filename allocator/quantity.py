@@ -96,7 +96,7 @@ def parse_quantity(raw: str | int | float) -> Quantity:
     return Quantity(value, text)
 
 
-def format_quantity(value: Fraction) -> str:
+def format_quantity(value: Fraction | int) -> str:
     """A canonical-ish spelling for computed values (sums, patched capacity)."""
     if value.denominator == 1:
         n = value.numerator
