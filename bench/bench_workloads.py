@@ -617,6 +617,26 @@ def target(name: str, value: Any, limit: Any, ok: bool | None, unit: str = "", m
     return {"target": name, "value": value, "limit": limit, "unit": unit, "pass": ok, "mode": mode}
 
 
+def run_modes(
+    cfg: Config, tmp: Path, label: str, objs: list[dict[str, Any]], pods: list[dict[str, Any]], names: list[str]
+) -> dict[str, Any]:
+    """The same pods, every node name offered, through the extender in each configured mode: mode -> result."""
+    out: dict[str, Any] = {}
+    for mode in cfg.modes:
+        env = Env(mode, tmp, list(objs), label=label)
+        try:
+            env.start()
+            print(f"    {label} {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
+            driver = Driver(env.url)
+            res = run_pods(driver, f"{label} {mode}", pods, lambda _k: names)
+            driver.close()
+            res["env"] = env_info(env)
+            out[mode] = res
+        finally:
+            env.stop()
+    return out
+
+
 def template_workload(
     cfg: Config, tmp: Path, label: str, spec: str, *, taint_all: bool = False, pods_full: int = 2500, pods_quick: int = 500
 ) -> dict[str, Any]:
@@ -644,18 +664,7 @@ def template_workload(
     }
     print(f"  {label}: {nodes} nodes x {devices} devices, {len(init)} init pods, {measured} measured pods", flush=True)
     out["noop_before"] = noop_runs(tmp, label, pods, lambda _k: names)
-    for mode in cfg.modes:
-        env = Env(mode, tmp, list(objs), label=label)
-        try:
-            env.start()
-            print(f"    {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
-            driver = Driver(env.url)
-            res = run_pods(driver, f"{label} {mode}", pods, lambda _k: names)
-            driver.close()
-            res["env"] = env_info(env)
-            out[mode] = res
-        finally:
-            env.stop()
+    out.update(run_modes(cfg, tmp, label, objs, pods, names))
     out["noop_after"] = noop_runs(tmp, label, pods, lambda _k: names)
     noop = statistics.fmean([out["noop_before"]["pods_per_s"], out["noop_after"]["pods_per_s"]])
     out["noop_pods_per_s"] = round(noop, 1)
@@ -1347,19 +1356,7 @@ def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
         for pc in pcs:
             objs += pc.objects()
         pods = [pc.pod() for pc in pcs]
-        out[variant] = {}
-        for mode in cfg.modes:
-            env = Env(mode, tmp, list(objs), label=f"Partitions-{variant}")
-            try:
-                env.start()
-                print(f"    {variant} {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
-                driver = Driver(env.url)
-                res = run_pods(driver, f"Partitions {variant} {mode}", pods, lambda _k: names)
-                driver.close()
-                res["env"] = env_info(env)
-                out[variant][mode] = res
-            finally:
-                env.stop()
+        out[variant] = run_modes(cfg, tmp, f"Partitions-{variant}", objs, pods, names)
     for mode in cfg.modes:
         plain, part = out["plain"][mode], out["partitioned"][mode]
         ratio = round(part["pods_per_s"] / plain["pods_per_s"], 3) if plain["pods_per_s"] else None
