@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from bench.bench_workloads import DRIVER, PodClaim, base_objects, node_name
+from bench.bench_workloads import PodClaim, base_objects, new_shape_claim, node_name
 from tracker import events as ev
 from tracker.source import merge_patch
 
@@ -108,15 +108,7 @@ def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
         objs += pc.objects()
     for s in range(SHAPES):  # pods whose claim has a selector no pod had: the first pod of a new shape
         pc = PodClaim(300_000 + s, "template")
-        claim = pc.claim_object()
-        claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
-            {
-                "cel": {
-                    "expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'
-                }
-            }
-        ]
-        objs += [claim, pc.pod()]
+        objs += [new_shape_claim(pc, s), pc.pod()]
         pcs.append(pc)
     rv = 1000
     for o in objs:

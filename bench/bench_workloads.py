@@ -228,6 +228,19 @@ class PodClaim:
         return [self.claim_object(allocated), self.pod(allocated[0] if allocated else None)]
 
 
+def new_shape_claim(pc: PodClaim, s: int) -> dict[str, Any]:
+    """`pc`'s claim with a selector no pod had before (unique to this process): the first pod of a new shape."""
+    claim = pc.claim_object()
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {
+            "cel": {
+                "expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'
+            }
+        }
+    ]
+    return claim
+
+
 def allocation_status(pc: PodClaim, node: str, device: str) -> dict[str, Any]:
     request = "req-0/any" if pc.spec_name == "first_available" else "req-0"
     return {
@@ -824,15 +837,7 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
     probes = []
     for s in range(shapes):
         pc = PodClaim(300_000 + s, "template")
-        claim = pc.claim_object()
-        claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
-            {
-                "cel": {
-                    "expression": f'device.attributes["{DRIVER}"].index >= {s + 1} && device.attributes["{DRIVER}"].firmware != "never-{s}-{os.getpid()}"'
-                }
-            }
-        ]
-        objs += [claim, pc.pod()]
+        objs += [new_shape_claim(pc, s), pc.pod()]
         probes.append(pc)
     names = [node_name(i) for i in range(nodes)]
     pods = [pc.pod() for pc in pcs]
