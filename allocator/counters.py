@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from allocator.allocated_state import AllocatedState
-from allocator.device_view import DeviceView, SliceView
+from allocator.device_view import SliceView
 from allocator.quantity import Quantity, format_quantity
 from allocator.types import CounterConsumption
 
@@ -129,7 +129,3 @@ def describe_short(available: Tally, consumption: tuple[CounterConsumption, ...]
             return f"the pool's counters are over-committed ({', '.join(sorted(negative))})"
         return "the pool's counters are used up"
     return ", ".join(parts)
-
-
-def consumes(device: DeviceView) -> bool:
-    return bool(device.consumes_counters)
