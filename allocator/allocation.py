@@ -175,25 +175,40 @@ class Allocator(Generic[SelectorT]):
         pending = [c for c in claims if c.allocation is None]
         if not pending:
             return Outcome(None, {}, tuple(used))
+        refused = self._refused(pending)
+        if refused is not None:
+            return Outcome(refused)
+        return self._search(node, pending, gather_pools(node, slices, self.features, pool_slices), classes, state, used, timestamp)
+
+    def _refused(self, pending: Sequence[ResourceClaim]) -> Failure | None:
+        """A claim no node can hold, known before any search."""
         for claim in pending:
             if claim.meta.deletion_timestamp:
-                return Outcome(Failure(REASON_CLAIM_UNUSABLE, f"claim {claim.key} is being deleted", claim.key))
+                return Failure(REASON_CLAIM_UNUSABLE, f"claim {claim.key} is being deleted", claim.key)
             fewest = _fewest_results(claim)
-            if fewest > ALLOCATION_RESULTS_MAX_SIZE:
-                # Known before any search: no node can hold it (upstream checks the same bound).
-                return Outcome(
-                    Failure(
-                        REASON_TOO_MANY,
-                        f"claim {claim.key}: its requests ask for at least {fewest} devices, more than the "
-                        f"{ALLOCATION_RESULTS_MAX_SIZE} one claim may hold",
-                        claim.key,
-                    )
+            if fewest > ALLOCATION_RESULTS_MAX_SIZE:  # upstream checks the same bound
+                return Failure(
+                    REASON_TOO_MANY,
+                    f"claim {claim.key}: its requests ask for at least {fewest} devices, more than the "
+                    f"{ALLOCATION_RESULTS_MAX_SIZE} one claim may hold",
+                    claim.key,
                 )
             if not self.features.consumable_capacity:
                 disabled = _capacity_requests_disabled(claim)
                 if disabled is not None:
-                    return Outcome(disabled)
-        pools = gather_pools(node, slices, self.features, pool_slices)
+                    return disabled
+        return None
+
+    def _search(
+        self,
+        node: Node,
+        pending: list[ResourceClaim],
+        pools: list[Pool],
+        classes: Mapping[str, DeviceClass],
+        state: AllocatedState,
+        used: list[DeviceView],
+        timestamp: str,
+    ) -> Outcome:
         avail: Availability = {}  # pool name -> counters left by allocated devices: the same for every tally of this call
         slots: list[Slot] = []
         first = self._candidates.first_fit(pending, node, pools, classes, state, avail)
