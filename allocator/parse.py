@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -322,6 +322,27 @@ def _device_body(d: Mapping[str, Any]) -> Any:
     return d.get("basic") if "basic" in d and d.get("basic") is not None else d  # v1beta1 wraps it in `basic`
 
 
+def _parse_attributes_and_capacity(
+    r: _Reader, body: Mapping[str, Any], bpath: str, driver: str
+) -> tuple[dict[str, AttributeValue], dict[str, Quantity], dict[str, CapacityRequestPolicy]]:
+    """A device's attributes and capacity (with request policies), names qualified by the driver."""
+    attributes: dict[str, AttributeValue] = {}
+    for name, value in r.mapping(body.get("attributes"), f"{bpath}.attributes").items():
+        attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
+    capacity: dict[str, Quantity] = {}
+    policies: dict[str, CapacityRequestPolicy] = {}
+    for name, value in r.mapping(body.get("capacity"), f"{bpath}.capacity").items():
+        cp = f"{bpath}.capacity.{name}"
+        qualified = qualify(name, driver)
+        if isinstance(value, Mapping):
+            capacity[qualified] = _parse_quantity(r, value.get("value"), f"{cp}.value")
+            if value.get("requestPolicy") is not None:
+                policies[qualified] = _parse_request_policy(r, value.get("requestPolicy"), f"{cp}.requestPolicy", capacity[qualified])
+        else:  # very old alpha shape: a bare quantity
+            capacity[qualified] = _parse_quantity(r, value, cp)
+    return attributes, capacity, policies
+
+
 def _parse_device(
     r: _Reader,
     raw: Any,
@@ -362,22 +383,7 @@ def _parse_device(
         attributes, capacity = previous[1].attributes, previous[1].capacity
         policies = previous[1].capacity_policies
     else:
-        parsed_attributes: dict[str, AttributeValue] = {}
-        for name, value in r.mapping(body.get("attributes"), f"{bpath}.attributes").items():
-            parsed_attributes[qualify(name, driver)] = _parse_attribute(r, value, f"{bpath}.attributes.{name}")
-        parsed_capacity: dict[str, Quantity] = {}
-        parsed_policies: dict[str, CapacityRequestPolicy] = {}
-        for name, value in r.mapping(body.get("capacity"), f"{bpath}.capacity").items():
-            cp = f"{bpath}.capacity.{name}"
-            if isinstance(value, Mapping):
-                parsed_capacity[qualify(name, driver)] = _parse_quantity(r, value.get("value"), f"{cp}.value")
-                if value.get("requestPolicy") is not None:
-                    parsed_policies[qualify(name, driver)] = _parse_request_policy(
-                        r, value.get("requestPolicy"), f"{cp}.requestPolicy", parsed_capacity[qualify(name, driver)]
-                    )
-            else:  # very old alpha shape: a bare quantity
-                parsed_capacity[qualify(name, driver)] = _parse_quantity(r, value, cp)
-        attributes, capacity, policies = parsed_attributes, parsed_capacity, parsed_policies
+        attributes, capacity, policies = _parse_attributes_and_capacity(r, body, bpath, driver)
     taints_raw = r.seq(body.get("taints"), f"{bpath}.taints")
     if len(taints_raw) > DEVICE_TAINTS_MAX:
         raise r.fail(f"{bpath}.taints", f"must have at most {DEVICE_TAINTS_MAX} items")
@@ -488,6 +494,23 @@ def _parse_request_policy(r: _Reader, raw: Any, path: str, value: Quantity) -> C
     return CapacityRequestPolicy(default=default)
 
 
+def _check_unique(r: _Reader, names: Sequence[str], path: str, what: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise r.fail(f"{path}[{i}].name", f"duplicate {what} {name!r}")
+        seen.add(name)
+
+
+def _check_node_choice(r: _Reader, choice: tuple[object, ...], per_device: Sequence[Device]) -> None:
+    """Exactly one way to say which nodes reach the slice; with perDeviceNodeSelection, one per device."""
+    if sum(bool(x) for x in choice) != 1:
+        raise r.fail("spec", "exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection must be set")
+    for i, d in enumerate(per_device):
+        if sum(bool(x) for x in (d.node_name, d.node_selector, d.all_nodes)) != 1:
+            raise r.fail(f"spec.devices[{i}]", "with perDeviceNodeSelection exactly one of nodeName, nodeSelector, allNodes must be set")
+
+
 def parse_resource_slice(
     raw: Mapping[str, Any],
     *,
@@ -518,33 +541,13 @@ def parse_resource_slice(
     shared_counters = _parse_shared_counters(r, spec.get("sharedCounters"), "spec.sharedCounters")
     if shared_counters and devices:
         raise r.fail("spec", "only one of sharedCounters or devices is allowed")
-    set_names: set[str] = set()
-    for i, cs in enumerate(shared_counters):
-        if cs.name in set_names:
-            raise r.fail(f"spec.sharedCounters[{i}].name", f"duplicate counter set name {cs.name!r}")
-        set_names.add(cs.name)
+    _check_unique(r, [cs.name for cs in shared_counters], "spec.sharedCounters", "counter set name")
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None
     node_selector = spec.get("nodeSelector")
     all_nodes = r.boolean(spec.get("allNodes"), "spec.allNodes")
     per_device = r.boolean(spec.get("perDeviceNodeSelection"), "spec.perDeviceNodeSelection")
-    chosen = sum(bool(x) for x in (node_name, node_selector, all_nodes, per_device))
-    if chosen != 1:
-        raise r.fail(
-            "spec",
-            "exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection must be set",
-        )
-    if per_device:
-        for i, d in enumerate(devices):
-            if sum(bool(x) for x in (d.node_name, d.node_selector, d.all_nodes)) != 1:
-                raise r.fail(
-                    f"spec.devices[{i}]",
-                    "with perDeviceNodeSelection exactly one of nodeName, nodeSelector, allNodes must be set",
-                )
-    seen: set[str] = set()
-    for i, d in enumerate(devices):
-        if d.name in seen:
-            raise r.fail(f"spec.devices[{i}].name", f"duplicate device name {d.name!r}")
-        seen.add(d.name)
+    _check_node_choice(r, (node_name, node_selector, all_nodes, per_device), devices if per_device else ())
+    _check_unique(r, [d.name for d in devices], "spec.devices", "device name")
     return ResourceSlice(
         meta=meta,
         driver=driver,
