@@ -23,22 +23,14 @@ from allocator.candidates import CandidateFinder, Selector, SelectorEngine, Sele
 from allocator.counters import Availability
 from allocator.device_view import DeviceView, SliceView
 from allocator.failures import (
-    REASON_ALLOCATED,
-    REASON_CAPACITY,
     REASON_CLAIM_UNUSABLE,
     REASON_CLASS_MISSING,
-    REASON_CONSTRAINTS,
-    REASON_COUNTERS,
     REASON_FEATURE_DISABLED,
     REASON_NO_DEVICES,
     REASON_NO_EXECUTE,
     REASON_NODE_MISMATCH,
-    REASON_POOL_INCOMPLETE,
     REASON_POOL_INVALID,
-    REASON_SEARCH_LIMIT,
-    REASON_SELECTOR,
     REASON_SELECTOR_ERROR,
-    REASON_TAINTED,
     REASON_TOO_MANY,
     Failure,
 )
@@ -63,32 +55,7 @@ from allocator.types import (
     ResourceClaim,
 )
 
-# The failure categories are part of this module's interface (metrics labels, tests).
-__all__ = [
-    "REASON_ALLOCATED",
-    "REASON_CAPACITY",
-    "REASON_CLAIM_UNUSABLE",
-    "REASON_CLASS_MISSING",
-    "REASON_CONSTRAINTS",
-    "REASON_COUNTERS",
-    "REASON_FEATURE_DISABLED",
-    "REASON_NODE_MISMATCH",
-    "REASON_NO_DEVICES",
-    "REASON_NO_EXECUTE",
-    "REASON_POOL_INCOMPLETE",
-    "REASON_POOL_INVALID",
-    "REASON_SEARCH_LIMIT",
-    "REASON_SELECTOR",
-    "REASON_SELECTOR_ERROR",
-    "REASON_TAINTED",
-    "REASON_TOO_MANY",
-    "Allocator",
-    "Failure",
-    "Outcome",
-    "Selector",
-    "SelectorEngine",
-    "gather_pools",
-]
+__all__ = ["Allocator", "Failure", "Outcome", "Selector", "SelectorEngine", "gather_pools"]
 
 # Upper bound on backtracking steps per node, so a pathological constraint
 # set cannot hold the scheduler past its extender timeout.

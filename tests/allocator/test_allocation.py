@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from allocator import allocation as A  # noqa: N812 - A.REASON_* reads as the module's table of reasons
+from allocator import failures as A  # noqa: N812 - A.REASON_* reads as the table of reasons
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_device_taint_rule
