@@ -138,23 +138,16 @@ class OutcomeCache:
         `nodes_done` set, before computing the next node: nothing partial is
         cached or answered.
         """
-        group = self._groups.get(signature)
-        if group is None:
-            group = self._groups[signature] = _Group(self.state.change_seq)
-        else:
-            self._groups.move_to_end(signature)
-            self._catch_up(group)
+        group = self._group(signature)
         verdicts = group.verdicts
         names = tuple(c.key for c in claims)
         told: dict[int, Outcome] = {}  # template id -> told with `names`, once per call
-        state = self.state
         out: list[Outcome] = []
         append = out.append
         get = verdicts.get
         misses = 0
         for node, token in nodes:
-            name = node.name
-            entry = get(name)
+            entry = get(node.name)
             if entry is not None and entry[0] == token:
                 verdict = entry[1]
                 if isinstance(verdict, FailureTemplate):
@@ -168,25 +161,11 @@ class OutcomeCache:
             try:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
-                outcome = self.allocator.allocate(
-                    node, claims, state.slices_for_node(name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
-                )
+                outcome = self._compute(node, claims)
             except DeadlineExceeded as e:
                 e.nodes_done = len(out)
                 raise
-            self.on_computed(outcome)
-            if entry is None:
-                self._entries += 1
-            # Stored without the claims' names: a fit without its allocations (which name
-            # them), a failure as a template with slots where its message names a claim.
-            if outcome.failure is None:
-                verdicts[name] = (token, Outcome(None, {}, outcome.devices))
-            else:
-                template = FailureTemplate.of(outcome.failure, names)
-                interned = group.interned
-                if len(interned) > 64 + 2 * len(verdicts):  # messages that name nodes do not share: keep it bounded
-                    interned.clear()
-                verdicts[name] = (token, interned.setdefault(template, template))
+            self._keep(group, node.name, token, outcome, names, new=entry is None)
             append(outcome)
         self.misses += misses
         self.hits += len(out) - misses
@@ -194,6 +173,39 @@ class OutcomeCache:
             _, dropped = self._groups.popitem(last=False)
             self._entries -= len(dropped.verdicts)
         return out
+
+    def _group(self, signature: tuple[ClaimSignature, ...]) -> _Group:
+        """The signature's verdicts, caught up with the tracker's changes (the most recently used)."""
+        group = self._groups.get(signature)
+        if group is None:
+            group = self._groups[signature] = _Group(self.state.change_seq)
+        else:
+            self._groups.move_to_end(signature)
+            self._catch_up(group)
+        return group
+
+    def _compute(self, node: Node, claims: Sequence[ResourceClaim]) -> Outcome:
+        state = self.state
+        outcome = self.allocator.allocate(
+            node, claims, state.slices_for_node(node.name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
+        )
+        self.on_computed(outcome)
+        return outcome
+
+    def _keep(self, group: _Group, node: str, token: Any, outcome: Outcome, names: tuple[str, ...], *, new: bool) -> None:
+        """Store a computed verdict without the claims' names: a fit without its allocations (which
+        name them), a failure as a template with slots where its message names a claim."""
+        if new:
+            self._entries += 1
+        verdicts = group.verdicts
+        if outcome.failure is None:
+            verdicts[node] = (token, Outcome(None, {}, outcome.devices))
+            return
+        template = FailureTemplate.of(outcome.failure, names)
+        interned = group.interned
+        if len(interned) > 64 + 2 * len(verdicts):  # messages that name nodes do not share: keep it bounded
+            interned.clear()
+        verdicts[node] = (token, interned.setdefault(template, template))
 
     def scores(
         self,
