@@ -80,7 +80,9 @@ class EvictionController:
             self.metrics,
             self.deadlines,
         )
-        self.planner = Planner(self.intake, settings.ownership, (self.rule_stamps, self.volume_stamps), events, evictor, self.metrics)
+        self.planner = Planner(
+            self.intake, settings.ownership, (self.rule_stamps, self.volume_stamps), events, evictor, self.metrics, self.clock
+        )
         self.dispatcher = Dispatcher(self.intake, self.planner, limiters, self.deadlines)
 
     def _own_write(self, uid: str) -> bool:

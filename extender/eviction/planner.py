@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from extender.eviction.clock import Clock
 from extender.eviction.events import Events
 from extender.eviction.evictor import Evictor
 from extender.eviction.intake import Intake
@@ -29,6 +30,7 @@ class Planner:
         events: Events,
         evictor: Evictor,
         metrics: Metrics,
+        clock: Clock,
     ) -> None:
         self.intake = intake
         self.ownership = ownership
@@ -36,6 +38,7 @@ class Planner:
         self.events = events
         self.evictor = evictor
         self.metrics = metrics
+        self.clock = clock
         self.plan: dict[str, PodEviction] = {}
 
     def pending(self) -> list[PodEviction]:
@@ -61,10 +64,9 @@ class Planner:
                 continue  # gone: nothing to cancel
             log.info("cancelling eviction: the taint, rule or reservation went away", extra=old.describe())
             self.events.pod(old, "Cancelling deletion")
-        now = self.evictor.deadlines.clock.now()
         for key, p in new.items():
             if key not in self.plan and p.uid not in done:
-                delay = max(0.0, p.due - now)
+                delay = max(0.0, p.due - self.clock.now())
                 log.info("pod will be evicted", extra={**p.describe(), "in_s": round(delay, 3)})
         self.plan = new
         self.evictor.keep({p.uid for p in new.values()}, {pod.meta.uid for pod in state.pods.values()})
