@@ -15,8 +15,9 @@ keyed by what decides it, never by the pod:
 So the second to n-th pod of a workload (every pod from one
 ResourceClaimTemplate) are dictionary lookups, and a bind on one node makes
 only that node's verdicts be computed again. Failure messages name the
-claims; a verdict found for other claims with the same signature is told
-with their names.
+claims: a failure is kept as a template whose claim names are slots (the
+claim's index in the pod), and a verdict found for other claims with the
+same signature is told with their names when the cache hands it out.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
 from allocator.allocation import Allocator, Failure, Outcome
 from allocator.cel.lib.budget import DeadlineExceeded
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
@@ -38,16 +37,53 @@ from tracker.state import ClusterState
 ClaimSignature = tuple[Any, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class FailureTemplate:
+    """A failure without the names of the claims it was computed for.
+
+    `message` is text and claim slots (an int: the claim's index in the pod's
+    claims, in order); `claim` is a slot when the failure blames one of them.
+    `failure` holds the other fields as computed (its message and claim blank).
+    """
+
+    failure: Failure
+    message: tuple[str | int, ...]
+    claim: str | int
+
+    @classmethod
+    def of(cls, failure: Failure, names: tuple[str, ...]) -> FailureTemplate:
+        """`failure` with a slot wherever its message says "claim <one of names>"."""
+        parts: list[str | int] = []
+        rest = failure.message
+        if names:
+            mention = re.compile(rf"claim ({'|'.join(re.escape(n) for n in names)})(?![a-z0-9.\-])")
+            pos = 0
+            for m in mention.finditer(rest):
+                parts += [rest[pos : m.start(1)], names.index(m.group(1))]
+                pos = m.end()
+            rest = rest[pos:]
+        parts.append(rest)
+        claim = names.index(failure.claim) if failure.claim in names else failure.claim
+        return cls(replace(failure, message="", claim=""), tuple(p for p in parts if p != ""), claim)
+
+    def tell(self, names: Sequence[str]) -> Failure:
+        """The failure for the claims `names` (same signature as those it was computed for, so same slots)."""
+        message = "".join(p if isinstance(p, str) else names[p] for p in self.message)
+        claim = self.claim if isinstance(self.claim, str) else names[self.claim]
+        return replace(self.failure, message=message, claim=claim)
+
+
 @dataclass(slots=True)
 class _Group:
     """The verdicts of one claims signature, as of change `seq` of the tracker's log."""
 
     seq: int
-    verdicts: dict[str, tuple[Any, Outcome]] = field(default_factory=dict)  # node -> (node token, verdict template)
+    # node -> (node token, a fit without its allocations, or a failure template)
+    verdicts: dict[str, tuple[Any, Outcome | FailureTemplate]] = field(default_factory=dict)
     scores: dict[str, tuple[Any, int]] = field(default_factory=dict)  # node -> (node token, /prioritize score)
     # One template object per distinct failure: nodes that fail alike share it, so a
     # call tells each distinct message once, not once per node.
-    interned: dict[Failure, Outcome] = field(default_factory=dict)
+    interned: dict[FailureTemplate, FailureTemplate] = field(default_factory=dict)
 
 
 class OutcomeCache:
@@ -83,11 +119,7 @@ class OutcomeCache:
         if claim.allocation is not None:
             sig = ("allocated", claim.key, claim.meta.resource_version)
         else:
-            raw = self.state.raw_claims.get(claim.key) or {}
-            # Copied to a bytes object of its own size: orjson's output keeps a 4 KB buffer, and
-            # signatures live as long as their verdicts.
-            spec = bytes(memoryview(orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)))
-            sig = ("new", spec, claim.meta.annotations.get(TOLERATIONS_ANNOTATION), bool(claim.meta.deletion_timestamp))
+            sig = ("new", *spec_signature(claim), claim.meta.annotations.get(TOLERATIONS_ANNOTATION), bool(claim.meta.deletion_timestamp))
         if len(self._signatures) >= self.size:
             self._signatures.clear()
         self._signatures[ident] = sig
@@ -106,56 +138,34 @@ class OutcomeCache:
         `nodes_done` set, before computing the next node: nothing partial is
         cached or answered.
         """
-        group = self._groups.get(signature)
-        if group is None:
-            group = self._groups[signature] = _Group(self.state.change_seq)
-        else:
-            self._groups.move_to_end(signature)
-            self._catch_up(group)
+        group = self._group(signature)
         verdicts = group.verdicts
         names = tuple(c.key for c in claims)
-        told: dict[int, Outcome] = {}  # template outcome id -> told with `names`, once per call
-        state = self.state
+        told: dict[int, Outcome] = {}  # template id -> told with `names`, once per call
         out: list[Outcome] = []
         append = out.append
         get = verdicts.get
         misses = 0
         for node, token in nodes:
-            name = node.name
-            entry = get(name)
+            entry = get(node.name)
             if entry is not None and entry[0] == token:
-                outcome = entry[1]
-                if outcome.failure is not None:
-                    known = told.get(id(outcome))
+                verdict = entry[1]
+                if isinstance(verdict, FailureTemplate):
+                    known = told.get(id(verdict))
                     if known is None:
-                        known = told[id(outcome)] = _tell(outcome, names)
-                    outcome = known
-                append(outcome)
+                        known = told[id(verdict)] = Outcome(verdict.tell(names))
+                    verdict = known
+                append(verdict)
                 continue
             misses += 1
             try:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
-                outcome = self.allocator.allocate(
-                    node, claims, state.slices_for_node(name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
-                )
+                outcome = self._compute(node, claims)
             except DeadlineExceeded as e:
                 e.nodes_done = len(out)
                 raise
-            self.on_computed(outcome)
-            if entry is None:
-                self._entries += 1
-            # Stored without the claims' names: a fit without its allocations (which name
-            # them), a failure with placeholders where its message names a claim.
-            if outcome.failure is None:
-                verdicts[name] = (token, Outcome(None, {}, outcome.devices))
-            else:
-                template = _template(outcome, names)
-                assert template.failure is not None
-                interned = group.interned
-                if len(interned) > 64 + 2 * len(verdicts):  # messages that name nodes do not share: keep it bounded
-                    interned.clear()
-                verdicts[name] = (token, interned.setdefault(template.failure, template))
+            self._keep(group, node.name, token, outcome, names, new=entry is None)
             append(outcome)
         self.misses += misses
         self.hits += len(out) - misses
@@ -163,6 +173,39 @@ class OutcomeCache:
             _, dropped = self._groups.popitem(last=False)
             self._entries -= len(dropped.verdicts)
         return out
+
+    def _group(self, signature: tuple[ClaimSignature, ...]) -> _Group:
+        """The signature's verdicts, caught up with the tracker's changes (the most recently used)."""
+        group = self._groups.get(signature)
+        if group is None:
+            group = self._groups[signature] = _Group(self.state.change_seq)
+        else:
+            self._groups.move_to_end(signature)
+            self._catch_up(group)
+        return group
+
+    def _compute(self, node: Node, claims: Sequence[ResourceClaim]) -> Outcome:
+        state = self.state
+        outcome = self.allocator.allocate(
+            node, claims, state.slices_for_node(node.name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
+        )
+        self.on_computed(outcome)
+        return outcome
+
+    def _keep(self, group: _Group, node: str, token: Any, outcome: Outcome, names: tuple[str, ...], *, new: bool) -> None:
+        """Store a computed verdict without the claims' names: a fit without its allocations (which
+        name them), a failure as a template with slots where its message names a claim."""
+        if new:
+            self._entries += 1
+        verdicts = group.verdicts
+        if outcome.failure is None:
+            verdicts[node] = (token, Outcome(None, {}, outcome.devices))
+            return
+        template = FailureTemplate.of(outcome.failure, names)
+        interned = group.interned
+        if len(interned) > 64 + 2 * len(verdicts):  # messages that name nodes do not share: keep it bounded
+            interned.clear()
+        verdicts[node] = (token, interned.setdefault(template, template))
 
     def scores(
         self,
@@ -209,26 +252,19 @@ class OutcomeCache:
         return self._entries
 
 
-def _template(outcome: Outcome, names: tuple[str, ...]) -> Outcome:
-    """The failure with a placeholder where its message names one of `names` (claims in pod order)."""
-    failure = outcome.failure
-    assert failure is not None
-    message = failure.message
-    for i, name in enumerate(names):
-        message = re.sub(rf"claim {re.escape(name)}(?![a-z0-9.\-])", f"claim \x00{i}\x00", message)
-    claim = f"\x00{names.index(failure.claim)}\x00" if failure.claim in names else failure.claim
-    return Outcome(replace(failure, message=message, claim=claim))
+def spec_signature(claim: ResourceClaim) -> tuple[Any, ...]:
+    """What of a claim's spec decides its verdicts: the parsed requests and constraints.
 
-
-def _tell(template: Outcome, names: tuple[str, ...]) -> Outcome:
-    """A stored failure told for the claims `names` (same signature, so same positions)."""
-    failure = template.failure
-    assert failure is not None
-    message = failure.message
-    claim = failure.claim
-    for i, name in enumerate(names):
-        mark = f"\x00{i}\x00"
-        message = message.replace(mark, name)
-        if claim == mark:
-            claim = name
-    return Outcome(replace(failure, message=message, claim=claim))
+    The parsed values compare by everything allocation reads. A quantity
+    compares by its value only, yet a failure message quotes it as written
+    ("1Gi", "1024Mi"), so the texts of the capacity requests are part of the
+    signature too. `config` is not: it is copied into an allocation, never
+    searched, and fits are kept without their allocations.
+    """
+    texts = tuple(
+        str(q)
+        for r in claim.requests
+        for e in ((r.exactly,) if r.exactly is not None else r.first_available)
+        for _, q in e.capacity_requests
+    )
+    return claim.requests, claim.constraints, texts

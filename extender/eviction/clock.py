@@ -86,3 +86,19 @@ def parse_time(value: str) -> float | None:
     """RFC 3339 (with or without fractional seconds) to epoch seconds; None if unparseable."""
     parsed = parse_rfc3339(value)
     return parsed.timestamp() if parsed is not None else None
+
+
+class Deadlines:
+    """The times one pass of the controller must wake again at, as each part of it finds them."""
+
+    def __init__(self, clock: Clock, retry_initial: float) -> None:
+        self.clock = clock
+        self.retry_initial = retry_initial  # a failed write is tried again this much later
+        self.times: list[float] = []
+
+    def add(self, t: float) -> None:
+        self.times.append(t)
+
+    def retry(self, now: float | None = None) -> None:
+        """A write failed: try again `retry_initial` after `now` (default: the clock's now)."""
+        self.add((self.clock.now() if now is None else now) + self.retry_initial)

@@ -13,17 +13,55 @@ matches every effect, as the API documents.
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from allocator.tolerations import tolerates_taint
-from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceToleration, ResourceClaim
+from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceTaintRule, DeviceToleration, ResourceClaim
 from extender.eviction.rate_limit import DEFAULT_RATE
 from tracker.events import GROUP_EXTENDER
 from tracker.state import ClusterState
 
 SLICE_SOURCE = "slice"
-OWN_RULE_PREFIX = f"DeviceTaintRule/{GROUP_EXTENDER}/"
+RULE_KIND = "DeviceTaintRule"  # the first part of a rule's source, `DeviceTaintRule.source`
+
+
+class TaintKind(enum.Enum):
+    """What put a taint there."""
+
+    DEVICE = "device"  # the driver, in its ResourceSlice
+    RULE = "rule"  # a DeviceTaintRule
+    VOLUME = "volume"  # a PVC's or PV's taint annotation
+
+
+@dataclass(frozen=True, slots=True)
+class TaintOrigin:
+    """Where a taint comes from: the tracker's source text, parsed once."""
+
+    source: str  # "slice", "DeviceTaintRule/<group>/<name>", "PersistentVolume/<name>", "PersistentVolumeClaim/<ns>/<name>"
+    kind: TaintKind
+    rule: tuple[str, str] | None = None  # (group, name) of a DeviceTaintRule
+
+    @property
+    def ours(self) -> bool:
+        """One of the project's own DeviceTaintRules."""
+        return self.rule is not None and self.rule[0] == GROUP_EXTENDER
+
+    @staticmethod
+    def of_rule(rule: DeviceTaintRule) -> TaintOrigin:
+        return TaintOrigin(rule.source, TaintKind.RULE, (rule.group, rule.meta.name))
+
+
+@functools.lru_cache(maxsize=4096)
+def device_origin(source: str) -> TaintOrigin:
+    """A device taint's source as the tracker's views name it: a rule's `DeviceTaintRule.source`, or the driver's."""
+    kind, _, rest = source.partition("/")
+    if kind == RULE_KIND:
+        group, _, name = rest.partition("/")
+        return TaintOrigin(source, TaintKind.RULE, (group, name))
+    return TaintOrigin(source, TaintKind.DEVICE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,20 +75,24 @@ class Ownership:
 
     evict_upstream: bool = False
 
-    def owns(self, source: str) -> bool:
-        return self.evict_upstream or source.startswith(OWN_RULE_PREFIX)
+    def owns(self, origin: TaintOrigin) -> bool:
+        return self.evict_upstream or origin.ours
 
 
 @dataclass(frozen=True, slots=True)
 class TaintRef:
-    """One taint on one allocated device that makes a pod leave."""
+    """One taint on one allocated device (or used volume) that makes a pod leave."""
 
-    id: str  # rate-limit and status key: the rule's source, or one driver taint
-    source: str  # "slice" or "DeviceTaintRule/<group>/<name>"
+    id: str  # rate-limit and status key: the rule's source, or one driver or volume taint
+    origin: TaintOrigin
     taint: DeviceTaint
-    device: DeviceID | None  # None: a volume taint (`source` names the PVC or PV)
+    device: DeviceID | None  # None: a volume taint (`origin` names the PVC or PV)
     time_added: float
     rate: float
+
+    @property
+    def source(self) -> str:
+        return self.origin.source
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +103,6 @@ class PodEviction:
     taint_time: float  # earliest timeAdded of the reasons (the deletion latency starts here)
     reasons: tuple[TaintRef, ...]
     claims: tuple[str, ...]
-    volume: bool = False  # only volume taints evict it (its Event and DisruptionTarget reason say so)
 
     @property
     def namespace(self) -> str:
@@ -72,8 +113,18 @@ class PodEviction:
         return self.key.partition("/")[2]
 
     @property
+    def volume(self) -> bool:
+        """Only volume taints evict it (its Event and DisruptionTarget reason say so)."""
+        return all(r.origin.kind is TaintKind.VOLUME for r in self.reasons)
+
+    @property
     def sources(self) -> frozenset[str]:
         return frozenset(r.source for r in self.reasons)
+
+    @property
+    def origins(self) -> list[TaintOrigin]:
+        """The reasons' origins, one per source, in the order of their sources."""
+        return sorted({r.origin for r in self.reasons}, key=lambda o: o.source)
 
     def describe(self) -> dict[str, str]:
         """Structured log fields: pod, claims, devices, taints."""
@@ -121,10 +172,10 @@ def device_taints(state: ClusterState, did: DeviceID) -> Iterator[tuple[DeviceTa
             yield rule.taint, rule.source
 
 
-def rule_rate(state: ClusterState, source: str) -> float:
+def rule_rate(state: ClusterState, origin: TaintOrigin) -> float:
     """evictionsPerSecond of our CRD rules; everything else uses the default."""
-    if source.startswith(OWN_RULE_PREFIX):
-        rule = state.rules.get((GROUP_EXTENDER, source[len(OWN_RULE_PREFIX) :]))
+    if origin.ours and origin.rule is not None:
+        rule = state.rules.get(origin.rule)
         if rule is not None and rule.evictions_per_second:
             return rule.evictions_per_second
     return DEFAULT_RATE
@@ -146,11 +197,12 @@ def _claim_eviction(
         did = result.device_id
         tolerations: tuple[DeviceToleration, ...] | None = None
         for taint, source in device_taints(state, did):
+            origin = device_origin(source)
             if simulate is not None:
                 if source != simulate:
                     continue
                 taint = dataclasses.replace(taint, effect=EFFECT_NO_EXECUTE)  # "what if it were NoExecute"
-            elif taint.effect != EFFECT_NO_EXECUTE or not ownership.owns(source):
+            elif taint.effect != EFFECT_NO_EXECUTE or not ownership.owns(origin):
                 continue
             if tolerations is None:
                 extra = request_tolerations(claim, result.request)
@@ -164,7 +216,7 @@ def _claim_eviction(
             else:
                 when = added + max(0, min(t.toleration_seconds or 0 for t in matching))
             ref_id = source if source != SLICE_SOURCE else slice_taint_id(did, taint)
-            reasons.append(TaintRef(ref_id, source, taint, did, added, rule_rate(state, source)))
+            reasons.append(TaintRef(ref_id, origin, taint, did, added, rule_rate(state, origin)))
             earliest = min(earliest, added)
             due = when if due is None else min(due, when)
     if due is None:

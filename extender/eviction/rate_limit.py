@@ -92,3 +92,29 @@ class TaintLimiters:
         """Forget buckets that are full and that no pending eviction refers to."""
         for taint in [t for t, b in self.buckets.items() if t not in needed and b.full(now)]:
             del self.buckets[taint]
+
+
+class Backoff:
+    """Per pod: when a refused (429) or failed eviction may be tried again, doubling up to a limit."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._retry: dict[str, tuple[float, float]] = {}  # pod UID -> (not before, last backoff)
+
+    def not_before(self, uid: str) -> float:
+        return self._retry.get(uid, (0.0, 0.0))[0]
+
+    def failed(self, uid: str, now: float) -> float:
+        """The next backoff of the pod (seconds), counted from `now`."""
+        _, backoff = self._retry.get(uid, (0.0, 0.0))
+        backoff = min(self.maximum, backoff * 2 if backoff else self.initial)
+        self._retry[uid] = (now + backoff, backoff)
+        return backoff
+
+    def succeeded(self, uid: str) -> None:
+        self._retry.pop(uid, None)
+
+    def keep(self, live: set[str]) -> None:
+        """Forget the pods no longer planned."""
+        self._retry = {uid: r for uid, r in self._retry.items() if uid in live}

@@ -18,6 +18,25 @@ STAMP_FIELD = "stampedTaint"
 
 
 @dataclass(frozen=True, slots=True)
+class StampedTaint:
+    """What `decide` reads of a rule: its taint's effect and timeAdded, and the record of our last stamp."""
+
+    effect: str
+    time_added: str
+    recorded: Mapping[str, Any] | None  # status.stampedTaint, when it is an object
+
+    @staticmethod
+    def of(raw: Mapping[str, Any]) -> StampedTaint:
+        taint = (raw.get("spec") or {}).get("taint") or {}
+        if not isinstance(taint, Mapping):
+            taint = {}
+        recorded = (raw.get("status") or {}).get(STAMP_FIELD)
+        return StampedTaint(
+            str(taint.get("effect") or ""), str(taint.get("timeAdded") or ""), recorded if isinstance(recorded, dict) else None
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Stamp:
     """What to write for one rule: `time_added` into the spec (if set), `record` into the status."""
 
@@ -29,7 +48,7 @@ class Stamp:
         return self.record["timeAdded"]
 
 
-def decide(raw: Mapping[str, Any], now: str) -> Stamp | None:
+def decide(rule: StampedTaint, now: str) -> Stamp | None:
     """None when the rule's timeAdded is current; else what to write.
 
     - no timeAdded: stamp now;
@@ -38,14 +57,10 @@ def decide(raw: Mapping[str, Any], now: str) -> Stamp | None:
     - effect changed since the record and timeAdded did not: stamp now;
     - effect changed and timeAdded changed too: the writer set it, adopt.
     """
-    spec = raw.get("spec") or {}
-    taint = spec.get("taint") or {}
-    effect = str(taint.get("effect") or "")
-    time_added = str(taint.get("timeAdded") or "")
-    recorded = (raw.get("status") or {}).get(STAMP_FIELD)
+    effect, time_added, recorded = rule.effect, rule.time_added, rule.recorded
     if not time_added:
         return Stamp(now, {"effect": effect, "timeAdded": now})
-    if not isinstance(recorded, dict):
+    if recorded is None:
         return Stamp(None, {"effect": effect, "timeAdded": time_added})
     if recorded.get("effect") == effect:
         if recorded.get("timeAdded") == time_added:

@@ -11,24 +11,30 @@ nobody: a typo must not delete running pods either.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from allocator.types import DeviceTaint
-from extender.eviction.plan import PodEviction, TaintRef
+from allocator.types import DeviceTaint, DeviceToleration
+from extender.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef
+from extender.eviction.pod_view import PodView
 from extender.eviction.rate_limit import DEFAULT_RATE
 from tracker.state import ClusterState
-from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, EFFECT_NO_USE, VolumeTaints, pod_tolerations, tolerated_for_good
+from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, EFFECT_NO_USE, VolumeTaints, tolerated_for_good
 
 VolumeTaintTime = Callable[[VolumeTaints, DeviceTaint], float]
 
 
-def volume_source(volume: VolumeTaints) -> str:
-    """The reasons' source (and rate-limit scope): "PersistentVolume/pv-1" or "PersistentVolumeClaim/ns/data"."""
-    return f"{volume.kind}/{volume.key}"
+def volume_origin(volume: VolumeTaints) -> TaintOrigin:
+    """The reasons' origin; its source (and rate-limit scope): "PersistentVolume/pv-1" or "PersistentVolumeClaim/ns/data"."""
+    return TaintOrigin(f"{volume.kind}/{volume.key}", TaintKind.VOLUME)
 
 
-def plan_volume_evictions(state: ClusterState, taint_time: VolumeTaintTime) -> dict[str, PodEviction]:
-    """Every pod that must leave because of a NoUse volume taint, keyed by namespace/name."""
+def _tolerations(pods: Mapping[str, PodView], key: str) -> tuple[DeviceToleration, ...]:
+    view = pods.get(key)
+    return view.volume_tolerations if view is not None else ()
+
+
+def plan_volume_evictions(state: ClusterState, pods: Mapping[str, PodView], taint_time: VolumeTaintTime) -> dict[str, PodEviction]:
+    """Every pod that must leave because of a NoUse volume taint, keyed by namespace/name (`pods`: their views)."""
     index = state.volumes
     out: dict[str, PodEviction] = {}
     if not index.has_taints():
@@ -41,7 +47,7 @@ def plan_volume_evictions(state: ClusterState, taint_time: VolumeTaintTime) -> d
             pod = state.pods.get(key)
             if pod is None or not pod.node_name or pod.meta.deletion_timestamp:
                 continue
-            tolerations, _ = pod_tolerations(state.raw_pods.get(key) or {})
+            tolerations = _tolerations(pods, key)
             due: float | None = None
             earliest = float("inf")
             reasons: list[TaintRef] = []
@@ -54,8 +60,8 @@ def plan_volume_evictions(state: ClusterState, taint_time: VolumeTaintTime) -> d
                     if tolerated and seconds is None:
                         continue
                     when = 0.0 if not tolerated else added + (seconds or 0)
-                    source = volume_source(volume)
-                    reasons.append(TaintRef(f"volume:{source}:{taint}", source, taint, None, added, DEFAULT_RATE))
+                    origin = volume_origin(volume)
+                    reasons.append(TaintRef(f"volume:{origin.source}:{taint}", origin, taint, None, added, DEFAULT_RATE))
                     earliest = min(earliest, added)
                     due = when if due is None else min(due, when)
             if due is None:
@@ -63,11 +69,9 @@ def plan_volume_evictions(state: ClusterState, taint_time: VolumeTaintTime) -> d
             held = out.get(key)
             if held is not None:
                 merged = tuple(sorted({*held.reasons, *reasons}, key=lambda r: r.id))
-                out[key] = PodEviction(
-                    key, pod.meta.uid, min(held.due, due), min(held.taint_time, earliest), merged, (*held.claims, claim), True
-                )
+                out[key] = PodEviction(key, pod.meta.uid, min(held.due, due), min(held.taint_time, earliest), merged, (*held.claims, claim))
             else:
-                out[key] = PodEviction(key, pod.meta.uid, due, earliest, tuple(sorted(reasons, key=lambda r: r.id)), (claim,), True)
+                out[key] = PodEviction(key, pod.meta.uid, due, earliest, tuple(sorted(reasons, key=lambda r: r.id)), (claim,))
     return out
 
 
@@ -80,11 +84,11 @@ def merge(device: dict[str, PodEviction], volume: dict[str, PodEviction]) -> dic
             out[key] = v if d is None else d
             continue
         reasons = tuple(sorted({*d.reasons, *v.reasons}, key=lambda r: r.id))
-        out[key] = PodEviction(key, d.uid, min(d.due, v.due), min(d.taint_time, v.taint_time), reasons, (*d.claims, *v.claims), False)
+        out[key] = PodEviction(key, d.uid, min(d.due, v.due), min(d.taint_time, v.taint_time), reasons, (*d.claims, *v.claims))
     return out
 
 
-def ineffective_no_attach(state: ClusterState) -> list[tuple[VolumeTaints, DeviceTaint, list[str]]]:
+def ineffective_no_attach(state: ClusterState, pods: Mapping[str, PodView]) -> list[tuple[VolumeTaints, DeviceTaint, list[str]]]:
     """NoAttachOrMount taints with running pods already using the volume that do not tolerate them.
 
     The taint cannot stop them (the proposal's "Risks"): the controller says
@@ -100,14 +104,13 @@ def ineffective_no_attach(state: ClusterState) -> list[tuple[VolumeTaints, Devic
             continue
         users = sorted(index.pods_using(volume))
         for taint in taints:
-            pods = []
+            ignoring = []
             for key in users:
                 pod = state.pods.get(key)
                 if pod is None or not pod.node_name or pod.meta.deletion_timestamp:
                     continue
-                tolerations, _ = pod_tolerations(state.raw_pods.get(key) or {})
-                if not tolerated_for_good(taint, tolerations)[0]:
-                    pods.append(key)
-            if pods:
-                out.append((volume, taint, pods))
+                if not tolerated_for_good(taint, _tolerations(pods, key))[0]:
+                    ignoring.append(key)
+            if ignoring:
+                out.append((volume, taint, ignoring))
     return out

@@ -200,7 +200,7 @@ STAMPS = [
 @pytest.mark.parametrize("name,taint,effect,recorded,want", STAMPS, ids=[s[0] for s in STAMPS])
 def test_time_added_stamping(name: str, taint: dict, effect: str, recorded: dict | None, want: Any) -> None:
     raw = {"spec": {"taint": {"key": KEY, "effect": effect, **taint}}, "status": {rule_time.STAMP_FIELD: recorded} if recorded else {}}
-    got = rule_time.decide(raw, "NOW")
+    got = rule_time.decide(rule_time.StampedTaint.of(raw), "NOW")
     if want == "nothing":
         assert got is None
     else:

@@ -1,0 +1,136 @@
+"""The verdict cache's claim signatures and failure templates.
+
+A signature must tell apart every pair of claim specs whose verdicts (or
+failure messages) can differ, and only those; a failure template must give
+back exactly the message and claim it was made from, and the same message
+with other names for claims of the same shape.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from allocator.allocation import Failure
+from allocator.parse import parse_resource_claim
+from allocator.types import TOLERATIONS_ANNOTATION
+from extender.outcomes import FailureTemplate, spec_signature
+
+
+def _claim(name: str = "a", **exactly: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", **exactly}}]}},
+    }
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    """The base claim with one field set (`path`: dotted, from `spec.devices`)."""
+    raw = _claim()
+    node: Any = raw["spec"]["devices"]
+    *parents, last = path.split(".")
+    for p in parents:
+        node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+    if isinstance(node, list):
+        node[int(last) : int(last) + 1] = [value]
+    else:
+        node[last] = value
+    return raw
+
+
+CEL = 'device.attributes["gpu.example.com"].model == "a"'
+
+# One row per field of a claim spec that allocation (or its failure message) reads.
+DIFFERENT = [
+    ("request name", _with("requests.0.name", "other")),
+    ("device class", _with("requests.0.exactly.deviceClassName", "fpga")),
+    ("selector", _with("requests.0.exactly.selectors", [{"cel": {"expression": CEL}}])),
+    ("allocation mode", _with("requests.0.exactly.allocationMode", "All")),
+    ("count", _with("requests.0.exactly.count", 2)),
+    ("admin access", _with("requests.0.exactly.adminAccess", True)),
+    ("toleration", _with("requests.0.exactly.tolerations", [{"key": "health", "operator": "Exists"}])),
+    ("toleration seconds", _with("requests.0.exactly.tolerations", [{"key": "health", "operator": "Exists", "tolerationSeconds": 5}])),
+    ("capacity amount", _with("requests.0.exactly.capacity", {"requests": {"memory": "2Gi"}})),
+    ("capacity as written", _with("requests.0.exactly.capacity", {"requests": {"memory": "1024Mi"}})),
+    (
+        "firstAvailable",
+        _with("requests.0", {"name": "r", "firstAvailable": [{"name": "s", "deviceClassName": "gpu"}]}),
+    ),
+    (
+        "firstAvailable order",
+        _with(
+            "requests.0",
+            {"name": "r", "firstAvailable": [{"name": "t", "deviceClassName": "fpga"}, {"name": "s", "deviceClassName": "gpu"}]},
+        ),
+    ),
+    ("constraint", _with("constraints", [{"matchAttribute": "gpu.example.com/model"}])),
+    ("second request", _with("requests.1", {"name": "q", "exactly": {"deviceClassName": "gpu"}})),
+]
+
+
+def _signature(raw: dict[str, Any]) -> tuple[Any, ...]:
+    claim = parse_resource_claim(raw)
+    return (*spec_signature(claim), claim.meta.annotations.get(TOLERATIONS_ANNOTATION))
+
+
+def _base() -> dict[str, Any]:
+    return _with("requests.0.exactly.capacity", {"requests": {"memory": "1Gi"}})
+
+
+@pytest.mark.parametrize(("field", "raw"), DIFFERENT, ids=[f for f, _ in DIFFERENT])
+def test_a_spec_that_can_allocate_differently_has_another_signature(field: str, raw: dict[str, Any]) -> None:
+    signatures = {_signature(_base()), _signature(_claim())}
+    assert len(signatures) == 2, "with and without a capacity request"
+    assert _signature(raw) not in signatures, field
+
+
+def test_the_rows_differ_from_each_other() -> None:
+    assert len({_signature(raw) for _, raw in DIFFERENT}) == len(DIFFERENT)
+
+
+def test_name_uid_and_version_do_not_count_and_equal_specs_share() -> None:
+    other = copy.deepcopy(_base())
+    other["metadata"].update(name="b", uid="uid-b", resourceVersion="7")
+    other["spec"]["devices"]["config"] = [{"opaque": {"driver": "gpu.example.com", "parameters": {"x": 1}}}]
+    assert _signature(other) == _signature(_base())
+
+
+def test_annotation_tolerations_count() -> None:
+    raw = _base()
+    raw["metadata"]["annotations"] = {TOLERATIONS_ANNOTATION: '{"r": [{"key": "health", "operator": "Exists"}]}'}
+    assert _signature(raw) != _signature(_base())
+
+
+TEMPLATES = [
+    ("claim default/a is being deleted", "default/a"),
+    ("claim default/a, request r: no device fits; claim default/b too", "default/a"),
+    ("claim default/ab: not one of ours", ""),  # a longer name is not a mention
+    ("claim default/a.b, request r: the longer name is mentioned", "default/a.b"),
+    ("no allocation found for the pod's claims on this node", ""),
+    ("device class gpu not found (claim default/b)", "default/b"),
+]
+
+
+@pytest.mark.parametrize(("message", "claim"), TEMPLATES)
+def test_a_template_tells_the_failure_it_was_made_from_and_the_same_for_other_names(message: str, claim: str) -> None:
+    names = ("default/a", "default/b", "default/a.b")
+    failure = Failure("code", message, claim, "r", "gpu")
+    template = FailureTemplate.of(failure, names)
+    assert template.tell(names) == failure
+    others = ("x/one", "x/two", "x/three")
+    told = template.tell(others)
+    expected = message.replace("claim default/a.b", "claim x/three").replace("claim default/b", "claim x/two")
+    expected = expected.replace("claim default/a,", "claim x/one,").replace("claim default/a ", "claim x/one ")
+    assert told.message == expected
+    assert told.claim == (others[names.index(claim)] if claim else "")
+    assert (told.code, told.request, told.device_class) == ("code", "r", "gpu")
+
+
+def test_failures_alike_for_claims_of_the_same_shape_share_one_template() -> None:
+    a = FailureTemplate.of(Failure("code", "claim default/a: no fit", "default/a"), ("default/a",))
+    b = FailureTemplate.of(Failure("code", "claim default/b: no fit", "default/b"), ("default/b",))
+    assert a == b and hash(a) == hash(b)
