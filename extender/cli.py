@@ -11,10 +11,15 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from allocator.features import Features
+
+if TYPE_CHECKING:
+    from tracker.api_source import ApiSource
+    from tracker.source import Source
 
 DEFAULT_OFFER_NODES = 100  # as extender.service.DEFAULT_OFFER_NODES (not imported: the CLI starts without the service's imports)
 
@@ -286,14 +291,27 @@ def features_from(args: argparse.Namespace) -> Features:
     )
 
 
-def _pick_source(args: argparse.Namespace):
+@dataclass(frozen=True, slots=True)
+class PickedSource:
+    """The source to serve from and, in cluster mode, the API server behind it.
+
+    Leadership (Lease requests), the requeuer (pod patches) and the per-kind
+    sync status need a cluster; a manifest directory has none, so `cluster`
+    is None there.
+    """
+
+    source: Source
+    cluster: ApiSource | None = None
+
+
+def _pick_source(args: argparse.Namespace) -> PickedSource:
     if args.source:
         directory = Path(args.source)
         if not directory.is_dir():
             raise UsageError(f"--source: {args.source!r} is not a directory")
         from tracker.manifest_source import ManifestSource
 
-        return ManifestSource(directory)
+        return PickedSource(ManifestSource(directory))
     kubeconfig = args.kubeconfig
     in_cluster = args.in_cluster
     if not kubeconfig and not in_cluster:
@@ -314,7 +332,8 @@ def _pick_source(args: argparse.Namespace):
         from tracker.api_source import ApiSource
     except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
         raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
-    return ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold)
+    cluster = ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold)
+    return PickedSource(cluster, cluster)
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -340,7 +359,8 @@ async def serve(args: argparse.Namespace) -> int:
     if args.max_body_bytes <= 0:
         raise UsageError(f"--max-body-bytes: must be positive, got {args.max_body_bytes}")
     probe = parse_hostport(args.probe_listen, "--probe-listen") if args.probe_listen else None
-    source = _pick_source(args)
+    picked = _pick_source(args)
+    source, cluster = picked.source, picked.cluster
     from extender.http_thread import BindError, bind_socket
 
     try:  # before anything starts: an address in use is a one-line usage error, not a dying thread
@@ -368,10 +388,10 @@ async def serve(args: argparse.Namespace) -> int:
     if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config:
         from tracker.leadership import Leadership
 
-        if not hasattr(source, "request"):
+        if cluster is None:
             raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
         try:
-            leadership = Leadership.from_args(source, args)
+            leadership = Leadership.from_args(cluster, args)
         except ValueError as e:
             raise UsageError(str(e)) from None
         if leadership is not None:
@@ -408,15 +428,15 @@ async def serve(args: argparse.Namespace) -> int:
         )
 
     requeuer = None
-    if not args.source:  # cluster mode: there is a kube-scheduler whose queue to wake
+    if cluster is not None:  # cluster mode: there is a kube-scheduler whose queue to wake
         from extender.requeue import Requeuer
 
-        requeuer = service.requeuer = Requeuer(state, source.patch_pod, metrics, is_leader=is_leader)
+        requeuer = service.requeuer = Requeuer(state, cluster.patch_pod, metrics, is_leader=is_leader)
 
     loop = asyncio.get_running_loop()
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
-    source_status = getattr(source, "sync_status", None)
+    source_status = cluster.sync_status if cluster is not None else None
     lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
     apps = [
         (

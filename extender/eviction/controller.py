@@ -28,7 +28,7 @@ from extender.eviction.rate_limit import TaintLimiters
 from extender.eviction.volume_plan import ineffective_no_attach, merge, plan_volume_evictions
 from extender.metrics import Metrics
 from tracker import events as ev
-from tracker.source import NotFound, Source, SourceError
+from tracker.source import EvictionSource, NotFound, SourceError
 from tracker.state import ClusterState
 from tracker.volumes import VolumeTaints, stamp_time_added
 
@@ -81,7 +81,7 @@ class EvictionController:
     def __init__(
         self,
         state: ClusterState,
-        source: Source,
+        source: EvictionSource,
         settings: Settings = Settings(),
         *,
         is_leader: Callable[[], bool] = lambda: True,
