@@ -45,7 +45,8 @@ import orjson
 
 from bench.bench_workloads import PodClaim, base_objects, new_shape_claim, node_name
 from tracker import events as ev
-from tracker.source import merge_patch
+from tracker.resources import api_version as registry_api_version
+from tracker.source import SourceError, merge_patch
 
 RESULTS = Path(__file__).parent / "results"
 NODES, DEVICES = 5000, 8
@@ -88,6 +89,18 @@ class MemorySource:
 
     async def create_event(self, event: dict[str, Any]) -> None:
         pass
+
+    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        raise SourceError("bench: no extended-resource claims")
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        raise SourceError("bench: no extended-resource claims")
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        raise SourceError("bench: no extended-resource claims")
+
+    def api_version(self, kind: str, group: str) -> str:
+        return registry_api_version(kind, group)
 
 
 def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
@@ -140,8 +153,8 @@ def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim
     gc.enable()
     gc.collect()
     gc.freeze()  # as the reflector does once the initial lists are in
-    extra = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
-    service = Service(state, MemorySource(state), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)  # type: ignore[arg-type]
+    extra: dict[str, Any] = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
+    service = Service(state, MemorySource(state), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)
     return service, pcs
 
 

@@ -32,6 +32,7 @@ from allocator.cel import CelEnvironment
 from extender import wire
 from extender.metrics import Metrics
 from extender.service import Service
+from tests.source_fakes import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
 from tracker.timestamps import rfc3339
@@ -41,10 +42,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 LIMIT_MS = 1.0
 VOLUMES = 2000
 TAINTED = 100
-
-
-class _NoSource:
-    description = "bench"
 
 
 def build_state(nodes: int) -> ClusterState:
@@ -121,7 +118,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def run(nodes: int, calls: int) -> dict[str, Any]:
     state = build_state(nodes)
-    service = Service(state, _NoSource(), Allocator(state.cel), Metrics(), placement_wait=0, claim_wait=0)  # type: ignore[arg-type]
+    service = Service(state, NullSource(), Allocator(state.cel), Metrics(), placement_wait=0, claim_wait=0)
     names = [f"node-{i:04d}" for i in range(nodes)]
     results = []
     gc.collect()

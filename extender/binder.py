@@ -50,7 +50,7 @@ from extender.placements import PlacementGate
 from extender.wire import BindingArgs
 from tracker import events as ev
 from tracker.ledger import Reservation
-from tracker.source import Conflict, Source, SourceError
+from tracker.source import BindingSource, Conflict, SourceError
 from tracker.state import ClusterState
 from tracker.timestamps import parse_rfc3339, rfc3339
 
@@ -94,7 +94,7 @@ class Binder:
     def __init__(
         self,
         state: ClusterState,
-        source: Source,
+        source: BindingSource,
         allocator: Allocator,
         metrics: Metrics,
         gate: PlacementGate,

@@ -11,10 +11,24 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from allocator.features import Features
+
+if TYPE_CHECKING:
+    import socket
+
+    from allocator.cel import CelEnvironment
+    from extender.http_thread import HttpThread, Limits, LoopBridge
+    from extender.metrics import Metrics
+    from extender.service import Service
+    from tracker.api_source import ApiSource
+    from tracker.k8s_events import EventRecorder
+    from tracker.leadership import Leadership
+    from tracker.source import Source
+    from tracker.state import ClusterState, Problem
 
 DEFAULT_OFFER_NODES = 100  # as extender.service.DEFAULT_OFFER_NODES (not imported: the CLI starts without the service's imports)
 
@@ -286,14 +300,27 @@ def features_from(args: argparse.Namespace) -> Features:
     )
 
 
-def _pick_source(args: argparse.Namespace):
+@dataclass(frozen=True, slots=True)
+class PickedSource:
+    """The source to serve from and, in cluster mode, the API server behind it.
+
+    Leadership (Lease requests), the requeuer (pod patches) and the per-kind
+    sync status need a cluster; a manifest directory has none, so `cluster`
+    is None there.
+    """
+
+    source: Source
+    cluster: ApiSource | None = None
+
+
+def _pick_source(args: argparse.Namespace) -> PickedSource:
     if args.source:
         directory = Path(args.source)
         if not directory.is_dir():
             raise UsageError(f"--source: {args.source!r} is not a directory")
         from tracker.manifest_source import ManifestSource
 
-        return ManifestSource(directory)
+        return PickedSource(ManifestSource(directory))
     kubeconfig = args.kubeconfig
     in_cluster = args.in_cluster
     if not kubeconfig and not in_cluster:
@@ -314,22 +341,12 @@ def _pick_source(args: argparse.Namespace):
         from tracker.api_source import ApiSource
     except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
         raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
-    return ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold)
+    cluster = ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold)
+    return PickedSource(cluster, cluster)
 
 
-async def serve(args: argparse.Namespace) -> int:
-    from allocator.allocation import Allocator
-    from allocator.cel import CelEnvironment
-    from extender.app import create_app
-    from extender.http_thread import HttpThread, Limits, LoopBridge
-    from extender.metrics import Metrics
-    from extender.service import Service
-    from tracker.k8s_events import EventRecorder
-    from tracker.state import ClusterState
-
-    # Two threads run Python here (HTTP and the main loop): with the default 5 ms switch
-    # interval a verb handed from one to the other can wait a whole interval for the GIL.
-    sys.setswitchinterval(SWITCH_INTERVAL)
+def _listen_addresses(args: argparse.Namespace) -> tuple[tuple[str, int], tuple[str, int] | None]:
+    """--listen (loopback unless allowed) and --probe-listen; --max-body-bytes checked on the way."""
     listen = parse_hostport(args.listen, "--listen")
     if not is_loopback(listen[0]) and not args.allow_non_loopback_listen:
         raise UsageError(
@@ -340,46 +357,114 @@ async def serve(args: argparse.Namespace) -> int:
     if args.max_body_bytes <= 0:
         raise UsageError(f"--max-body-bytes: must be positive, got {args.max_body_bytes}")
     probe = parse_hostport(args.probe_listen, "--probe-listen") if args.probe_listen else None
-    source = _pick_source(args)
+    return listen, probe
+
+
+def _bind_sockets(listen: tuple[str, int], probe: tuple[str, int] | None) -> list[socket.socket]:
+    """Before anything starts: an address in use is a one-line usage error, not a dying thread."""
     from extender.http_thread import BindError, bind_socket
 
-    try:  # before anything starts: an address in use is a one-line usage error, not a dying thread
+    try:
         sockets = [bind_socket(*listen, "--listen")]
         if probe is not None:
             sockets.append(bind_socket(*probe, "--probe-listen"))
     except BindError as e:
         raise UsageError(str(e)) from None
-    metrics = Metrics(version())
-    cel = CelEnvironment()
-    events = EventRecorder(source)
+    return sockets
 
-    def on_problem(problem) -> None:
+
+def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metrics, events: EventRecorder) -> ClusterState:
+    """The tracker's state, counting its events and logging device changes; a faulty object is counted, logged and told."""
+    from extender.logs import device_change_logger
+    from tracker.state import ClusterState
+
+    def on_problem(problem: Problem) -> None:
         metrics.object_problems.labels(problem.kind).inc()
         log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
         events.problem(problem)
 
     state = ClusterState(cel, on_problem=on_problem)
     state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
-    from extender.logs import device_change_logger
-
     state.listeners.append(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
-    leadership = None
-    is_leader = lambda: True  # noqa: E731 - single replica / --source: always leader
-    if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config:
-        from tracker.leadership import Leadership
+    return state
 
-        if not hasattr(source, "request"):
-            raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
-        try:
-            leadership = Leadership.from_args(source, args)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        if leadership is not None:
-            is_leader = leadership.is_leader
-            log.info(
-                "following a lease" if leadership.mode == "follow" else "electing a leader",
-                extra={"lease": f"{leadership.namespace}/{leadership.name}"},
-            )
+
+def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadership | None:
+    """Leader election or a followed Lease when a lease flag asks for one (a cluster only)."""
+    if not (args.leader_elect or args.follow_scheduler_lease or args.scheduler_config):
+        return None
+    from tracker.leadership import Leadership
+
+    if cluster is None:
+        raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
+    try:
+        leadership = Leadership.from_args(cluster, args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if leadership is not None:
+        log.info(
+            "following a lease" if leadership.mode == "follow" else "electing a leader",
+            extra={"lease": f"{leadership.namespace}/{leadership.name}"},
+        )
+    return leadership
+
+
+def _apps(
+    args: argparse.Namespace,
+    service: Service,
+    bridge: LoopBridge,
+    limits: Limits,
+    addresses: tuple[tuple[str, int], tuple[str, int] | None],
+    cluster: ApiSource | None,
+    leadership: Leadership | None,
+) -> list[tuple[Any, str, int]]:
+    """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen."""
+    from extender.app import create_app
+
+    listen, probe = addresses
+    source_status = cluster.sync_status if cluster is not None else None
+    lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
+    apps = [
+        (
+            create_app(
+                service,
+                bridge,
+                debug=not args.no_debug,
+                filter_budget=args.filter_timeout,
+                limits=limits,
+                source_status=source_status,
+                lease_problem=lease_problem,
+            ),
+            *listen,
+        )
+    ]
+    if probe is not None:
+        apps.append(
+            (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
+        )
+    return apps
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from allocator.allocation import Allocator
+    from allocator.cel import CelEnvironment
+    from extender.http_thread import HttpThread, Limits, LoopBridge
+    from extender.metrics import Metrics
+    from extender.service import Service
+    from tracker.k8s_events import EventRecorder
+
+    # Two threads run Python here (HTTP and the main loop): with the default 5 ms switch
+    # interval a verb handed from one to the other can wait a whole interval for the GIL.
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    addresses = _listen_addresses(args)
+    picked = _pick_source(args)
+    source, cluster = picked.source, picked.cluster
+    sockets = _bind_sockets(*addresses)
+    metrics = Metrics(version())
+    cel = CelEnvironment()
+    state = _cluster_state(args, cel, metrics, EventRecorder(source))
+    leadership = _leadership(args, cluster)
+    is_leader = leadership.is_leader if leadership is not None else lambda: True  # single replica / --source: always leader
     features = features_from(args)
     service = Service(
         state,
@@ -408,35 +493,15 @@ async def serve(args: argparse.Namespace) -> int:
         )
 
     requeuer = None
-    if not args.source:  # cluster mode: there is a kube-scheduler whose queue to wake
+    if cluster is not None:  # cluster mode: there is a kube-scheduler whose queue to wake
         from extender.requeue import Requeuer
 
-        requeuer = service.requeuer = Requeuer(state, source.patch_pod, metrics, is_leader=is_leader)
+        requeuer = service.requeuer = Requeuer(state, cluster.patch_pod, metrics, is_leader=is_leader)
 
     loop = asyncio.get_running_loop()
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
-    source_status = getattr(source, "sync_status", None)
-    lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
-    apps = [
-        (
-            create_app(
-                service,
-                bridge,
-                debug=not args.no_debug,
-                filter_budget=args.filter_timeout,
-                limits=limits,
-                source_status=source_status,
-                lease_problem=lease_problem,
-            ),
-            *listen,
-        )
-    ]
-    if probe is not None:
-        apps.append(
-            (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
-        )
-    http = HttpThread(apps, limits, sockets)
+    http = HttpThread(_apps(args, service, bridge, limits, addresses, cluster, leadership), limits, sockets)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -446,18 +511,41 @@ async def serve(args: argparse.Namespace) -> int:
         "starting dra-extender",
         extra={"source": source.description, "listen": args.listen, "probe_listen": args.probe_listen or ""},
     )
-    source_task = asyncio.create_task(source.run(state), name="source")
+    background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [("heartbeat", bridge.heartbeat)]
+    if leadership is not None:
+        background.append(("leadership", leadership.run))
+    if requeuer is not None:
+        background.append(("requeue", requeuer.run))
+    if eviction is not None:
+        background.append(("eviction", eviction.run))
+    return await _run_until_stopped(stop, lambda: source.run(state), http, background)
+
+
+async def _run_until_stopped(
+    stop: asyncio.Event,
+    run_source: Callable[[], Coroutine[Any, Any, None]],
+    http: HttpThread,
+    background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]],
+) -> int:
+    """Run the source, HTTP and the background tasks until a signal or the first of them ends; the exit code."""
+    source_task = asyncio.create_task(run_source(), name="source")
     http.start()
     tasks = [asyncio.create_task(http.wait(), name="http")]
-    extra_tasks = [asyncio.create_task(bridge.heartbeat(), name="heartbeat")]
-    if leadership is not None:
-        extra_tasks.append(asyncio.create_task(leadership.run(), name="leadership"))
-    if requeuer is not None:
-        extra_tasks.append(asyncio.create_task(requeuer.run(), name="requeue"))
-    if eviction is not None:
-        extra_tasks.append(asyncio.create_task(eviction.run(), name="eviction"))
+    extra_tasks = [asyncio.create_task(run(), name=name) for name, run in background]
     stopper = asyncio.create_task(stop.wait(), name="stop")
     done, _ = await asyncio.wait([stopper, source_task, *tasks, *extra_tasks], return_when=asyncio.FIRST_COMPLETED)
+    code = _exit_code(done, stopper)
+    log.info("shutting down")
+    http.stop()
+    for t in (source_task, *extra_tasks):
+        t.cancel()
+    await asyncio.gather(*tasks, source_task, *extra_tasks, return_exceptions=True)
+    stopper.cancel()
+    return code
+
+
+def _exit_code(done: set[asyncio.Task[Any]], stopper: asyncio.Task[Any]) -> int:
+    """0 when stopped by a signal; otherwise what ended first says: its SystemExit code, or 1 (logged)."""
     code = 0
     for t in done:
         if t is stopper:
@@ -474,12 +562,6 @@ async def serve(args: argparse.Namespace) -> int:
         elif t.get_name() == "http":
             code = code or 1
             log.error("HTTP server exited (could it bind its address?)")
-    log.info("shutting down")
-    http.stop()
-    for t in (source_task, *extra_tasks):
-        t.cancel()
-    await asyncio.gather(*tasks, source_task, *extra_tasks, return_exceptions=True)
-    stopper.cancel()
     return code
 
 

@@ -35,7 +35,7 @@ from extender.placements import Placement, PlacementGate
 from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
-from tracker.source import Source
+from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
 from tracker.volumes import debug_volumes, has_pvc_volumes, pod_tolerations, pod_volume_verdict
 
@@ -90,7 +90,7 @@ class Service:
     def __init__(
         self,
         state: ClusterState,
-        source: Source,
+        source: BindingSource,
         allocator: Allocator,
         metrics: Metrics,
         *,

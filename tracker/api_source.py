@@ -196,7 +196,8 @@ class ApiSource(ApiWrites):
 
     # ------------------------------------------------------------------ run
 
-    def _reflector(self, res: Resource, sink: EventSink) -> Reflector:
+    def reflector(self, res: Resource, sink: EventSink) -> Reflector:
+        """A reflector of `res` into `sink` on this client, sharing the freshness and stats of the others."""
         return Reflector(
             res,
             sink,
@@ -209,7 +210,7 @@ class ApiSource(ApiWrites):
 
     async def run(self, sink: EventSink) -> None:
         await self._client()
-        tasks = [asyncio.create_task(self._reflector(r, sink).run(), name=f"reflector-{r.plural}") for r in CORE_RESOURCES]
+        tasks = [asyncio.create_task(self.reflector(r, sink).run(), name=f"reflector-{r.plural}") for r in CORE_RESOURCES]
         tasks.append(asyncio.create_task(self._optional(sink), name="optional-apis"))
         tasks.append(asyncio.create_task(self.freshness.watch(), name="staleness"))
         tasks.append(asyncio.create_task(self.freshness.probe(self), name="api-probe"))
@@ -228,49 +229,14 @@ class ApiSource(ApiWrites):
         (its reflectors keep running, its objects stay in the view, a kind not yet
         known stays unsynced) and is retried sooner, with backoff.
         """
-        running: dict[str, asyncio.Task[None]] = {}
-        reported: set[str] = set()
-        served_by: dict[str, list[Resource]] = {}  # group -> what it serves, once discovery has answered
+        apis = _OptionalApis(self, sink)
         backoff = BACKOFF_INITIAL
         try:
             while True:
-                unknown: list[str] = []
-                try:
-                    upstream = await discover_upstream_rules(self)
-                    served_by[ev.GROUP_RESOURCE] = [upstream] if upstream is not None else []
-                    self.rule_resources = served_by[ev.GROUP_RESOURCE]
-                except DiscoveryUnknown as e:
-                    unknown.append(str(e))
-                own = await served(self, ev.GROUP_EXTENDER, OWN_RULES.version)
-                if own is None:
-                    unknown.append(f"{ev.GROUP_EXTENDER}/{OWN_RULES.version}")
-                else:
-                    served_by[ev.GROUP_EXTENDER] = [r for r in (OWN_RULES, OWN_PATCHES) if r.plural in own]
-                wanted = {f"{r.group}/{r.version}/{r.plural}": r for rs in served_by.values() for r in rs}
-                for key, r in wanted.items():
-                    if key not in running or running[key].done():
-                        log.info("watching optional API", extra={"resource": key})
-                        running[key] = asyncio.create_task(self._reflector(r, sink).run(), name=f"reflector-{key}")
-                for key in [k for k in running if k not in wanted]:
-                    log.info("optional API no longer served", extra={"resource": key})
-                    running.pop(key).cancel()
-                for group, label in (
-                    (ev.GROUP_RESOURCE, "resource.k8s.io DeviceTaintRule"),
-                    (ev.GROUP_EXTENDER, "resource.dra-extender.io CRDs"),
-                ):
-                    if group not in served_by:
-                        continue
-                    if not served_by[group] and label not in reported:
-                        reported.add(label)
-                        log.info("optional API not served; checking again periodically", extra={"resource": label})
-                    elif served_by[group]:
-                        reported.discard(label)
-                # Known not to be served: their (empty) state is complete. A served one is
-                # marked synced by its reflector's first list (readiness waits for it).
-                for kind, group in OPTIONAL_KINDS:
-                    if group in served_by and not any(r.kind == kind for r in served_by[group]):
-                        sink.replace(kind, group, [])
-                        sink.mark_synced(kind, group)
+                unknown = await apis.discover()
+                apis.follow_served()
+                apis.report_unserved()
+                apis.complete_unserved()
                 if unknown:
                     delay = min(self.optional_recheck_seconds, backoff) * (0.5 + random.random())
                     backoff = min(self.optional_recheck_seconds, backoff * 2)
@@ -281,8 +247,75 @@ class ApiSource(ApiWrites):
                     delay, backoff = self.optional_recheck_seconds, BACKOFF_INITIAL
                 await asyncio.sleep(delay)
         finally:
-            for t in running.values():
-                t.cancel()
+            apis.stop()
+
+
+class _OptionalApis:
+    """Which optional APIs the server serves (as far as discovery has answered), and a reflector for each served kind."""
+
+    _LABELS = (
+        (ev.GROUP_RESOURCE, "resource.k8s.io DeviceTaintRule"),
+        (ev.GROUP_EXTENDER, "resource.dra-extender.io CRDs"),
+    )
+
+    def __init__(self, source: ApiSource, sink: EventSink) -> None:
+        self.source = source
+        self.sink = sink
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.reported: set[str] = set()
+        self.served_by: dict[str, list[Resource]] = {}  # group -> what it serves, once discovery has answered
+
+    async def discover(self) -> list[str]:
+        """Ask again what is served; the APIs whose answer is unknown this time (their group keeps its last answer)."""
+        unknown: list[str] = []
+        try:
+            upstream = await discover_upstream_rules(self.source)
+            self.served_by[ev.GROUP_RESOURCE] = [upstream] if upstream is not None else []
+            self.source.rule_resources = self.served_by[ev.GROUP_RESOURCE]
+        except DiscoveryUnknown as e:
+            unknown.append(str(e))
+        own = await served(self.source, ev.GROUP_EXTENDER, OWN_RULES.version)
+        if own is None:
+            unknown.append(f"{ev.GROUP_EXTENDER}/{OWN_RULES.version}")
+        else:
+            self.served_by[ev.GROUP_EXTENDER] = [r for r in (OWN_RULES, OWN_PATCHES) if r.plural in own]
+        return unknown
+
+    def follow_served(self) -> None:
+        """A reflector for each served kind (restarted if it ended); none for a kind no longer served."""
+        wanted = {f"{r.group}/{r.version}/{r.plural}": r for rs in self.served_by.values() for r in rs}
+        for key, r in wanted.items():
+            if key not in self.running or self.running[key].done():
+                log.info("watching optional API", extra={"resource": key})
+                self.running[key] = asyncio.create_task(self.source.reflector(r, self.sink).run(), name=f"reflector-{key}")
+        for key in [k for k in self.running if k not in wanted]:
+            log.info("optional API no longer served", extra={"resource": key})
+            self.running.pop(key).cancel()
+
+    def report_unserved(self) -> None:
+        """Log once that a group is not served (again after it has been)."""
+        for group, label in self._LABELS:
+            if group not in self.served_by:
+                continue
+            if not self.served_by[group] and label not in self.reported:
+                self.reported.add(label)
+                log.info("optional API not served; checking again periodically", extra={"resource": label})
+            elif self.served_by[group]:
+                self.reported.discard(label)
+
+    def complete_unserved(self) -> None:
+        """Known not to be served: their (empty) state is complete.
+
+        A served kind is marked synced by its reflector's first list (readiness waits for it).
+        """
+        for kind, group in OPTIONAL_KINDS:
+            if group in self.served_by and not any(r.kind == kind for r in self.served_by[group]):
+                self.sink.replace(kind, group, [])
+                self.sink.mark_synced(kind, group)
+
+    def stop(self) -> None:
+        for t in self.running.values():
+            t.cancel()
 
 
 __all__ = ["ApiSource", "Resource"]

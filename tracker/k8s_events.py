@@ -2,7 +2,7 @@
 
 Not the object-change events of tracker/events.py: these are written to the
 API server for `kubectl describe` to show. A source records them through
-`Source.create_event` (the API server posts them with `post_event`; the
+`EventWriter.create_event` (the API server posts them with `post_event`; the
 manifest source logs them); `EventRecorder` fires them without waiting, so a
 slow API server never holds the caller.
 """
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from tracker.resources import EVENTS
-from tracker.source import SourceError
+from tracker.source import EventWriter, SourceError
 from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.source")
@@ -36,14 +36,6 @@ class ProblemLike(Protocol):
     def message(self) -> str: ...
     @property
     def uid(self) -> str: ...
-
-
-class EventWriter(Protocol):
-    """What records Events: a Source."""
-
-    async def create_event(self, event: dict[str, Any]) -> None: ...
-
-    def api_version(self, kind: str, group: str) -> str: ...
 
 
 def problem_event(problem: ProblemLike, api_version: str) -> dict[str, Any]:

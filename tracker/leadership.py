@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from tracker.discovery import Transport
 from tracker.resources import LEASES
 from tracker.timestamps import rfc3339
 
@@ -117,7 +118,7 @@ def lease_expired(spec: dict[str, Any], now: datetime) -> bool:
 class Leadership:
     def __init__(
         self,
-        source: Any,
+        source: Transport,
         *,
         mode: str,
         namespace: str,
@@ -146,7 +147,7 @@ class Leadership:
         self._missing_since: float | None = None
 
     @classmethod
-    def from_args(cls, source: Any, args: Any) -> Leadership | None:
+    def from_args(cls, source: Transport, args: Any) -> Leadership | None:
         """None when --scheduler-config names a scheduler that does not elect (a single one: always leader)."""
         hostname = os.environ.get("HOSTNAME") or socket.gethostname()
         if getattr(args, "scheduler_config", None):

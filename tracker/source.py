@@ -1,4 +1,10 @@
-"""The `Source` interface: where cluster state comes from and where writes go.
+"""The source interfaces: where cluster state comes from and where writes go.
+
+Narrow protocols, one per job: `ObjectFeed` (run into an EventSink),
+`ObjectReader` (fresh reads), `ClaimWriter`, `PodBindWriter`,
+`PodEvictionWriter`, `RuleStatusWriter`, `VolumeTaintWriter` and
+`EventWriter`. A consumer declares the ones it uses
+(`BindingSource`, `EvictionSource` combine them); `Source` is all of them.
 
 Two implementations: a manifest directory (`--source DIR`, writes kept in an
 in-memory overlay) and the API server (reflectors, writes over HTTP).
@@ -69,16 +75,26 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-class Source(Protocol):
+class ObjectFeed(Protocol):
+    """Where the tracker's state comes from (what `serve` runs into the ClusterState)."""
+
     description: str
 
     async def run(self, sink: EventSink) -> None:
         """Deliver the initial state, mark kinds synced, then follow changes until cancelled."""
         ...
 
+
+class ObjectReader(Protocol):
+    """Fresh reads past the tracker's view (the binder re-reads a pod and its claims before writing)."""
+
     async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
         """The freshest copy of one object (None if it does not exist)."""
         ...
+
+
+class ClaimWriter(Protocol):
+    """ResourceClaim writes: allocation, reservation and finalizer patches, extended-resource claims."""
 
     async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
         """A JSON merge patch of a ResourceClaim (its finalizers) or, with `status`, of its /status.
@@ -97,6 +113,10 @@ class Source(Protocol):
         """Delete a ResourceClaim with a UID precondition (NotFound when already gone)."""
         ...
 
+
+class PodBindWriter(Protocol):
+    """The binder's pod writes: its extended-resource claim status and its Binding."""
+
     async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of a pod's /status (its extendedResourceClaimStatus)."""
         ...
@@ -104,6 +124,10 @@ class Source(Protocol):
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pod's Binding (uid precondition); Conflict if already bound or uid differs."""
         ...
+
+
+class PodEvictionWriter(Protocol):
+    """The eviction controller's pod writes: the DisruptionTarget condition, then deletion or eviction."""
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete a pod with a UID precondition (Conflict if the name now holds another pod)."""
@@ -117,6 +141,10 @@ class Source(Protocol):
         """Set one pod condition (by type) through `pods/status`."""
         ...
 
+
+class RuleStatusWriter(Protocol):
+    """DeviceTaintRule writes of the eviction controller: its status and the taint's timeAdded."""
+
     async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
         """Merge `status` into a DeviceTaintRule's status."""
         ...
@@ -125,9 +153,17 @@ class Source(Protocol):
         """Set a DeviceTaintRule's `spec.taint.timeAdded`."""
         ...
 
+
+class VolumeTaintWriter(Protocol):
+    """The eviction controller's stamp of a volume taint's timeAdded."""
+
     async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
         """Rewrite a PVC's or PV's volume-taints annotation."""
         ...
+
+
+class EventWriter(Protocol):
+    """core/v1 Events about objects, named at the apiVersion this source serves them at."""
 
     async def create_event(self, event: dict[str, Any]) -> None:
         """Record a core/v1 Event (tracker.k8s_events builds them); a failure is logged, never raised."""
@@ -136,3 +172,15 @@ class Source(Protocol):
     def api_version(self, kind: str, group: str) -> str:
         """The apiVersion this source serves `kind` of `group` at (an Event's involvedObject)."""
         ...
+
+
+class BindingSource(ObjectReader, ClaimWriter, PodBindWriter, EventWriter, Protocol):
+    """What /bind reads and writes (extender.binder, and the service that builds the binder)."""
+
+
+class EvictionSource(PodEvictionWriter, RuleStatusWriter, VolumeTaintWriter, EventWriter, Protocol):
+    """What the eviction controller writes (extender.eviction)."""
+
+
+class Source(ObjectFeed, BindingSource, EvictionSource, Protocol):
+    """All of it: what `serve` builds (a manifest directory or the API server) and hands out narrowed."""

@@ -33,7 +33,7 @@ from extender.eviction.rate_limit import Backoff, TaintLimiters
 from extender.eviction.rule_reports import RuleReports
 from extender.eviction.stamping import RuleStamps, VolumeStamps
 from extender.metrics import Metrics
-from tracker.source import Source
+from tracker.source import EvictionSource
 from tracker.state import ClusterState
 
 log = logging.getLogger("dra_extender.eviction")
@@ -53,7 +53,7 @@ class EvictionController:
     def __init__(
         self,
         state: ClusterState,
-        source: Source,
+        source: EvictionSource,
         settings: Settings = Settings(),
         *,
         is_leader: Callable[[], bool] = lambda: True,

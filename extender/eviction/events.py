@@ -16,7 +16,7 @@ from typing import Any
 from allocator.types import EFFECT_NONE, DeviceTaint
 from extender.eviction.plan import PodEviction
 from extender.eviction.rule_view import RuleView
-from tracker.source import Source
+from tracker.source import EventWriter
 from tracker.volumes import VolumeTaints
 
 log = logging.getLogger("dra_extender.eviction")
@@ -28,7 +28,7 @@ _KNOWN_EFFECTS = frozenset({EFFECT_NONE, "NoSchedule", "NoExecute"})
 
 
 class Events:
-    def __init__(self, source: Source, is_leader: Callable[[], bool]) -> None:
+    def __init__(self, source: EventWriter, is_leader: Callable[[], bool]) -> None:
         self.source = source
         self.is_leader = is_leader
         self._unknown_effects: set[tuple[str, object]] = set()  # (rule uid, generation) announced

@@ -22,7 +22,7 @@ from extender.eviction.pod_view import PodView
 from extender.eviction.rate_limit import Backoff, TaintLimiters
 from extender.eviction.rule_reports import RuleReports
 from extender.metrics import Metrics
-from tracker.source import NotFound, Source, SourceError
+from tracker.source import NotFound, PodEvictionWriter, SourceError
 
 log = logging.getLogger("dra_extender.eviction")
 
@@ -44,7 +44,9 @@ _OUR_REASONS = frozenset({DISRUPTION_TARGET["reason"], VOLUME_DISRUPTION_TARGET[
 class Remover:
     """The API writes that remove one pod."""
 
-    def __init__(self, source: Source, mode: Literal["delete", "evict"], clock: Clock, pods: Mapping[str, PodView], events: Events) -> None:
+    def __init__(
+        self, source: PodEvictionWriter, mode: Literal["delete", "evict"], clock: Clock, pods: Mapping[str, PodView], events: Events
+    ) -> None:
         self.source = source
         self.mode = mode
         self.clock = clock

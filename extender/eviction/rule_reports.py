@@ -21,7 +21,7 @@ from extender.eviction.intake import Intake
 from extender.eviction.plan import Ownership, PodEviction, TaintKind, TaintOrigin, TaintTime, dry_run
 from extender.eviction.rule_view import RuleView
 from tracker import events as ev
-from tracker.source import NotFound, Source, SourceError
+from tracker.source import NotFound, RuleStatusWriter, SourceError
 
 log = logging.getLogger("dra_extender.eviction")
 
@@ -42,7 +42,7 @@ class _Pending:
 
 class RuleReports:
     def __init__(
-        self, intake: Intake, source: Source, ownership: Ownership, events: Events, deadlines: Deadlines, taint_time: TaintTime
+        self, intake: Intake, source: RuleStatusWriter, ownership: Ownership, events: Events, deadlines: Deadlines, taint_time: TaintTime
     ) -> None:
         self.intake = intake
         self.source = source

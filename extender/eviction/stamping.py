@@ -16,7 +16,7 @@ from extender.eviction.clock import Deadlines, format_time, parse_time
 from extender.eviction.intake import Intake
 from extender.eviction.plan import device_origin
 from tracker import events as ev
-from tracker.source import NotFound, Source, SourceError
+from tracker.source import NotFound, RuleStatusWriter, SourceError, VolumeTaintWriter
 from tracker.state import ClusterState
 from tracker.volumes import VolumeTaints, stamp_time_added
 
@@ -26,7 +26,7 @@ log = logging.getLogger("dra_extender.eviction")
 class RuleStamps:
     """timeAdded of device taints, and its writes into our CRD rules."""
 
-    def __init__(self, intake: Intake, source: Source, deadlines: Deadlines) -> None:
+    def __init__(self, intake: Intake, source: RuleStatusWriter, deadlines: Deadlines) -> None:
         self.intake = intake
         self.source = source
         self.deadlines = deadlines
@@ -94,7 +94,7 @@ class RuleStamps:
 class VolumeStamps:
     """timeAdded of NoUse volume taints, and its writes into their annotations."""
 
-    def __init__(self, state: ClusterState, source: Source, deadlines: Deadlines) -> None:
+    def __init__(self, state: ClusterState, source: VolumeTaintWriter, deadlines: Deadlines) -> None:
         self.state = state
         self.source = source
         self.deadlines = deadlines

@@ -20,15 +20,12 @@ from allocator.parse import parse_pod
 from extender.metrics import Metrics
 from extender.service import Service
 from extender.wire import parse_extender_args
+from tests.source_fakes import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
 
 DRIVER = "gpu.example.com"
 NODES = [f"n{i}" for i in range(5)]
-
-
-class _NoSource:
-    description = "none"
 
 
 def _slice(node: str | None, gen: int, devices: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -81,7 +78,7 @@ class World:
         self.rng = random.Random(seed)
         self.cel = CelEnvironment()
         self.state = ClusterState(self.cel)
-        self.service = Service(self.state, _NoSource(), Allocator(self.cel), Metrics(), placement_wait=0, claim_wait=0)  # type: ignore[arg-type]
+        self.service = Service(self.state, NullSource(), Allocator(self.cel), Metrics(), placement_wait=0, claim_wait=0)
         self.reference = Allocator(self.cel)
         self.rv = 10
         for kind, group in self.state.required:

@@ -678,9 +678,9 @@ def test_fuzzed_files_never_escape_and_good_objects_still_load(tmp_path_factory:
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
         source.reload()  # reloads must cope with every intermediate state
-    assert ("Node", "", "good") in source._objects
-    assert ("DeviceTaintRule", EXT, "good") in source._objects
-    for obj in source._objects.values():
+    assert ("Node", "", "good") in source.store.objects
+    assert ("DeviceTaintRule", EXT, "good") in source.store.objects
+    for obj in source.store.objects.values():
         orjson.dumps(obj)  # everything emitted is plain JSON
 
 
