@@ -214,6 +214,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
     raise TimeoutError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
+def holds(predicate: Callable[[], Any], seconds: float, interval: float = 0.05, what: str = "condition") -> None:
+    """`predicate()` stays true for `seconds`: the bounded check that something did not happen, after
+    waiting on the signal that it could have (the object seen, the component's state logged)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"{what} no longer holds"
+        time.sleep(interval)
+    assert predicate(), f"{what} no longer holds"
+
+
 def view_diff(want: dict[str, dict[str, str]], have: dict[str, dict[str, str]]) -> dict[str, Any]:
     """Per `Kind.group`: objects missing from `have`, extra in it, and at another resourceVersion."""
     out = {}

@@ -887,6 +887,7 @@ async def test_large_list_is_fast(api, kc):
 # ---------------------------------------------------------------------- subprocess mode
 
 
+@pytest.mark.e2e  # a subprocess
 def test_subprocess_mode(tmp_path):
     manifest = tmp_path / "cluster.yaml"
     manifest.write_text(
