@@ -1,6 +1,6 @@
 """Reflector throughput: `dra-extender serve --kubeconfig` against the fake API server.
 
-A large cluster is seeded into the fake API server (`python -m tests.fakeapi`,
+A large cluster is seeded into the fake API server (`python -m kubesim.fakeapi`,
 a subprocess): N ResourceSlices x M devices (one node each), P pods (half with
 their own ResourceClaim), a DeviceClass with a CEL selector and two taint
 rules (an upstream one on one pool, one of ours with effect None over the whole

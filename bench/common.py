@@ -141,8 +141,8 @@ class Cpu:
         return out
 
 
-def start_fake_api(tmp: Path, *extra_args: str, module: str = "tests.fakeapi") -> tuple[subprocess.Popen, str, Path]:
-    """`python -m tests.fakeapi` (or `module`) in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
+def start_fake_api(tmp: Path, *extra_args: str, module: str = "kubesim.fakeapi") -> tuple[subprocess.Popen, str, Path]:
+    """`python -m kubesim.fakeapi` (or `module`) in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
     kubeconfig = tmp / "kubeconfig.yaml"
     proc = subprocess.Popen(
         [

@@ -61,12 +61,12 @@ def _group_of(obj: dict[str, Any]) -> str | None:
 
 
 class FakeApi:
-    """`python -m tests.fakeapi` in a subprocess, with a REST client for it."""
+    """`python -m kubesim.fakeapi` in a subprocess, with a REST client for it."""
 
     def __init__(self, *load: str | Path, extra_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="fakeapi-"))
         self.kubeconfig = self.dir / "kubeconfig.yaml"
-        args = [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(self.kubeconfig)]
+        args = [sys.executable, "-m", "kubesim.fakeapi", "--port", "0", "--kubeconfig-out", str(self.kubeconfig)]
         for path in load:
             args += ["--load", str(path)]
         self.proc = subprocess.Popen(

@@ -21,7 +21,7 @@ import orjson
 from allocator.cel import CelEnvironment
 from extender.eviction import EvictionController, FakeClock, Ownership, Settings
 from extender.metrics import Metrics
-from tests.fakeapi import FakeApiServer, RequestInfo
+from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 from tracker.volumes import has_pvc_volumes

@@ -17,8 +17,8 @@ import pytest
 from allocator.cel import CelEnvironment
 from extender.eviction import EvictionController, Settings
 from extender.metrics import Metrics
+from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule, seed
-from tests.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 

@@ -25,7 +25,7 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.fakeapi import FakeApiError, FakeApiServer
+from kubesim.fakeapi import FakeApiError, FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = "resource.dra-extender.io"
@@ -904,7 +904,7 @@ def test_subprocess_mode(tmp_path):
         [
             sys.executable,
             "-m",
-            "tests.fakeapi",
+            "kubesim.fakeapi",
             "--port",
             "0",
             "--kubeconfig-out",
@@ -1001,7 +1001,7 @@ def test_python_helpers_raise_api_errors():
 
 
 def test_patch_formats():
-    from tests.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+    from kubesim.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 
     doc = {"a": {"b": 1, "c": [1, 2]}, "conditions": [{"type": "A", "v": 1}, {"type": "B", "v": 2}], "finalizers": ["x"]}
     assert merge_patch(doc, {"a": {"b": None, "d": 2}, "conditions": [{"type": "C"}]}) == {
@@ -1042,7 +1042,7 @@ def test_patch_formats():
 
 
 def test_selector_grammar():
-    from tests.fakeapi.selectors import SelectorError, parse_field_selector, parse_label_selector
+    from kubesim.fakeapi.selectors import SelectorError, parse_field_selector, parse_label_selector
 
     obj = {"metadata": {"name": "n", "labels": {"a": "1", "b": "x"}}, "spec": {"unschedulable": True}}
     cases = {

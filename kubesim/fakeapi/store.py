@@ -32,9 +32,9 @@ from typing import Any
 
 import orjson
 
-from tests.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from tests.fakeapi.registry import Registry, ResourceType
-from tests.fakeapi.selectors import Matcher
+from kubesim.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from kubesim.fakeapi.registry import Registry, ResourceType
+from kubesim.fakeapi.selectors import Matcher
 
 ObjKey = tuple[str, str]  # (namespace or "", name)
 

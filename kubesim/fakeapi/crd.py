@@ -34,7 +34,7 @@ from allocator.cel.cost import (
 )
 from allocator.cel.engine import parse  # the engine's own parser
 from allocator.cel.interpret import INTERP_FUNCTIONS, interpreter  # and runner
-from tests.fakeapi.registry import STATUS, ResourceType
+from kubesim.fakeapi.registry import STATUS, ResourceType
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

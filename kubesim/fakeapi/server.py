@@ -1,12 +1,12 @@
 """A fake Kubernetes API server over real HTTP (aiohttp), for tests of the production client path.
 
 Run it in the test's event loop (`async with FakeApiServer() as api:`) or as
-a subprocess (`python -m tests.fakeapi`). Clients reach it exactly as they
+a subprocess (`python -m kubesim.fakeapi`). Clients reach it exactly as they
 reach a real cluster: through a kubeconfig (`write_kubeconfig`), discovery,
 list/watch with resourceVersions, and writes; tests seed and inspect state
 with the Python helpers (privileged: they bypass HTTP validation and status
 isolation) and inject faults (errors, latency, dropped watches, compaction,
-API groups switched off). See `tests/fakeapi/__init__.py` for the overview.
+API groups switched off). See `kubesim/fakeapi/__init__.py` for the overview.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import orjson
 import yaml
 from aiohttp import web
 
-from tests.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
-from tests.fakeapi.disruption import check_eviction, disruption_condition
-from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
-from tests.fakeapi.registry import Registry, ResourceType, default_types
-from tests.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
-from tests.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
+from kubesim.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
+from kubesim.fakeapi.disruption import check_eviction, disruption_condition
+from kubesim.fakeapi.raw_extension import raw_parameters, stored_parameters
+from kubesim.fakeapi.registry import Registry, ResourceType, default_types
+from kubesim.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
+from kubesim.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
 
 log = logging.getLogger("fakeapi")
 
