@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 
 # Benchmarks whose module is not bench/bench_<name>.py: name -> module.
-MODULES = {"kube_scheduler_model": "bench.kube_scheduler_model"}
+MODULES = {"kube_scheduler_model": "kubesim.scheduler.run"}
 
 
 def available() -> list[str]:

@@ -43,19 +43,10 @@ import aiohttp
 import httpx
 import orjson
 
-from bench.common import (
-    RESULTS,
-    Cpu,
-    device_class,
-    free_port,
-    machine,
-    node_slice,
-    pct,
-    proc_status_mb,
-    start_extender,
-    start_fake_api,
-    stop_process,
-)
+from bench.common import RESULTS
+from kubesim.measure import Cpu, machine, pct, proc_status_mb
+from kubesim.objects import device_class, node_slice
+from kubesim.processes import free_port, start_extender, start_fake_api, stop_process
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"

@@ -64,22 +64,10 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.common import (
-    GPU_GI,
-    PARTITIONS_GI,
-    RESULTS,
-    ROOT,
-    device_class,
-    free_port,
-    node_slice,
-    partitioned_slices,
-    pct,
-    proc_status_mb,
-    start_extender,
-    start_extender_profiled,
-    start_fake_api,
-    stop_process,
-)
+from bench.common import RESULTS, start_extender_profiled
+from kubesim.measure import pct, proc_status_mb
+from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, node_slice, partitioned_slices
+from kubesim.processes import ROOT, free_port, start_extender, start_fake_api, stop_process
 
 DRIVER = "test-driver.cdi.k8s.io"
 CLASS = "test-class"

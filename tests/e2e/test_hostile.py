@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.bench_cel_hostile import CASES as HOSTILE_CEL
+from kubesim.hostile_cel import CASES as HOSTILE_CEL
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, filter_args, free_port
 

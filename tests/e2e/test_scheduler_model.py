@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.kube_scheduler_model import ClaimControllerConfig, SchedulerConfig, Workload, run_workload
+from kubesim.scheduler.run import ClaimControllerConfig, SchedulerConfig, Workload, run_workload
 
 pytestmark = pytest.mark.e2e
 

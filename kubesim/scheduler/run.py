@@ -82,22 +82,12 @@ import aiohttp
 import orjson
 from fastapi import FastAPI, Request, Response
 
-from bench.common import (
-    GPU_GI,
-    PARTITIONS_GI,
-    RESULTS,
-    Cpu,
-    device_class,
-    free_port,
-    machine,
-    node_slice,
-    partitioned_slices,
-    pct,
-    start_fake_api,
-    start_server,
-    stop_process,
-)
+from kubesim.measure import Cpu, machine, pct
+from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, node_slice, partitioned_slices
+from kubesim.processes import ROOT, free_port, start_fake_api, start_server, stop_process
 from tracker.timestamps import rfc3339
+
+RESULTS = ROOT / "bench" / "results"
 
 NAMESPACE = "perf"
 DRIVER = "dra.example.com"
@@ -1258,7 +1248,7 @@ def default_extender_cmd() -> list[str]:
 
 
 def noop_extender_cmd() -> list[str]:
-    return [sys.executable, "-m", "bench.kube_scheduler_model", "noop-extender", "--kubeconfig", "{kubeconfig}", "--listen", "{listen}"]
+    return [sys.executable, "-m", "kubesim.scheduler.run", "noop-extender", "--kubeconfig", "{kubeconfig}", "--listen", "{listen}"]
 
 
 def summary_ms(values: list[float]) -> dict[str, Any]:
