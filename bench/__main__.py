@@ -3,7 +3,7 @@
     .venv/bin/python -m bench [NAME ...]     # e.g. `cel scheduling`; default: all
 
 Each `bench/bench_<name>.py` writes `bench/results/<name>.json` and `.md`;
-`kube_scheduler_model` (bench/kube_scheduler_model.py, also a library for the
+`kube_scheduler_model` (bench/kube_scheduler_model.py, the model of kubesim.scheduler, which the
 e2e tests) writes `bench/results/kube-scheduler-model.json` and `.md`;
 `bench/plots.py` turns the JSON into `bench/results/*.png` when matplotlib
 is installed (`pip install -e '.[bench]'`).
@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 
 # Benchmarks whose module is not bench/bench_<name>.py: name -> module.
-MODULES = {"kube_scheduler_model": "kubesim.scheduler.run"}
+MODULES = {"kube_scheduler_model": "bench.kube_scheduler_model"}
 
 
 def available() -> list[str]:
