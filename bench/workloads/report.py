@@ -25,9 +25,21 @@ def _lat(r: dict[str, Any], verb: str) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m = result["machine"]
     w = result["workloads"]
-    rows = [
+    rows = [*_header(result), *_targets(w), *_throughput(w)]
+    rows += [*_steady_state(w), *_scale5k(w), *_taint_churn(w), *_slice_events(w)]
+    if result.get("profiles"):
+        rows += ["", "## Profiles of the misses", ""]
+        rows += result["profiles"]
+    if result.get("notes"):
+        rows += ["", "## Notes", "", *result["notes"]]
+    rows.append("")
+    return "\n".join(rows)
+
+
+def _header(result: dict[str, Any]) -> list[str]:
+    m = result["machine"]
+    return [
         "# DRA workloads (`python -m bench workloads`)",
         "",
         f"{m['cores']} cores ({m['cpu']}), Python {m['python']}; load average {result['loadavg_before']} before, "
@@ -51,6 +63,11 @@ def markdown(result: dict[str, Any]) -> str:
         "memory; cluster mode writes claim status and the Binding to the fake API server. The no-op extender "
         "(`bench/noop_extender.py`, same FastAPI + uvicorn stack) runs the same pods in the same run.",
         "",
+    ]
+
+
+def _targets(w: dict[str, Any]) -> list[str]:
+    rows = [
         "## Targets",
         "",
         "| workload | target | mode | measured | result |",
@@ -60,66 +77,67 @@ def markdown(result: dict[str, Any]) -> str:
         for t in r.get("targets", []):
             verdict = "PASS" if t["pass"] is True else "FAIL" if t["pass"] is False else "(reported)"
             rows.append(f"| {name} | {t['target']} | {t['mode']} | {t['value']} {t['unit']} | **{verdict}** |")
-    rows += [
+    return rows
+
+
+def _row(name: str, mode: str, r: dict[str, Any], ratio: Any = "", env: dict[str, Any] | None = None) -> str:
+    """One line of the throughput table."""
+    env = env or r.get("env") or {}
+    return f"| {name} | {mode} | {r['pods']} | {r['pods_per_s']} | {ratio} | {_lat(r, 'filter')} | {_lat(r, 'prioritize')} | {_lat(r, 'bind')} | {r['bound']} | {env.get('ready_s', '')} | {env.get('peak_rss_mb', '')} |"
+
+
+def _throughput(w: dict[str, Any]) -> list[str]:
+    rows = [
         "",
         "## Throughput and latency",
         "",
         "| workload | mode | pods | pods/s | x no-op | filter p50 / p99 ms | prioritize p50 / p99 ms | bind p50 / p99 ms | bound | ready s | peak RSS MB |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-
-    def row(name: str, mode: str, r: dict[str, Any], ratio: Any = "", env: dict[str, Any] | None = None) -> None:
-        env = env or r.get("env") or {}
-        rows.append(
-            f"| {name} | {mode} | {r['pods']} | {r['pods_per_s']} | {ratio} | {_lat(r, 'filter')} | {_lat(r, 'prioritize')} | {_lat(r, 'bind')} | {r['bound']} | {env.get('ready_s', '')} | {env.get('peak_rss_mb', '')} |"
-        )
-
     for name in ("SchedulingWithResourceClaimTemplate", "Toleration", "FirstAvailable"):
         r = w.get(name)
         if not r:
             continue
-        row(name, "no-op (before)", r["noop_before"])
+        rows.append(_row(name, "no-op (before)", r["noop_before"]))
         for mode in ("source", "cluster"):
             if mode in r:
-                row(name, mode, r[mode], r[mode]["ratio_to_noop"])
-        row(name, "no-op (after)", r["noop_after"])
+                rows.append(_row(name, mode, r[mode], r[mode]["ratio_to_noop"]))
+        rows.append(_row(name, "no-op (after)", r["noop_after"]))
     r = w.get("Partitions")
     if r:
         for variant in ("plain", "partitioned"):
             for mode in ("source", "cluster"):
                 if mode in r.get(variant, {}):
                     ratio = r[variant][mode].get("ratio_to_plain", "")
-                    row(f"Partitions, {variant}", mode, r[variant][mode], f"{ratio} (x plain)" if ratio else "")
+                    rows.append(_row(f"Partitions, {variant}", mode, r[variant][mode], f"{ratio} (x plain)" if ratio else ""))
     r = w.get("SteadyState")
     if r:
         for mode in ("source", "cluster"):
             if mode in r:
-                row(f"SteadyState ({r['workload']['rate_per_s']:g}/s)", mode, r[mode])
-    r = w.get("Scale5k")
-    if r:
-        row("Scale5k, 500 names", "no-op", r["noop_500"])
-        row("Scale5k, 5,000 names", "no-op", r["noop_5000"])
-        for mode in ("source", "cluster"):
-            if mode in r:
-                row(
-                    "Scale5k, 500 names",
-                    mode,
-                    r[mode]["names_500"],
-                    round(r[mode]["names_500"]["pods_per_s"] / r["noop_500"]["pods_per_s"], 3),
-                    r[mode]["env"],
-                )
-                row(
-                    "Scale5k, 5,000 names",
-                    mode,
-                    r[mode]["names_5000"],
-                    round(r[mode]["names_5000"]["pods_per_s"] / r["noop_5000"]["pods_per_s"], 3),
-                    r[mode]["env"],
-                )
+                rows.append(_row(f"SteadyState ({r['workload']['rate_per_s']:g}/s)", mode, r[mode]))
+    rows += _scale5k_rows(w.get("Scale5k"))
     r = w.get("TaintChurn")
     if r:
         for label, s in r["sizes"].items():
             if "cluster" in s:
-                row(f"TaintChurn {label} devices", "cluster", s["cluster"])
+                rows.append(_row(f"TaintChurn {label} devices", "cluster", s["cluster"]))
+    return rows
+
+
+def _scale5k_rows(r: dict[str, Any] | None) -> list[str]:
+    if not r:
+        return []
+    rows = [_row("Scale5k, 500 names", "no-op", r["noop_500"]), _row("Scale5k, 5,000 names", "no-op", r["noop_5000"])]
+    for mode in ("source", "cluster"):
+        if mode in r:
+            for names, key, noop in (("500", "names_500", "noop_500"), ("5,000", "names_5000", "noop_5000")):
+                ratio = round(r[mode][key]["pods_per_s"] / r[noop]["pods_per_s"], 3)
+                rows.append(_row(f"Scale5k, {names} names", mode, r[mode][key], ratio, r[mode]["env"]))
+    return rows
+
+
+def _steady_state(w: dict[str, Any]) -> list[str]:
+    rows: list[str] = []
     if "SteadyState" in w:
         r = w["SteadyState"]
         rows += [
@@ -135,6 +153,11 @@ def markdown(result: dict[str, Any]) -> str:
                 rows.append(
                     f"| {mode} | {r[mode]['created']} | {r[mode]['bound']} | {c.get('p50')} / {c.get('p99')} | {r[mode]['latency_ms']['filter'].get('p99')} |"
                 )
+    return rows
+
+
+def _scale5k(w: dict[str, Any]) -> list[str]:
+    rows: list[str] = []
     if "Scale5k" in w:
         r = w["Scale5k"]
         rows += [
@@ -155,6 +178,11 @@ def markdown(result: dict[str, Any]) -> str:
                     + (f"{b['rss_mb_after']} / {b['peak_rss_mb']} MB ({b['writes']} writes applied in {b['applied_s']} s)" if b else "-")
                     + " |"
                 )
+    return rows
+
+
+def _taint_churn(w: dict[str, Any]) -> list[str]:
+    rows: list[str] = []
     if "TaintChurn" in w:
         r = w["TaintChurn"]
         rows += [
@@ -175,6 +203,11 @@ def markdown(result: dict[str, Any]) -> str:
                     f"| {c['devices']} | {c['rule_writes']} | {v.get('p50')} / {v.get('p99')} / {v.get('max')} | {c['not_seen_before_the_end']} | "
                     f"{c['filter_period_ms'].get('p50')} | {_lat(c, 'filter')} | {c['extender_cpu_share']:.0%} | {ip['add_us']['p50']} / {ip['delete_us']['p50']} | {ip['filter_after_change_us']['p50']} ({ip['filter_names']} names) |"
                 )
+    return rows
+
+
+def _slice_events(w: dict[str, Any]) -> list[str]:
+    rows: list[str] = []
     if "SliceEvents" in w:
         r = w["SliceEvents"]
         rows += [
@@ -189,10 +222,4 @@ def markdown(result: dict[str, Any]) -> str:
         ]
         for what in ("taint", "generation", "full"):
             rows.append(f"| {what} | {r[what]['events_per_s']} | {r[what]['us_per_event']} |")
-    if result.get("profiles"):
-        rows += ["", "## Profiles of the misses", ""]
-        rows += result["profiles"]
-    if result.get("notes"):
-        rows += ["", "## Notes", "", *result["notes"]]
-    rows.append("")
-    return "\n".join(rows)
+    return rows
