@@ -21,31 +21,7 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
     p500 = cfg.n(500, 100)
     p5000 = cfg.n(100, 20)
     shapes = 3
-    objs = base_objects(nodes, devices)
-    # Like the reflector bench: 10,000 more pods, half without claims, half bound with a claim each.
-    for p in range(5000):
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"web-{p:05d}", "namespace": NS, "uid": f"web-uid-{p:05d}"},
-                "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]},
-            }
-        )
-    bound = [PodClaim(100_000 + p, "template") for p in range(5000)]
-    for p, pc in enumerate(bound):
-        objs += pc.objects((node_name(p), f"instance-{devices - 1}"))
-    burst_claims = [PodClaim(200_000 + c, "template") for c in range(5000)]
-    for pc in burst_claims:
-        objs.append(pc.claim_object())  # pending claims whose status the burst writes
-    pcs = [PodClaim(k, "template") for k in range(p500 + p5000)]
-    for pc in pcs:
-        objs += pc.objects()
-    probes = []
-    for s in range(shapes):
-        pc = PodClaim(300_000 + s, "template")
-        objs += [new_shape_claim(pc, s), pc.pod()]
-        probes.append(pc)
+    objs, burst_claims, pcs, probes = _cluster(nodes, devices, p500 + p5000, shapes)
     names = [node_name(i) for i in range(nodes)]
     pods = [pc.pod() for pc in pcs]
     out: dict[str, Any] = {
@@ -66,83 +42,135 @@ def scale5k(cfg: Config, tmp: Path) -> dict[str, Any]:
         env = Env(mode, tmp, objs if mode == cfg.modes[-1] else list(objs), label="Scale5k")
         try:
             env.start()
-            res: dict[str, Any] = {"env_after_ready": env_info(env)}
-            print(
-                f"    {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s, RSS {res['env_after_ready']['rss_mb']} MB (peak {res['env_after_ready']['peak_rss_mb']})",
-                flush=True,
-            )
-            driver = Driver(env.url)
-            first = []
-            for pc in probes:
-                # Bound like any pod: a pod that passes /filter and never gets its /bind would make the
-                # next /filter wait for it (the placement gate, up to --placement-wait).
-                a = driver.schedule(pc.pod(), names)
-                first.append(round(a.filter_ms, 1))
-                print(f"    first pod of a never-seen shape, 5,000 names: /filter {a.filter_ms:.0f} ms, {a.feasible} feasible", flush=True)
-            res["never_seen_shape_filter_ms"] = first
-            res["names_500"] = run_pods(driver, f"Scale5k {mode} 500 names", pods[:p500], window(names, 500))
-            # The first nodes // 500 pods meet nodes with no verdict for this shape yet (cold); after that,
-            # every node has one and only binds invalidate (warm: what a running workload sees).
-            cold = nodes // 500
-            fms = res["names_500"]["samples"]["filter_ms"]
-            res["names_500"]["filter_ms_first_pass"] = summary(fms[:cold])
-            res["names_500"]["filter_ms_warm"] = summary(fms[cold:])
-            res["names_5000"] = run_pods(driver, f"Scale5k {mode} 5000 names", pods[p500:], lambda _k: names)
-            used: set[str] = set()
-            res["env_after_pods"] = env_info(env)
-            if mode == "cluster":
-                res["watch_burst"] = watch_burst(env, devices, burst_claims, slices=nodes, used=used)
-            res["env"] = env_info(env)
-            driver.close()
-            out[mode] = res
+            out[mode] = _run_mode(env, mode, probes, pods, p500, names, burst_claims, devices)
         finally:
             env.stop()
     out["targets"] = []
     for mode in cfg.modes:
-        r = out[mode]
-        p99 = r["names_500"]["latency_ms"]["filter"]["p99"]
-        out["targets"].append(
-            target(
-                "filter p99 <= 15 ms with 500 names (every pod, incl. the first pass over the nodes)",
-                p99,
-                15,
-                p99 <= 15 if mode == "source" else None,
-                "ms",
-                mode,
-            )
-        )
-        p99 = r["names_500"]["filter_ms_warm"].get("p99")
-        out["targets"].append(
-            target(
-                "filter p99 <= 15 ms with 500 names (after the first pass: every node has a verdict for the shape)",
-                p99,
-                15,
-                (p99 is not None and p99 <= 15) if mode == "source" else None,
-                "ms",
-                mode,
-            )
-        )
-        first = r["names_500"]["filter_ms_first_pass"]
-        out["targets"].append(
-            target("filter with 500 names, first pass over the nodes (a shape's first pods), max", first.get("max"), None, None, "ms", mode)
-        )
-        p99 = r["names_5000"]["latency_ms"]["filter"]["p99"]
-        out["targets"].append(target("filter p99 <= 60 ms with 5,000 names", p99, 60, p99 <= 60 if mode == "source" else None, "ms", mode))
-        worst = max(r["never_seen_shape_filter_ms"])
-        out["targets"].append(target("first pod of a never-seen shape over 40k devices <= 1 s", worst, 1000, worst <= 1000, "ms", mode))
-        peak = r["env"]["peak_rss_mb"]
-        with_burst = mode == "cluster"
-        out["targets"].append(
-            target(
-                "peak RSS <= 512 MiB" + (" including a watch burst" if with_burst else " (no watch burst in source mode)"),
-                peak,
-                512 * 1.048576,
-                peak <= 512 * 1.048576 if with_burst else None,
-                "MB",
-                mode,
-            )
-        )
+        out["targets"] += _targets(out[mode], mode)
     return out
+
+
+def _cluster(
+    nodes: int, devices: int, n_pods: int, shapes: int
+) -> tuple[list[dict[str, Any]], list[PodClaim], list[PodClaim], list[PodClaim]]:
+    """The objects; the pending claims the watch burst writes; the measured pods' claims; a claim of each never-seen shape."""
+    objs = base_objects(nodes, devices)
+    # Like the reflector bench: 10,000 more pods, half without claims, half bound with a claim each.
+    for p in range(5000):
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"web-{p:05d}", "namespace": NS, "uid": f"web-uid-{p:05d}"},
+                "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]},
+            }
+        )
+    bound = [PodClaim(100_000 + p, "template") for p in range(5000)]
+    for p, pc in enumerate(bound):
+        objs += pc.objects((node_name(p), f"instance-{devices - 1}"))
+    burst_claims = [PodClaim(200_000 + c, "template") for c in range(5000)]
+    for pc in burst_claims:
+        objs.append(pc.claim_object())  # pending claims whose status the burst writes
+    pcs = [PodClaim(k, "template") for k in range(n_pods)]
+    for pc in pcs:
+        objs += pc.objects()
+    probes = []
+    for s in range(shapes):
+        pc = PodClaim(300_000 + s, "template")
+        objs += [new_shape_claim(pc, s), pc.pod()]
+        probes.append(pc)
+    return objs, burst_claims, pcs, probes
+
+
+def _run_mode(
+    env: Env,
+    mode: str,
+    probes: list[PodClaim],
+    pods: list[dict[str, Any]],
+    p500: int,
+    names: list[str],
+    burst_claims: list[PodClaim],
+    devices: int,
+) -> dict[str, Any]:
+    """The never-seen shapes, then the pods with 500 names and with all 5,000, then (cluster mode) the watch burst."""
+    nodes = len(names)
+    res: dict[str, Any] = {"env_after_ready": env_info(env)}
+    print(
+        f"    {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s, RSS {res['env_after_ready']['rss_mb']} MB (peak {res['env_after_ready']['peak_rss_mb']})",
+        flush=True,
+    )
+    driver = Driver(env.url)
+    first = []
+    for pc in probes:
+        # Bound like any pod: a pod that passes /filter and never gets its /bind would make the
+        # next /filter wait for it (the placement gate, up to --placement-wait).
+        a = driver.schedule(pc.pod(), names)
+        first.append(round(a.filter_ms, 1))
+        print(f"    first pod of a never-seen shape, 5,000 names: /filter {a.filter_ms:.0f} ms, {a.feasible} feasible", flush=True)
+    res["never_seen_shape_filter_ms"] = first
+    res["names_500"] = run_pods(driver, f"Scale5k {mode} 500 names", pods[:p500], window(names, 500))
+    # The first nodes // 500 pods meet nodes with no verdict for this shape yet (cold); after that,
+    # every node has one and only binds invalidate (warm: what a running workload sees).
+    cold = nodes // 500
+    fms = res["names_500"]["samples"]["filter_ms"]
+    res["names_500"]["filter_ms_first_pass"] = summary(fms[:cold])
+    res["names_500"]["filter_ms_warm"] = summary(fms[cold:])
+    res["names_5000"] = run_pods(driver, f"Scale5k {mode} 5000 names", pods[p500:], lambda _k: names)
+    used: set[str] = set()
+    res["env_after_pods"] = env_info(env)
+    if mode == "cluster":
+        res["watch_burst"] = watch_burst(env, devices, burst_claims, slices=nodes, used=used)
+    res["env"] = env_info(env)
+    driver.close()
+    return res
+
+
+def _targets(r: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+    targets: list[dict[str, Any]] = []
+    p99 = r["names_500"]["latency_ms"]["filter"]["p99"]
+    targets.append(
+        target(
+            "filter p99 <= 15 ms with 500 names (every pod, incl. the first pass over the nodes)",
+            p99,
+            15,
+            p99 <= 15 if mode == "source" else None,
+            "ms",
+            mode,
+        )
+    )
+    p99 = r["names_500"]["filter_ms_warm"].get("p99")
+    targets.append(
+        target(
+            "filter p99 <= 15 ms with 500 names (after the first pass: every node has a verdict for the shape)",
+            p99,
+            15,
+            (p99 is not None and p99 <= 15) if mode == "source" else None,
+            "ms",
+            mode,
+        )
+    )
+    first = r["names_500"]["filter_ms_first_pass"]
+    targets.append(
+        target("filter with 500 names, first pass over the nodes (a shape's first pods), max", first.get("max"), None, None, "ms", mode)
+    )
+    p99 = r["names_5000"]["latency_ms"]["filter"]["p99"]
+    targets.append(target("filter p99 <= 60 ms with 5,000 names", p99, 60, p99 <= 60 if mode == "source" else None, "ms", mode))
+    worst = max(r["never_seen_shape_filter_ms"])
+    targets.append(target("first pod of a never-seen shape over 40k devices <= 1 s", worst, 1000, worst <= 1000, "ms", mode))
+    peak = r["env"]["peak_rss_mb"]
+    with_burst = mode == "cluster"
+    targets.append(
+        target(
+            "peak RSS <= 512 MiB" + (" including a watch burst" if with_burst else " (no watch burst in source mode)"),
+            peak,
+            512 * 1.048576,
+            peak <= 512 * 1.048576 if with_burst else None,
+            "MB",
+            mode,
+        )
+    )
+    return targets
 
 
 def watch_burst(env: Env, devices: int, claims: list[PodClaim], *, slices: int, used: set[str]) -> dict[str, Any]:

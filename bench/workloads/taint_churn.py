@@ -6,6 +6,7 @@ import gc
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,43 +180,7 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
         print(f"    seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
         driver = Driver(env.url)
         names_for = window(rest, min(500, len(rest)))
-        writes: list[tuple[float, str, str, str]] = []  # (t, added|deleted, node, key)
-        stop = threading.Event()
-        errors: list[str] = []
-
-        def writer() -> None:
-            live: list[tuple[dict[str, Any], str]] = []
-            n = 0
-            http = httpx.Client(base_url=env.api_url, timeout=30, headers={"Content-Type": "application/json"})
-            next_t = time.perf_counter()
-            try:
-                while not stop.is_set():
-                    next_t += 0.1
-                    if len(live) < 5 or (n % 2 == 0 and len(live) < 8):
-                        node = churn_nodes[n % len(churn_nodes)]
-                        if any(nd == node for _, nd in live):
-                            node = next(c for c in churn_nodes if all(nd != c for _, nd in live))
-                        rule = churn_rule(n, node)
-                        t = time.perf_counter()
-                        r = http.post(api_path(rule), content=orjson.dumps(rule))
-                        if r.status_code >= 300:
-                            errors.append(r.text[:200])
-                        else:
-                            writes.append((t, "added", node, rule["spec"]["taint"]["key"]))
-                            live.append((rule, node))
-                        n += 1
-                    else:
-                        rule, node = live.pop(0)
-                        t = time.perf_counter()
-                        r = http.delete(api_path(rule, item=True))
-                        if r.status_code >= 300:
-                            errors.append(r.text[:200])
-                        else:
-                            writes.append((t, "deleted", node, rule["spec"]["taint"]["key"]))
-                    time.sleep(max(0.0, next_t - time.perf_counter()))
-            finally:
-                http.close()
-
+        writer = _RuleWriter(env.api_url, churn_nodes)
         # Warm-up: the first pods, scheduled before any rule is written, take the rotating window once
         # over every node, so each has a verdict for their shape (a shape's first pass is Scale5k's
         # figure, not a rule's).
@@ -224,56 +189,25 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
         for k in range(warm):
             warm_ms.append(driver.schedule(pcs[k].pod(), churn_nodes + names_for(k), exclude=exclude).filter_ms)
         cpu0 = cpu_seconds(env.proc.pid)  # type: ignore[union-attr]
-        thread = threading.Thread(target=writer, daemon=True)
-        attempts: list[Attempt] = []
-        observations: list[tuple[float, float, dict[str, str]]] = []  # (sent, received, churn node -> message)
+        thread = threading.Thread(target=writer.run, daemon=True)
         t0 = time.perf_counter()
         thread.start()
-        progress = Progress(f"TaintChurn {label} {mode}", duration, every=5)
-        last_tick = 0
-        k = warm
-        while time.perf_counter() - t0 < duration:
-            # Every pod placed: keep filtering one pod, as for a pod that waits (never bound); the
-            # same pod back in /filter: the placement gate does not wait for it.
-            pod = pcs[k].pod() if k < len(pcs) else probe.pod()
-            a = driver.schedule(pod, churn_nodes + names_for(k), exclude=exclude, bind=k < len(pcs), keep_failed=True)
-            attempts.append(a)
-            observations.append((a.t0, a.t0 + a.filter_ms / 1000, {n: m for n, m in a.failed.items() if n in exclude}))
-            k += 1
-            s = int(time.perf_counter() - t0)
-            if s > last_tick:
-                progress.tick(s - last_tick, extra=f"{len(writes)} rule writes")
-                last_tick = s
-        stop.set()
+        attempts, observations = _schedule_during(
+            driver, pcs, probe, churn_nodes, names_for, warm, t0, duration, f"TaintChurn {label} {mode}", writer.writes
+        )
+        writer.stop.set()
         thread.join()
         elapsed = time.perf_counter() - t0
         cpu = cpu_seconds(env.proc.pid) - cpu0  # type: ignore[union-attr]
-        visible: list[float] = []
-        samples: list[tuple[float, str, float]] = []  # (seconds into the run, added|deleted, ms until visible)
-        missed = 0
-        for t_write, what, node, key in writes:
-            seen = None
-            for _sent, received, failed in observations:
-                if received < t_write:
-                    continue
-                shows = key in failed.get(node, "")
-                if (what == "added" and shows) or (what == "deleted" and not shows):
-                    seen = received
-                    break
-            if seen is None:
-                missed += 1
-            else:
-                visible.append((seen - t_write) * 1000)
-                samples.append((round(t_write - t0, 3), what, round((seen - t_write) * 1000, 2)))
+        visible, samples, missed = _visibility(writer.writes, observations, t0)
         res = attempts_result(attempts, elapsed, t0)
         res.pop("samples")
-        gaps = [(b[1] - a[1]) * 1000 for a, b in itertools.pairwise(observations)]
         res.update(
             {
                 "nodes": nodes,
                 "devices": nodes * devices,
-                "rule_writes": len(writes),
-                "write_errors": errors[:3],
+                "rule_writes": len(writer.writes),
+                "write_errors": writer.errors[:3],
                 "visible_ms": summary(visible),
                 "visible_samples": samples,
                 "warm_up_filter_ms": summary(warm_ms),
@@ -283,17 +217,122 @@ def churn_http(tmp: Path, mode: str, label: str, nodes: int, devices: int, durat
                     if (a.t1 - a.t0) * 1000 > 50
                 ],
                 "not_seen_before_the_end": missed,
-                "filter_period_ms": summary(gaps),
+                "filter_period_ms": summary([(b[1] - a[1]) * 1000 for a, b in itertools.pairwise(observations)]),
                 "extender_cpu_s": round(cpu, 1),
                 "extender_cpu_share": round(cpu / elapsed, 2),
                 "env": env_info(env),
             }
         )
         print(
-            f"    {len(writes)} rule writes; visible in /filter p50 {res['visible_ms'].get('p50')} / p99 {res['visible_ms'].get('p99')} ms; filter p99 {res['latency_ms']['filter'].get('p99')} ms",
+            f"    {len(writer.writes)} rule writes; visible in /filter p50 {res['visible_ms'].get('p50')} / p99 {res['visible_ms'].get('p99')} ms; filter p99 {res['latency_ms']['filter'].get('p99')} ms",
             flush=True,
         )
         driver.close()
         return res
     finally:
         env.stop()
+
+
+class _RuleWriter:
+    """A thread adding and removing one-pool rules at 10/s, at most 8 live (each on its own node)."""
+
+    def __init__(self, api_url: str, churn_nodes: list[str]) -> None:
+        self.api_url = api_url
+        self.churn_nodes = churn_nodes
+        self.writes: list[tuple[float, str, str, str]] = []  # (t, added|deleted, node, key)
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        live: list[tuple[dict[str, Any], str]] = []
+        n = 0
+        http = httpx.Client(base_url=self.api_url, timeout=30, headers={"Content-Type": "application/json"})
+        next_t = time.perf_counter()
+        try:
+            while not self.stop.is_set():
+                next_t += 0.1
+                if len(live) < 5 or (n % 2 == 0 and len(live) < 8):
+                    self._add(http, n, live)
+                    n += 1
+                else:
+                    rule, node = live.pop(0)
+                    t = time.perf_counter()
+                    r = http.delete(api_path(rule, item=True))
+                    if r.status_code >= 300:
+                        self.errors.append(r.text[:200])
+                    else:
+                        self.writes.append((t, "deleted", node, rule["spec"]["taint"]["key"]))
+                time.sleep(max(0.0, next_t - time.perf_counter()))
+        finally:
+            http.close()
+
+    def _add(self, http: httpx.Client, n: int, live: list[tuple[dict[str, Any], str]]) -> None:
+        node = self.churn_nodes[n % len(self.churn_nodes)]
+        if any(nd == node for _, nd in live):
+            node = next(c for c in self.churn_nodes if all(nd != c for _, nd in live))
+        rule = churn_rule(n, node)
+        t = time.perf_counter()
+        r = http.post(api_path(rule), content=orjson.dumps(rule))
+        if r.status_code >= 300:
+            self.errors.append(r.text[:200])
+        else:
+            self.writes.append((t, "added", node, rule["spec"]["taint"]["key"]))
+            live.append((rule, node))
+
+
+def _schedule_during(
+    driver: Driver,
+    pcs: list[PodClaim],
+    probe: PodClaim,
+    churn_nodes: list[str],
+    names_for: Callable[[int], list[str]],
+    first: int,
+    t0: float,
+    duration: int,
+    label: str,
+    writes: list[tuple[float, str, str, str]],
+) -> tuple[list[Attempt], list[tuple[float, float, dict[str, str]]]]:
+    """Pods from `first` on, then the probe again and again, for `duration` s: the attempts and what each /filter showed."""
+    exclude = frozenset(churn_nodes)
+    attempts: list[Attempt] = []
+    observations: list[tuple[float, float, dict[str, str]]] = []  # (sent, received, churn node -> message)
+    progress = Progress(label, duration, every=5)
+    last_tick = 0
+    k = first
+    while time.perf_counter() - t0 < duration:
+        # Every pod placed: keep filtering one pod, as for a pod that waits (never bound); the
+        # same pod back in /filter: the placement gate does not wait for it.
+        pod = pcs[k].pod() if k < len(pcs) else probe.pod()
+        a = driver.schedule(pod, churn_nodes + names_for(k), exclude=exclude, bind=k < len(pcs), keep_failed=True)
+        attempts.append(a)
+        observations.append((a.t0, a.t0 + a.filter_ms / 1000, {n: m for n, m in a.failed.items() if n in exclude}))
+        k += 1
+        s = int(time.perf_counter() - t0)
+        if s > last_tick:
+            progress.tick(s - last_tick, extra=f"{len(writes)} rule writes")
+            last_tick = s
+    return attempts, observations
+
+
+def _visibility(
+    writes: list[tuple[float, str, str, str]], observations: list[tuple[float, float, dict[str, str]]], t0: float
+) -> tuple[list[float], list[tuple[float, str, float]], int]:
+    """For each rule write, the first /filter answer after it that shows it: ms until visible, samples, writes never seen."""
+    visible: list[float] = []
+    samples: list[tuple[float, str, float]] = []  # (seconds into the run, added|deleted, ms until visible)
+    missed = 0
+    for t_write, what, node, key in writes:
+        seen = None
+        for _sent, received, failed in observations:
+            if received < t_write:
+                continue
+            shows = key in failed.get(node, "")
+            if (what == "added" and shows) or (what == "deleted" and not shows):
+                seen = received
+                break
+        if seen is None:
+            missed += 1
+        else:
+            visible.append((seen - t_write) * 1000)
+            samples.append((round(t_write - t0, 3), what, round((seen - t_write) * 1000, 2)))
+    return visible, samples, missed
