@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import random
 import statistics
 import threading
@@ -98,66 +99,72 @@ def steady_state(cfg: Config, tmp: Path) -> dict[str, Any]:
         env.add_grouped(live)
         try:
             env.start()
-            driver = Driver(env.url)
-            import queue
-
-            pending: queue.Queue[dict[str, Any] | None] = queue.Queue()
-            created_at: dict[str, float] = {}
-            total = int(duration * rate)
-            progress = Progress(f"SteadyState {mode}", total)
-            creator_errors: list[str] = []
-
-            def creator(
-                total: int = total,
-                live: list[Any] = live,
-                env: Any = env,
-                created_at: dict[str, float] = created_at,
-                pending: Any = pending,
-                progress: Any = progress,
-                creator_errors: list[str] = creator_errors,
-            ) -> None:
-                """kube-controller-manager's side: a pod (and its claim) every 1/rate s, the oldest deleted."""
-                k = len(init)
-                start = time.perf_counter()
-                try:
-                    for made in range(total):
-                        time.sleep(max(0.0, start + made / rate - time.perf_counter()))
-                        pc = PodClaim(k + made, "template")
-                        name, old = live.pop(0)
-                        env.delete(name, old)
-                        made_objs = env.create(pc.name, pc.objects())
-                        created_at[pc.name] = time.perf_counter()
-                        live.append((pc.name, pc.objects()))
-                        pending.put(next(o for o in made_objs if o["kind"] == "Pod"))
-                        progress.tick()
-                except Exception as e:
-                    creator_errors.append(f"{type(e).__name__}: {e}")
-                finally:
-                    pending.put(None)
-
-            attempts: list[Attempt] = []
-            latency: list[float] = []
-            unbound = 0
-            t0 = time.perf_counter()
-            thread = threading.Thread(target=creator, daemon=True)
-            thread.start()
-            while (pod := pending.get()) is not None:
-                a = driver.schedule(pod, names)
-                attempts.append(a)
-                if a.node:
-                    latency.append((a.t1 - created_at[a.pod]) * 1000)
-                else:
-                    unbound += 1
-            thread.join()
-            elapsed = time.perf_counter() - t0
-            res = attempts_result(attempts, elapsed, t0)
-            res["created"] = len(attempts)
-            res["creator_errors"] = creator_errors
-            res["created_to_bound_ms"] = summary(latency)
-            res["not_bound"] = unbound
-            res["env"] = env_info(env)
-            out[mode] = res
-            driver.close()
+            out[mode] = _steady_run(env, mode, names, live, len(init), int(duration * rate), rate)
         finally:
             env.stop()
     return out
+
+
+def _steady_run(
+    env: Env, mode: str, names: list[str], live: list[tuple[str, list[dict[str, Any]]]], first: int, total: int, rate: float
+) -> dict[str, Any]:
+    """The driver schedules each pod as the creator thread makes it, until the creator is done."""
+    driver = Driver(env.url)
+    pending: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    created_at: dict[str, float] = {}
+    progress = Progress(f"SteadyState {mode}", total)
+    creator_errors: list[str] = []
+    attempts: list[Attempt] = []
+    latency: list[float] = []
+    unbound = 0
+    t0 = time.perf_counter()
+    args = (env, live, first, total, rate, pending, created_at, progress, creator_errors)
+    thread = threading.Thread(target=_create_and_delete, args=args, daemon=True)
+    thread.start()
+    while (pod := pending.get()) is not None:
+        a = driver.schedule(pod, names)
+        attempts.append(a)
+        if a.node:
+            latency.append((a.t1 - created_at[a.pod]) * 1000)
+        else:
+            unbound += 1
+    thread.join()
+    elapsed = time.perf_counter() - t0
+    res = attempts_result(attempts, elapsed, t0)
+    res["created"] = len(attempts)
+    res["creator_errors"] = creator_errors
+    res["created_to_bound_ms"] = summary(latency)
+    res["not_bound"] = unbound
+    res["env"] = env_info(env)
+    driver.close()
+    return res
+
+
+def _create_and_delete(
+    env: Env,
+    live: list[tuple[str, list[dict[str, Any]]]],
+    first: int,
+    total: int,
+    rate: float,
+    pending: queue.Queue[dict[str, Any] | None],
+    created_at: dict[str, float],
+    progress: Progress,
+    errors: list[str],
+) -> None:
+    """kube-controller-manager's side: a pod (and its claim) every 1/rate s, the oldest deleted."""
+    start = time.perf_counter()
+    try:
+        for made in range(total):
+            time.sleep(max(0.0, start + made / rate - time.perf_counter()))
+            pc = PodClaim(first + made, "template")
+            name, old = live.pop(0)
+            env.delete(name, old)
+            made_objs = env.create(pc.name, pc.objects())
+            created_at[pc.name] = time.perf_counter()
+            live.append((pc.name, pc.objects()))
+            pending.put(next(o for o in made_objs if o["kind"] == "Pod"))
+            progress.tick()
+    except Exception as e:
+        errors.append(f"{type(e).__name__}: {e}")
+    finally:
+        pending.put(None)
