@@ -189,6 +189,8 @@ class Cluster:
             ("ResourceSlice", "resource.k8s.io", "resourceslices"),
             ("DeviceTaintRule", "resource.k8s.io", "devicetaintrules"),
             ("DeviceTaintRule", CRD, "devicetaintrules"),
+            ("PersistentVolumeClaim", "", "persistentvolumeclaims"),  # the controller writes volume taints' timeAdded
+            ("PersistentVolume", "", "persistentvolumes"),
         ):
             want = {}
             for obj in self.api.list(plural, group=group or None):
