@@ -104,7 +104,7 @@ def _validate_resource_slice(old: dict[str, Any] | None, new: dict[str, Any]) ->
         parse_resource_slice(new)
         check_slice_limits("ResourceSlice", new)
     except ValidationError as e:
-        return f"{e.field}: Invalid value: {e.message}"
+        return f"{e.field}: Invalid value: {e.reason}"
     return None
 
 
