@@ -278,12 +278,12 @@ class SchemaValidator:
                 errors.append(_invalid(name, value, f"{name} in body should have at least {schema['minProperties']} properties"))
             props = schema.get("properties") or {}
             additional = schema.get("additionalProperties")
-            olds = old if isinstance(old, dict) else {}
+            old_props = old if isinstance(old, dict) else {}
             for k, v in value.items():
                 if k in props:
-                    self._node(props[k], v, olds.get(k), f"{path}.{k}" if path else k, errors, rule_errors)
+                    self._node(props[k], v, old_props.get(k), f"{path}.{k}" if path else k, errors, rule_errors)
                 elif isinstance(additional, dict):
-                    self._node(additional, v, olds.get(k), f"{path}[{k}]", errors, rule_errors)
+                    self._node(additional, v, old_props.get(k), f"{path}[{k}]", errors, rule_errors)
 
     @staticmethod
     def _string(schema: dict[str, Any], value: str, name: str, errors: list[FieldError]) -> None:

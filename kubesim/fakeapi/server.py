@@ -12,6 +12,7 @@ API groups switched off). See `kubesim/fakeapi/__init__.py` for the overview.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import gc
 import inspect
 import logging
@@ -483,7 +484,9 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         self.requests.clear()
 
-    def requests_for(self, *, verb: str | None = None, resource: str | None = None, method: str | None = None) -> list[RequestRecord]:
+    def requests_for(
+        self, *, verb: str | None = None, resource: str | None = None, method: str | None = None
+    ) -> builtins.list[RequestRecord]:
         return [
             r
             for r in self.requests
@@ -723,8 +726,8 @@ class FakeApiServer:
             if verb == "deletecollection":
                 _, objs, _, _ = store.list(t, namespace=ns, match=match)
                 items = []
-                for s in objs:
-                    deleted, _ = store.delete(t, s.key[0], s.key[1], dry_run=dry_run)
+                for each in objs:
+                    deleted, _ = store.delete(t, each.key[0], each.key[1], dry_run=dry_run)
                     items.append(deleted)
                 return self._list_response(t, av, store.rv, items, None, None)
             try:
@@ -838,11 +841,11 @@ class FakeApiServer:
         meta = obj.get("metadata") or {}
         return (t.plural, meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "")
 
-    def _remember_parameters(self, t: ResourceType, stored: Stored, raw: list[bytes] | None) -> None:
+    def _remember_parameters(self, t: ResourceType, stored: Stored, raw: builtins.list[bytes] | None) -> None:
         if raw is not None:
             self._raw_parameters[self._parameters_key(t, stored.obj)] = raw
 
-    def _check_parameters(self, t: ResourceType, namespace: str | None, name: str, raw: list[bytes] | None) -> None:
+    def _check_parameters(self, t: ResourceType, namespace: str | None, name: str, raw: builtins.list[bytes] | None) -> None:
         """An update must send the immutable spec's RawExtensions byte for byte as stored."""
         current = self.store.lookup(t, namespace, name)
         if raw is None or current is None:

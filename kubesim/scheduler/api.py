@@ -90,10 +90,10 @@ class Informer:
                     return
                 items, rv = listed
                 fresh = {key_of(o): o for o in items}
-                for k, old in list(self.cache.items()):
+                for k, gone in list(self.cache.items()):
                     if k not in fresh:
                         del self.cache[k]
-                        self.handler(self.kind, "DELETED", old, None)
+                        self.handler(self.kind, "DELETED", gone, None)
                 for k, obj in fresh.items():
                     old = self.cache.get(k)
                     self.cache[k] = obj

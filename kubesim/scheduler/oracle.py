@@ -21,10 +21,11 @@ class FitOracle:
 
     def devices(self) -> set[tuple[str, str, str]]:
         rules = [r for k in ("DeviceTaintRule", "DeviceTaintRule.dra-extender") if k in self.inf for r in self.inf[k].cache.values()]
-        out = set()
+        out: set[tuple[str, str, str]] = set()
         for s in self.inf["ResourceSlice"].cache.values():
             spec = s.get("spec") or {}
-            driver, pool = spec.get("driver"), (spec.get("pool") or {}).get("name")
+            driver: Any = spec.get("driver")
+            pool: Any = (spec.get("pool") or {}).get("name")
             for d in spec.get("devices") or []:
                 if d.get("consumesCounters") or d.get("allowMultipleAllocations"):
                     continue  # not a whole device: the yardstick does not count partitions or shares
