@@ -153,7 +153,7 @@ class Cluster:
 
         Each condition is a state, not a quiet period, so a fake second of leadership polling
         costs a few event-loop turns instead of tens of milliseconds of real time. Two checks a
-        loop turn apart must agree, so a callback scheduled by the last answer has run too.
+        millisecond apart must agree, so a callback scheduled by the last answer has run too.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
