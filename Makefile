@@ -21,7 +21,7 @@ run: $(VENV)/.installed
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-# In-process tests (no dra-extender subprocess, no kube-scheduler model): under a minute.
+# In-process tests (no dra-extender or fake API server subprocess, no kube-scheduler model, no real-clock rate): under a minute.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
 
@@ -30,7 +30,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy allocator tracker extender kubectl_dra
+	$(BIN)/mypy allocator tracker extender kubectl_dra kubesim
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,bench]'

@@ -3,8 +3,9 @@
     .venv/bin/python -m bench [NAME ...]     # e.g. `cel scheduling`; default: all
 
 Each `bench/bench_<name>.py` writes `bench/results/<name>.json` and `.md`;
-`kube_scheduler_model` (bench/kube_scheduler_model.py, also a library for the
-e2e tests) writes `bench/results/kube-scheduler-model.json` and `.md`;
+`kube_scheduler_model` (bench/kube_scheduler_model.py: the kube-scheduler
+model of kubesim.scheduler, which the e2e tests also use) writes
+`bench/results/kube-scheduler-model.json` and `.md`;
 `bench/plots.py` turns the JSON into `bench/results/*.png` when matplotlib
 is installed (`pip install -e '.[bench]'`).
 """

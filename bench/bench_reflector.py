@@ -1,6 +1,6 @@
 """Reflector throughput: `dra-extender serve --kubeconfig` against the fake API server.
 
-A large cluster is seeded into the fake API server (`python -m tests.fakeapi`,
+A large cluster is seeded into the fake API server (`python -m kubesim.fakeapi`,
 a subprocess): N ResourceSlices x M devices (one node each), P pods (half with
 their own ResourceClaim), a DeviceClass with a CEL selector and two taint
 rules (an upstream one on one pool, one of ours with effect None over the whole
@@ -43,19 +43,10 @@ import aiohttp
 import httpx
 import orjson
 
-from bench.common import (
-    RESULTS,
-    Cpu,
-    device_class,
-    free_port,
-    machine,
-    node_slice,
-    pct,
-    proc_status_mb,
-    start_extender,
-    start_fake_api,
-    stop_process,
-)
+from bench.common import RESULTS
+from kubesim.measure import Cpu, machine, pct, proc_status_mb
+from kubesim.objects import device_class, node_slice
+from kubesim.processes import free_port, start_extender, start_fake_api, stop_process
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -463,19 +454,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
     }
     try:
         print(f"seeding the fake API server: {slices} slices x {devices} devices, {pods} pods, {n_claims} claims", flush=True)
-        objs = cluster(slices, devices, pods)
-        t = time.perf_counter()
-        with httpx.Client(base_url=api, timeout=300) as http:
-            for i in range(0, len(objs), 2000):
-                http.post(
-                    "/_fake/objects",
-                    content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
-                    headers={"Content-Type": "application/json"},
-                ).raise_for_status()
-            counts = http.get("/_fake/state").json()["objects"]
-        result["seed_seconds"] = round(time.perf_counter() - t, 2)
-        print(f"  seeded {len(objs)} objects in {result['seed_seconds']} s: {counts}", flush=True)
-        del objs
+        result["seed_seconds"] = _seed(api, cluster(slices, devices, pods))
 
         # -------------------------------------------------------------- 1. list
         port = free_port()
@@ -486,122 +465,17 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         cpu.pids["extender"] = ext.pid
         cpu.start["extender"] = 0.0  # its CPU since it started
         ready_s = time.perf_counter() - started
-        list_cpu = cpu.done()
-        rss_ready = proc_status_mb(ext.pid, "VmRSS")
-        hwm_ready = proc_status_mb(ext.pid, "VmHWM")
-        print(f"  ready after {ready_s:.2f} s, RSS {rss_ready:.0f} MB (peak {hwm_ready:.0f} MB); CPU {list_cpu}", flush=True)
-        pages = fetch_pages(api)
-        list_bytes = sum(len(b) for ps in pages.values() for b in ps)
-        list_objects = sum(len(orjson.loads(b).get("items") or []) for ps in pages.values() for b in ps)
-        logged = listed_lines(log_path.read_text())
-        with httpx.Client(base_url=api, timeout=120) as http:
-            reqs = http.get("/_fake/requests").json()
-        lists = [r for r in reqs if r["verb"] == "list" and r["status"] == 200]
-        server_list_s = sum(r["duration_ms"] or 0 for r in lists) / 1000
-        result["list"] = {
-            "ready_seconds": round(ready_s, 2),
-            "objects": list_objects,
-            "bytes": list_bytes,
-            "mb": round(list_bytes / 1e6, 1),
-            "objects_per_s": round(list_objects / ready_s),
-            "mb_per_s": round(list_bytes / 1e6 / ready_s, 1),
-            "list_requests": len(lists),
-            "fake_server_handler_seconds": round(server_list_s, 2),
-            "extender_logged": logged,
-            "cpu": list_cpu,
-            "rss_mb_after_list": round(rss_ready, 1),
-            "peak_rss_mb_during_list": round(hwm_ready, 1),
-        }
+        result["list"], pages = _list_phase(api, ext.pid, cpu, ready_s, log_path)
 
         # -------------------------------------------------------------- 2. watch
         before = tracker_counts(client.get("/metrics").text)
         rv_before = str(httpx.get(f"{api}/_fake/state").json()["resourceVersion"])
         print(f"  pushing {n_slice_updates} slice updates + {n_claim_updates} claim status updates, {parallel} in flight", flush=True)
-        samples: list[tuple[float, float, float]] = []
-        want_s = before.get("ResourceSlice/MODIFIED", 0) + n_slice_updates
-        want_c = before.get("ResourceClaim/MODIFIED", 0) + n_claim_updates
-
-        async def sampler(t0: float) -> float | None:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-                while True:
-                    counts = tracker_counts((await http.get("/metrics")).text)
-                    s, c = counts.get("ResourceSlice/MODIFIED", 0), counts.get("ResourceClaim/MODIFIED", 0)
-                    now = time.perf_counter() - t0
-                    samples.append(
-                        (round(now, 3), s - before.get("ResourceSlice/MODIFIED", 0), c - before.get("ResourceClaim/MODIFIED", 0))
-                    )
-                    if s >= want_s and c >= want_c:
-                        return now
-                    if now > 600:
-                        return None
-                    await asyncio.sleep(0.1)
-
-        filter_ms: list[float] = []
-
-        async def prober(done: asyncio.Event) -> None:
-            """A scheduler's /filter calls (one at a time, as kube-scheduler makes them) while events arrive."""
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-                while not done.is_set():
-                    t = time.perf_counter()
-                    body = probe_filter_args(slices, "probe")
-                    r = await http.post("/filter", content=body, headers={"Content-Type": "application/json"})
-                    r.raise_for_status()
-                    filter_ms.append((time.perf_counter() - t) * 1000)
-                    await asyncio.sleep(0.05)
-
-        async def watch_phase() -> tuple[dict[str, Any], float | None, float]:
-            t0 = time.perf_counter()
-            sample_task = asyncio.create_task(sampler(t0))
-            done = asyncio.Event()
-            probe_task = asyncio.create_task(prober(done))
-            pushed = await push_updates(api, slices, devices, n_slice_updates, n_claim_updates, parallel)
-            applied = await sample_task
-            done.set()
-            await probe_task
-            return pushed, applied, t0
-
-        # The same /filter on a quiet extender, for comparison.
-        quiet: list[float] = []
-        for _k in range(20):
-            body = probe_filter_args(slices, "probe")
-            t = time.perf_counter()
-            client.post("/filter", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
-            quiet.append((time.perf_counter() - t) * 1000)
-
+        quiet = _quiet_filters(client, slices)
         cpu = Cpu({"fakeapi": api_proc.pid, "extender": ext.pid})
-        pushed, applied_s, _t0 = asyncio.run(watch_phase())
-        watch_cpu = cpu.done()
-        # Every updated object at the resourceVersion its last PUT returned.
-        view = client.get("/debug/objects").json()["objects"]
-        stale = [
-            k
-            for k, rv in pushed["final"].items()
-            if (view["ResourceClaim.resource.k8s.io"] if "/" in k else view["ResourceSlice.resource.k8s.io"]).get(k) != rv
-        ]
-        n = pushed["count"]
-        result["watch"] = {
-            "updates": n,
-            "push_seconds": round(pushed["push_s"], 2),
-            "api_accepted_per_s": round(n / pushed["push_s"]),
-            "applied_seconds": round(applied_s, 2) if applied_s else None,
-            "applied_events_per_s": round(n / applied_s) if applied_s else None,
-            "lag_after_last_write_s": round(applied_s - pushed["push_s"], 2) if applied_s else None,
-            "objects_not_at_last_rv": len(stale),
-            "cpu": watch_cpu,
-            "rss_mb_after_watch": round(proc_status_mb(ext.pid, "VmRSS"), 1),
-            "filter_100_nodes_ms_quiet": {"p50": round(pct(quiet, 0.5), 1), "max": round(max(quiet), 1), "n": len(quiet)},
-            "filter_100_nodes_ms_during_watch": {
-                "p50": round(pct(filter_ms, 0.5), 1),
-                "p99": round(pct(filter_ms, 0.99), 1),
-                "max": round(max(filter_ms), 1) if filter_ms else None,
-                "n": len(filter_ms),
-            },
-            "samples": samples,
-        }
-        print(
-            f"  watch: {result['watch']['applied_events_per_s']} events/s applied, API took {result['watch']['api_accepted_per_s']}/s; CPU {watch_cpu}",
-            flush=True,
-        )
+        load = _Load(api, port, slices, devices, n_slice_updates, n_claim_updates, parallel, before)
+        pushed, applied_s, _t0 = asyncio.run(load.run())
+        result["watch"] = _watch_result(client, ext.pid, cpu.done(), pushed, applied_s, quiet, load)
 
         # -------------------------------------------------------------- 3. the same bytes in-process
         print("  in-process: list pages and watch lines through ClusterState", flush=True)
@@ -622,6 +496,163 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         if ext is not None:
             stop_process(ext)
         stop_process(api_proc)
+
+
+def _seed(api: str, objs: list[dict[str, Any]]) -> float:
+    """POST the objects to the fake API server in lists of 2,000; the seconds it took."""
+    t = time.perf_counter()
+    with httpx.Client(base_url=api, timeout=300) as http:
+        for i in range(0, len(objs), 2000):
+            http.post(
+                "/_fake/objects",
+                content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
+                headers={"Content-Type": "application/json"},
+            ).raise_for_status()
+        counts = http.get("/_fake/state").json()["objects"]
+    seconds = round(time.perf_counter() - t, 2)
+    print(f"  seeded {len(objs)} objects in {seconds} s: {counts}", flush=True)
+    return seconds
+
+
+def _list_phase(
+    api: str, ext_pid: int, cpu: Cpu, ready_s: float, log_path: Path
+) -> tuple[dict[str, Any], dict[tuple[str, str, str], list[bytes]]]:
+    """The initial lists: how fast the extender was ready, at what CPU and memory; and the pages it read, for phase 3."""
+    list_cpu = cpu.done()
+    rss_ready = proc_status_mb(ext_pid, "VmRSS")
+    hwm_ready = proc_status_mb(ext_pid, "VmHWM")
+    print(f"  ready after {ready_s:.2f} s, RSS {rss_ready:.0f} MB (peak {hwm_ready:.0f} MB); CPU {list_cpu}", flush=True)
+    pages = fetch_pages(api)
+    list_bytes = sum(len(b) for ps in pages.values() for b in ps)
+    list_objects = sum(len(orjson.loads(b).get("items") or []) for ps in pages.values() for b in ps)
+    logged = listed_lines(log_path.read_text())
+    with httpx.Client(base_url=api, timeout=120) as http:
+        reqs = http.get("/_fake/requests").json()
+    lists = [r for r in reqs if r["verb"] == "list" and r["status"] == 200]
+    server_list_s = sum(r["duration_ms"] or 0 for r in lists) / 1000
+    return {
+        "ready_seconds": round(ready_s, 2),
+        "objects": list_objects,
+        "bytes": list_bytes,
+        "mb": round(list_bytes / 1e6, 1),
+        "objects_per_s": round(list_objects / ready_s),
+        "mb_per_s": round(list_bytes / 1e6 / ready_s, 1),
+        "list_requests": len(lists),
+        "fake_server_handler_seconds": round(server_list_s, 2),
+        "extender_logged": logged,
+        "cpu": list_cpu,
+        "rss_mb_after_list": round(rss_ready, 1),
+        "peak_rss_mb_during_list": round(hwm_ready, 1),
+    }, pages
+
+
+def _quiet_filters(client: httpx.Client, slices: int) -> list[float]:
+    """The same /filter on a quiet extender, for comparison: 20 times, ms."""
+    quiet: list[float] = []
+    for _k in range(20):
+        body = probe_filter_args(slices, "probe")
+        t = time.perf_counter()
+        client.post("/filter", content=body, headers={"Content-Type": "application/json"}).raise_for_status()
+        quiet.append((time.perf_counter() - t) * 1000)
+    return quiet
+
+
+class _Load:
+    """Phase 2: the updates pushed while the extender's tracker counts are sampled and a scheduler's /filter probes it."""
+
+    def __init__(
+        self, api: str, port: int, slices: int, devices: int, n_slices: int, n_claims: int, parallel: int, before: dict[str, float]
+    ) -> None:
+        self.api, self.port, self.slices, self.devices = api, port, slices, devices
+        self.n_slices, self.n_claims, self.parallel = n_slices, n_claims, parallel
+        self.before = before
+        self.want_s = before.get("ResourceSlice/MODIFIED", 0) + n_slices
+        self.want_c = before.get("ResourceClaim/MODIFIED", 0) + n_claims
+        self.samples: list[tuple[float, float, float]] = []
+        self.filter_ms: list[float] = []
+
+    async def run(self) -> tuple[dict[str, Any], float | None, float]:
+        t0 = time.perf_counter()
+        sample_task = asyncio.create_task(self._sampler(t0))
+        done = asyncio.Event()
+        probe_task = asyncio.create_task(self._prober(done))
+        pushed = await push_updates(self.api, self.slices, self.devices, self.n_slices, self.n_claims, self.parallel)
+        applied = await sample_task
+        done.set()
+        await probe_task
+        return pushed, applied, t0
+
+    async def _sampler(self, t0: float) -> float | None:
+        """Seconds until the tracker applied every update (None: not within 600 s)."""
+        before = self.before
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=60) as http:
+            while True:
+                counts = tracker_counts((await http.get("/metrics")).text)
+                s, c = counts.get("ResourceSlice/MODIFIED", 0), counts.get("ResourceClaim/MODIFIED", 0)
+                now = time.perf_counter() - t0
+                self.samples.append(
+                    (round(now, 3), s - before.get("ResourceSlice/MODIFIED", 0), c - before.get("ResourceClaim/MODIFIED", 0))
+                )
+                if s >= self.want_s and c >= self.want_c:
+                    return now
+                if now > 600:
+                    return None
+                await asyncio.sleep(0.1)
+
+    async def _prober(self, done: asyncio.Event) -> None:
+        """A scheduler's /filter calls (one at a time, as kube-scheduler makes them) while events arrive."""
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=60) as http:
+            while not done.is_set():
+                t = time.perf_counter()
+                body = probe_filter_args(self.slices, "probe")
+                r = await http.post("/filter", content=body, headers={"Content-Type": "application/json"})
+                r.raise_for_status()
+                self.filter_ms.append((time.perf_counter() - t) * 1000)
+                await asyncio.sleep(0.05)
+
+
+def _watch_result(
+    client: httpx.Client,
+    ext_pid: int,
+    watch_cpu: dict[str, float],
+    pushed: dict[str, Any],
+    applied_s: float | None,
+    quiet: list[float],
+    load: _Load,
+) -> dict[str, Any]:
+    """Phase 2's figures; every updated object must be in the view at the resourceVersion its last PUT returned."""
+    view = client.get("/debug/objects").json()["objects"]
+    stale = [
+        k
+        for k, rv in pushed["final"].items()
+        if (view["ResourceClaim.resource.k8s.io"] if "/" in k else view["ResourceSlice.resource.k8s.io"]).get(k) != rv
+    ]
+    n = pushed["count"]
+    filter_ms = load.filter_ms
+    watch = {
+        "updates": n,
+        "push_seconds": round(pushed["push_s"], 2),
+        "api_accepted_per_s": round(n / pushed["push_s"]),
+        "applied_seconds": round(applied_s, 2) if applied_s else None,
+        "applied_events_per_s": round(n / applied_s) if applied_s else None,
+        "lag_after_last_write_s": round(applied_s - pushed["push_s"], 2) if applied_s else None,
+        "objects_not_at_last_rv": len(stale),
+        "cpu": watch_cpu,
+        "rss_mb_after_watch": round(proc_status_mb(ext_pid, "VmRSS"), 1),
+        "filter_100_nodes_ms_quiet": {"p50": round(pct(quiet, 0.5), 1), "max": round(max(quiet), 1), "n": len(quiet)},
+        "filter_100_nodes_ms_during_watch": {
+            "p50": round(pct(filter_ms, 0.5), 1),
+            "p99": round(pct(filter_ms, 0.99), 1),
+            "max": round(max(filter_ms), 1) if filter_ms else None,
+            "n": len(filter_ms),
+        },
+        "samples": load.samples,
+    }
+    print(
+        f"  watch: {watch['applied_events_per_s']} events/s applied, API took {watch['api_accepted_per_s']}/s; CPU {watch_cpu}",
+        flush=True,
+    )
+    return watch
 
 
 def markdown(r: dict[str, Any]) -> str:

@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from bench.bench_workloads import PodClaim, base_objects, new_shape_claim, node_name
+from bench.workloads.cluster import PodClaim, base_objects, new_shape_claim, node_name
 from tracker import events as ev
 from tracker.resources import api_version as registry_api_version
 from tracker.source import SourceError, merge_patch

@@ -29,7 +29,10 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import RESULTS, free_port, node_slice, pct, proc_status_mb, start_extender, stop_process
+from bench.common import RESULTS
+from kubesim.measure import pct, proc_status_mb
+from kubesim.objects import node_slice
+from kubesim.processes import free_port, start_extender, stop_process
 
 DRIVER = "gpu.example.com"
 

@@ -491,6 +491,8 @@ async def serve(args: argparse.Namespace) -> int:
             is_leader=is_leader,
             metrics=metrics,
         )
+    else:
+        log.info("NoExecute evictions off (--no-eviction)")
 
     requeuer = None
     if cluster is not None:  # cluster mode: there is a kube-scheduler whose queue to wake

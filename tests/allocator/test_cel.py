@@ -699,7 +699,7 @@ def test_semver_values_are_semver() -> None:
 
 # ---------------------------------------------------------------- hostile selectors (docs/hostile-input.md#cel-selectors-the-runtime-cost)
 
-from bench.bench_cel_hostile import CASES as HOSTILE_CASES  # noqa: E402 - the bench's catalogue, verdicts only
+from kubesim.hostile_cel import CASES as HOSTILE_CASES  # noqa: E402 - the shared catalogue, verdicts only
 
 
 @pytest.mark.parametrize("case", HOSTILE_CASES, ids=[c.name for c in HOSTILE_CASES])

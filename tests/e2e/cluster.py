@@ -61,12 +61,12 @@ def _group_of(obj: dict[str, Any]) -> str | None:
 
 
 class FakeApi:
-    """`python -m tests.fakeapi` in a subprocess, with a REST client for it."""
+    """`python -m kubesim.fakeapi` in a subprocess, with a REST client for it."""
 
     def __init__(self, *load: str | Path, extra_args: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="fakeapi-"))
         self.kubeconfig = self.dir / "kubeconfig.yaml"
-        args = [sys.executable, "-m", "tests.fakeapi", "--port", "0", "--kubeconfig-out", str(self.kubeconfig)]
+        args = [sys.executable, "-m", "kubesim.fakeapi", "--port", "0", "--kubeconfig-out", str(self.kubeconfig)]
         for path in load:
             args += ["--load", str(path)]
         self.proc = subprocess.Popen(
@@ -212,6 +212,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
             return last
         time.sleep(interval)
     raise TimeoutError(f"{what} not reached within {timeout}s (last: {last!r})")
+
+
+def holds(predicate: Callable[[], Any], seconds: float, interval: float = 0.05, what: str = "condition") -> None:
+    """`predicate()` stays true for `seconds`: the bounded check that something did not happen, after
+    waiting on the signal that it could have (the object seen, the component's state logged)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"{what} no longer holds"
+        time.sleep(interval)
+    assert predicate(), f"{what} no longer holds"
 
 
 def view_diff(want: dict[str, dict[str, str]], have: dict[str, dict[str, str]]) -> dict[str, Any]:

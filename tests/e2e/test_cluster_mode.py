@@ -1,4 +1,4 @@
-"""End to end: `dra-extender serve --kubeconfig` against the fake API server (tests/fakeapi).
+"""End to end: `dra-extender serve --kubeconfig` against the fake API server (kubesim/fakeapi).
 
 Everything goes through real HTTP on both sides: the tests change objects
 through the fake server's REST API (as kubectl would), drive the extender

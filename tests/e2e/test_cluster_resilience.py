@@ -6,7 +6,7 @@ Two layers:
   resumed watch starts from, re-list on 410, discovery errors vs absence,
   readiness of optional kinds;
 - `dra-extender serve --kubeconfig` as a subprocess against `python -m
-  tests.fakeapi` (tests/e2e/cluster.py), compared object by object with the
+  kubesim.fakeapi` (tests/e2e/cluster.py), compared object by object with the
   server's state and, for the derived state, with a freshly started extender.
 """
 
@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from allocator.cel import CelEnvironment
+from kubesim.fakeapi import FakeApiServer
 from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, view_diff, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, demo_pod_args, filter_args
-from tests.fakeapi import FakeApiServer
 from tracker import events as ev
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState

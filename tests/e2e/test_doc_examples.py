@@ -62,6 +62,7 @@ def _managed_rules(api: FakeApi) -> list[str]:
     )
 
 
+@pytest.mark.e2e  # the fake API server as a subprocess
 @pytest.mark.parametrize("doc", [NOTES, ROOT / "README.md"], ids=["NOTES.txt", "README.md"])
 def test_the_sequence_runs_and_leaves_one_rule(doc: Path) -> None:
     """Each step exits 0; while the steps run there is never more than one rule; untaint (if shown) removes it."""

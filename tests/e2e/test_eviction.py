@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_for
+from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, holds, wait_converged, wait_for
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
 
 pytestmark = pytest.mark.e2e
@@ -28,10 +26,14 @@ def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
         off = cluster_extender(api, "--no-eviction")
         try:
             off.wait_ready()
+            wait_for(lambda: "NoExecute evictions off" in off.logs(), timeout=10, what="the evictions-off log line")
             api.create(rule("drain", selector={"driver": "gpu.example.com", "device": "gpu-0"}))
-            time.sleep(2)
-            assert api.get("Pod", "default", "victim") is not None
-            assert rule_condition(api, "drain") is None
+            wait_converged(api, off)  # the rule is in the view: a running controller would now evict
+            holds(
+                lambda: api.get("Pod", "default", "victim") is not None and rule_condition(api, "drain") is None,
+                1.0,
+                what="the victim kept and the rule without status",
+            )
         finally:
             off.stop()
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.bench_cel_hostile import CASES as HOSTILE_CEL
+from kubesim.hostile_cel import CASES as HOSTILE_CEL
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, filter_args, free_port
 
@@ -177,11 +177,12 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
     try:
         ext.wait_ready()
         with ProbeTimer([ext.url, probe]) as probes:
-            time.sleep(0.2)
+            wait_for(lambda: len(probes.latencies) >= 4, 5, interval=0.01, what="both probes answered twice")
             started = time.monotonic()
             result = ext.post("filter", claim_pod("heavy", nodes)).json()
             took = time.monotonic() - started
-            time.sleep(0.2)
+            after = len(probes.latencies)
+            wait_for(lambda: len(probes.latencies) >= after + 4, 5, interval=0.01, what="both probes answered twice after /filter")
         assert "claim default/heavy" in result["Error"] and "time budget of 1 s" in result["Error"], result["Error"]
         assert HEAVY[:40] in result["Error"], result["Error"]
         assert not result["NodeNames"] and not result["FailedAndUnresolvableNodes"], "never a partial answer"
@@ -540,7 +541,8 @@ def test_refused_chunked_body_gives_its_memory_back(tmp_path: Path) -> None:
         head = b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         answer = _raw(ext.port, head + chunk * 1600, wait=30)  # 100 MiB
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-        time.sleep(0.5)
+        with contextlib.suppress(TimeoutError):  # given back within half a second, or the assertion below says how much stayed
+            wait_for(lambda: _rss_kib(ext.proc.pid) - before < 8 * 1024, 0.5, what="the memory given back")
         grown = _rss_kib(ext.proc.pid) - before
         print(f"RSS after a refused 100 MiB chunked body: {grown / 1024:+.1f} MiB")
         assert grown < 8 * 1024, f"RSS grew by {grown / 1024:.1f} MiB and stayed"

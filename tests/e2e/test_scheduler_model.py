@@ -1,4 +1,4 @@
-"""dra-extender behind the kube-scheduler model (bench/kube_scheduler_model.py), in cluster mode against the fake API server.
+"""dra-extender behind the kube-scheduler model (kubesim/scheduler/), in cluster mode against the fake API server.
 
 Why: a driver that waits for each bind hides the bind race a real
 kube-scheduler hits (docs/kube-scheduler.md#asynchronous-binding-and-a-single-writer).
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.kube_scheduler_model import ClaimControllerConfig, SchedulerConfig, Workload, run_workload
+from kubesim.scheduler import ClaimControllerConfig, SchedulerConfig, Workload, run_workload
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from kubesim.fakeapi import FakeApiServer
 from tests.eviction.harness import Cluster
-from tests.fakeapi import FakeApiServer
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ milliseconds, and every write is stamped with the fake time it happened at.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import orjson
 from allocator.cel import CelEnvironment
 from extender.eviction import EvictionController, FakeClock, Ownership, Settings
 from extender.metrics import Metrics
-from tests.fakeapi import FakeApiServer, RequestInfo
+from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 from tracker.volumes import has_pvc_volumes
@@ -83,6 +84,31 @@ class Recorder:
         return out
 
 
+class CountedWrites:
+    """The controller's source, counting the calls under way: the writes a settled cluster has none of."""
+
+    def __init__(self, source: ApiSource) -> None:
+        self._source = source
+        self.under_way = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._source, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+            self.under_way += 1  # at the call, before any task created from it first runs
+            return self._answered(attr(*args, **kwargs))
+
+        return call
+
+    async def _answered(self, call: Coroutine[Any, Any, Any]) -> Any:
+        try:
+            return await call
+        finally:
+            self.under_way -= 1
+
+
 class Cluster:
     """The fake API server plus one running controller (restartable)."""
 
@@ -96,13 +122,15 @@ class Cluster:
         self.tasks: list[asyncio.Task] = []
         self.controller: EvictionController | None = None
         self.state: ClusterState | None = None
+        self.writes: CountedWrites | None = None
 
     async def start(self, *, mode: str = "delete", evict_upstream: bool = False) -> EvictionController:
         self.state = ClusterState(CelEnvironment())
         source = ApiSource(kubeconfig=str(self.kubeconfig))
         settings = Settings(mode=mode, ownership=Ownership(evict_upstream=evict_upstream), debounce=0.005)  # type: ignore[arg-type]
+        self.writes = CountedWrites(source)
         self.controller = EvictionController(
-            self.state, source, settings, is_leader=lambda: self.leading, clock=self.clock, metrics=Metrics()
+            self.state, self.writes, settings, is_leader=lambda: self.leading, clock=self.clock, metrics=Metrics()
         )
         self.tasks = [asyncio.create_task(source.run(self.state)), asyncio.create_task(self.controller.run())]
         for _ in range(500):
@@ -120,21 +148,37 @@ class Cluster:
         self.tasks = []
 
     async def settle(self, timeout: float = 10.0) -> None:
-        """Until the controller waits for the clock and the tracker has caught up with the server."""
+        """Until nothing is under way: the controller blocked on the clock with no tracker event
+        pending, none of its writes unanswered, and the tracker caught up with the server.
+
+        Each condition is a state, not a quiet period, so a fake second of leadership polling
+        costs a few event-loop turns instead of tens of milliseconds of real time. Two checks a
+        millisecond apart must agree, so a callback scheduled by the last answer has run too.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        quiet = 0
-        while quiet < 3:
-            await asyncio.sleep(0.02)
-            ctrl = self.controller
-            assert ctrl is not None
-            caught_up = self._caught_up()
-            quiet = quiet + 1 if ctrl.idle and not ctrl.woken and not ctrl.in_flight and caught_up else 0
+        steady = 0
+        while steady < 2:
+            await asyncio.sleep(0.001 if steady else 0)
+            steady = steady + 1 if self._settled() else 0
             if loop.time() > deadline:
+                ctrl = self.controller
+                assert ctrl is not None and self.writes is not None
                 raise TimeoutError(
-                    f"the controller did not settle: idle={ctrl.idle} dirty={ctrl.dirty} caught_up={caught_up} "
+                    f"the controller did not settle: idle={ctrl.idle} dirty={ctrl.dirty} woken={ctrl.woken} "
+                    f"in_flight={ctrl.in_flight} writes={self.writes.under_way} caught_up={self._caught_up()} "
                     f"next deadline in {(self.clock.next_deadline() or 0) - self.clock.now()} s"
                 )
+
+    def _settled(self) -> bool:
+        ctrl = self.controller
+        assert ctrl is not None and self.writes is not None
+        if not ctrl.idle or ctrl.woken or ctrl.in_flight or self.writes.under_way:
+            return False
+        # Blocked on the clock, not merely released by the last `advance_to` and yet to run:
+        # the controller always waits with a deadline (leadership is polled), in the future.
+        nxt = self.clock.next_deadline()
+        return nxt is not None and nxt > self.clock.now() and self._caught_up()
 
     def _caught_up(self) -> bool:
         """The tracker holds every object at the server's resourceVersion (the watch events are in)."""
@@ -145,6 +189,8 @@ class Cluster:
             ("ResourceSlice", "resource.k8s.io", "resourceslices"),
             ("DeviceTaintRule", "resource.k8s.io", "devicetaintrules"),
             ("DeviceTaintRule", CRD, "devicetaintrules"),
+            ("PersistentVolumeClaim", "", "persistentvolumeclaims"),  # the controller writes volume taints' timeAdded
+            ("PersistentVolume", "", "persistentvolumes"),
         ):
             want = {}
             for obj in self.api.list(plural, group=group or None):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from extender.eviction.clock import format_time, parse_time
+from kubesim.fakeapi import FakeApiError, FakeApiServer
 from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, node, rule, seed
-from tests.fakeapi import FakeApiError, FakeApiServer
 
 FOREVER = {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute"}
 

@@ -17,10 +17,12 @@ import pytest
 from allocator.cel import CelEnvironment
 from extender.eviction import EvictionController, Settings
 from extender.metrics import Metrics
+from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule, seed
-from tests.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
+
+pytestmark = pytest.mark.e2e  # seconds on the real clock, and timing-sensitive under load
 
 PODS = 60
 BURST = 10

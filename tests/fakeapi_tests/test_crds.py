@@ -27,9 +27,9 @@ from allocator.cel.cost import (
     schema_rule_costs,
 )
 from allocator.cel.engine import parse
-from tests.fakeapi import FakeApiServer
-from tests.fakeapi.crd import crd_errors
-from tests.fakeapi.server import SHIPPED_CRDS
+from kubesim.fakeapi import FakeApiServer
+from kubesim.fakeapi.crd import crd_errors
+from kubesim.fakeapi.server import SHIPPED_CRDS
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP = "resource.dra-extender.io"

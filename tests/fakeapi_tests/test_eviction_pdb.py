@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.fakeapi import FakeApiServer
+from kubesim.fakeapi import FakeApiServer
 
 
 def pod(name: str, app: str = "web") -> dict:

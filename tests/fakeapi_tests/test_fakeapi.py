@@ -25,7 +25,7 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.fakeapi import FakeApiError, FakeApiServer
+from kubesim.fakeapi import FakeApiError, FakeApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = "resource.dra-extender.io"
@@ -884,9 +884,29 @@ async def test_large_list_is_fast(api, kc):
     assert served < 5.0 and served_again < 2.5
 
 
+async def test_an_invalid_resource_slice_is_refused_with_the_parsers_reason(api, kc):
+    """A slice the parser refuses (more devices than a slice may hold) is a 422 naming the field, not a server error."""
+    devices = [{"name": f"gpu-{i}"} for i in range(200)]
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "too-big"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+    status, out = await raw(kc, "POST", "/apis/resource.k8s.io/v1/resourceslices", body=body)
+    assert status == 422 and out["reason"] == "Invalid", out
+    assert "spec.devices" in out["message"] and "Invalid value" in out["message"], out["message"]
+
+
 # ---------------------------------------------------------------------- subprocess mode
 
 
+@pytest.mark.e2e  # a subprocess
 def test_subprocess_mode(tmp_path):
     manifest = tmp_path / "cluster.yaml"
     manifest.write_text(
@@ -903,7 +923,7 @@ def test_subprocess_mode(tmp_path):
         [
             sys.executable,
             "-m",
-            "tests.fakeapi",
+            "kubesim.fakeapi",
             "--port",
             "0",
             "--kubeconfig-out",
@@ -1000,7 +1020,7 @@ def test_python_helpers_raise_api_errors():
 
 
 def test_patch_formats():
-    from tests.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+    from kubesim.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 
     doc = {"a": {"b": 1, "c": [1, 2]}, "conditions": [{"type": "A", "v": 1}, {"type": "B", "v": 2}], "finalizers": ["x"]}
     assert merge_patch(doc, {"a": {"b": None, "d": 2}, "conditions": [{"type": "C"}]}) == {
@@ -1041,7 +1061,7 @@ def test_patch_formats():
 
 
 def test_selector_grammar():
-    from tests.fakeapi.selectors import SelectorError, parse_field_selector, parse_label_selector
+    from kubesim.fakeapi.selectors import SelectorError, parse_field_selector, parse_label_selector
 
     obj = {"metadata": {"name": "n", "labels": {"a": "1", "b": "x"}}, "spec": {"unschedulable": True}}
     cases = {

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator.parse import parse_device_taint_rule, parse_pod, parse_resource_claim, parse_resource_slice, parse_resource_slice_patch
-from tests.fakeapi.crd import SchemaValidator, compile_rule
+from kubesim.fakeapi.crd import SchemaValidator, compile_rule
 from tracker import events as ev
 from tracker.manifest_load import TRACKED
 from tracker.manifest_source import ManifestSource

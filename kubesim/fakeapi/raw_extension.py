@@ -35,13 +35,13 @@ class _SpanDecoder(json.JSONDecoder):
 
         def parse_object(s_and_end: tuple[str, int], *args: Any) -> tuple[Any, int]:
             start = s_and_end[1] - 1  # the scanner has consumed the opening brace
-            obj, end = json.decoder.JSONObject(s_and_end, *args)
+            obj, end = json.decoder.JSONObject(s_and_end, *args)  # type: ignore[attr-defined]  # the pure-Python decoder's object hook: no stub
             self.spans[id(obj)] = (start, end)
             self.keep.append(obj)
             return obj, end
 
-        self.parse_object = parse_object  # type: ignore[assignment] - same call shape as JSONObject
-        self.scan_once = json.scanner.py_make_scanner(self)
+        self.parse_object = parse_object  # type: ignore[assignment]  # same call shape as JSONObject
+        self.scan_once = json.scanner.py_make_scanner(self)  # type: ignore[attr-defined]  # the pure-Python scanner: no stub
 
 
 def raw_parameters(body: bytes, plural: str) -> list[bytes] | None:

@@ -34,7 +34,7 @@ from allocator.cel.cost import (
 )
 from allocator.cel.engine import parse  # the engine's own parser
 from allocator.cel.interpret import INTERP_FUNCTIONS, interpreter  # and runner
-from tests.fakeapi.registry import STATUS, ResourceType
+from kubesim.fakeapi.registry import STATUS, ResourceType
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -278,12 +278,12 @@ class SchemaValidator:
                 errors.append(_invalid(name, value, f"{name} in body should have at least {schema['minProperties']} properties"))
             props = schema.get("properties") or {}
             additional = schema.get("additionalProperties")
-            olds = old if isinstance(old, dict) else {}
+            old_props = old if isinstance(old, dict) else {}
             for k, v in value.items():
                 if k in props:
-                    self._node(props[k], v, olds.get(k), f"{path}.{k}" if path else k, errors, rule_errors)
+                    self._node(props[k], v, old_props.get(k), f"{path}.{k}" if path else k, errors, rule_errors)
                 elif isinstance(additional, dict):
-                    self._node(additional, v, olds.get(k), f"{path}[{k}]", errors, rule_errors)
+                    self._node(additional, v, old_props.get(k), f"{path}[{k}]", errors, rule_errors)
 
     @staticmethod
     def _string(schema: dict[str, Any], value: str, name: str, errors: list[FieldError]) -> None:

@@ -25,7 +25,7 @@ resource=)`, `set_served(group, version=None, served=)`, `add_reactor(fn)`,
 `requests` / `requests_for(verb=, resource=)`, `open_watches`,
 `await wait_for_watches(n, resource=)`, `resource_version`, `state()`.
 
-Or as a subprocess for end-to-end tests: `python -m tests.fakeapi --port 0
+Or as a subprocess for end-to-end tests: `python -m kubesim.fakeapi --port 0
 --kubeconfig-out PATH [--load DIR_OR_FILE ...]` prints `{"url": ...}` when
 ready and takes the same controls over HTTP under `/_fake/` (state, faults,
 fail-next, compact, drop-watches, serve, requests, objects).
@@ -34,7 +34,7 @@ CustomResourceDefinitions are served from `apiextensions.k8s.io/v1` and
 refused as a real server refuses them (structural schema, rules that do not
 compile, rules over the CEL cost budget); a stored CRD serves its kind and
 every write of it is pruned and validated against the schema, CEL rules
-included (tests/fakeapi/crd.py). The chart's CRDs are installed at start
+included (kubesim/fakeapi/crd.py). The chart's CRDs are installed at start
 unless `crds=False` (`--no-crds`): then apply them yourself with
 `install_crd(crd)` or a POST, as `kubectl apply` does.
 
@@ -47,9 +47,9 @@ Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
 
 from __future__ import annotations
 
-from tests.fakeapi.registry import Registry, ResourceType, default_types
-from tests.fakeapi.server import FakeApiServer, Faults, RequestInfo, RequestRecord, iter_manifests
-from tests.fakeapi.store import ApiError
+from kubesim.fakeapi.registry import Registry, ResourceType, default_types
+from kubesim.fakeapi.server import FakeApiServer, Faults, RequestInfo, RequestRecord, iter_manifests
+from kubesim.fakeapi.store import ApiError
 
 FakeApiError = ApiError
 

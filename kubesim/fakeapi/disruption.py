@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tests.fakeapi.store import ApiError, Store, now_rfc3339
+from kubesim.fakeapi.store import ApiError, Store, now_rfc3339
 
 
 def selector_matches(selector: Any, labels: dict[str, str]) -> bool:

@@ -1,17 +1,18 @@
 """A fake Kubernetes API server over real HTTP (aiohttp), for tests of the production client path.
 
 Run it in the test's event loop (`async with FakeApiServer() as api:`) or as
-a subprocess (`python -m tests.fakeapi`). Clients reach it exactly as they
+a subprocess (`python -m kubesim.fakeapi`). Clients reach it exactly as they
 reach a real cluster: through a kubeconfig (`write_kubeconfig`), discovery,
 list/watch with resourceVersions, and writes; tests seed and inspect state
 with the Python helpers (privileged: they bypass HTTP validation and status
 isolation) and inject faults (errors, latency, dropped watches, compaction,
-API groups switched off). See `tests/fakeapi/__init__.py` for the overview.
+API groups switched off). See `kubesim/fakeapi/__init__.py` for the overview.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import gc
 import inspect
 import logging
@@ -28,12 +29,12 @@ import orjson
 import yaml
 from aiohttp import web
 
-from tests.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
-from tests.fakeapi.disruption import check_eviction, disruption_condition
-from tests.fakeapi.raw_extension import raw_parameters, stored_parameters
-from tests.fakeapi.registry import Registry, ResourceType, default_types
-from tests.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
-from tests.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
+from kubesim.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
+from kubesim.fakeapi.disruption import check_eviction, disruption_condition
+from kubesim.fakeapi.raw_extension import raw_parameters, stored_parameters
+from kubesim.fakeapi.registry import Registry, ResourceType, default_types
+from kubesim.fakeapi.selectors import SelectorError, both, parse_field_selector, parse_label_selector
+from kubesim.fakeapi.store import ApiError, Store, Stored, Watcher, invalid, not_found
 
 log = logging.getLogger("fakeapi")
 
@@ -483,7 +484,9 @@ class FakeApiServer:
     def clear_requests(self) -> None:
         self.requests.clear()
 
-    def requests_for(self, *, verb: str | None = None, resource: str | None = None, method: str | None = None) -> list[RequestRecord]:
+    def requests_for(
+        self, *, verb: str | None = None, resource: str | None = None, method: str | None = None
+    ) -> builtins.list[RequestRecord]:
         return [
             r
             for r in self.requests
@@ -723,8 +726,8 @@ class FakeApiServer:
             if verb == "deletecollection":
                 _, objs, _, _ = store.list(t, namespace=ns, match=match)
                 items = []
-                for s in objs:
-                    deleted, _ = store.delete(t, s.key[0], s.key[1], dry_run=dry_run)
+                for each in objs:
+                    deleted, _ = store.delete(t, each.key[0], each.key[1], dry_run=dry_run)
                     items.append(deleted)
                 return self._list_response(t, av, store.rv, items, None, None)
             try:
@@ -838,11 +841,11 @@ class FakeApiServer:
         meta = obj.get("metadata") or {}
         return (t.plural, meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "")
 
-    def _remember_parameters(self, t: ResourceType, stored: Stored, raw: list[bytes] | None) -> None:
+    def _remember_parameters(self, t: ResourceType, stored: Stored, raw: builtins.list[bytes] | None) -> None:
         if raw is not None:
             self._raw_parameters[self._parameters_key(t, stored.obj)] = raw
 
-    def _check_parameters(self, t: ResourceType, namespace: str | None, name: str, raw: list[bytes] | None) -> None:
+    def _check_parameters(self, t: ResourceType, namespace: str | None, name: str, raw: builtins.list[bytes] | None) -> None:
         """An update must send the immutable spec's RawExtensions byte for byte as stored."""
         current = self.store.lookup(t, namespace, name)
         if raw is None or current is None:

@@ -21,7 +21,9 @@ class SelectorError(ValueError):
 
 def _split_top(text: str) -> list[str]:
     """Split on commas outside parentheses."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1
@@ -48,6 +50,33 @@ def _value(text: str, selector: str) -> str:
     return text
 
 
+Labels = dict[str, str]
+
+
+def _in(k: str, vs: frozenset[str]) -> Callable[[Labels], bool]:
+    return lambda labels: k in labels and labels[k] in vs
+
+
+def _not_in(k: str, vs: frozenset[str]) -> Callable[[Labels], bool]:
+    return lambda labels: k not in labels or labels[k] not in vs
+
+
+def _equals(k: str, v: str) -> Callable[[Labels], bool]:
+    return lambda labels: labels.get(k) == v
+
+
+def _not_equals(k: str, v: str) -> Callable[[Labels], bool]:
+    return lambda labels: labels.get(k) != v
+
+
+def _present(k: str) -> Callable[[Labels], bool]:
+    return lambda labels: k in labels
+
+
+def _absent(k: str) -> Callable[[Labels], bool]:
+    return lambda labels: k not in labels
+
+
 def parse_label_selector(text: str | None) -> Matcher | None:
     """A predicate over an object's labels, or None to match everything."""
     if not text or not text.strip():
@@ -59,9 +88,9 @@ def parse_label_selector(text: str | None) -> Matcher | None:
             key, op = m.group(1), m.group(2)
             values = frozenset(_value(v.strip(), text) for v in m.group(3).split(",") if v.strip())
             if op == "in":
-                reqs.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
+                reqs.append(_in(key, values))
             else:
-                reqs.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+                reqs.append(_not_in(key, values))
             continue
         m = _OP_RE.match(part)
         if m:
@@ -69,9 +98,9 @@ def parse_label_selector(text: str | None) -> Matcher | None:
             if op in ("=", "==", "!="):
                 _value(value, text)
             if op in ("=", "=="):
-                reqs.append(lambda labels, k=key, v=value: labels.get(k) == v)
+                reqs.append(_equals(key, value))
             elif op == "!=":
-                reqs.append(lambda labels, k=key, v=value: labels.get(k) != v)
+                reqs.append(_not_equals(key, value))
             else:
                 try:
                     bound = int(value)
@@ -83,9 +112,9 @@ def parse_label_selector(text: str | None) -> Matcher | None:
         if m:
             key = m.group(2)
             if m.group(1):
-                reqs.append(lambda labels, k=key: k not in labels)
+                reqs.append(_absent(key))
             else:
-                reqs.append(lambda labels, k=key: k in labels)
+                reqs.append(_present(key))
             continue
         raise SelectorError(f"unable to parse requirement: {part!r}")
 

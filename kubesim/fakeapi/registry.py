@@ -19,7 +19,7 @@ META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
 # Hooks validating a write made over HTTP (Python-level helpers bypass them):
 # (old object or None, new object) -> error message for a 422 (or the field errors,
-# tests.fakeapi.crd.FieldError), or None. A hook may prune the new object in place.
+# kubesim.fakeapi.crd.FieldError), or None. A hook may prune the new object in place.
 Validator = Callable[[dict[str, Any] | None, dict[str, Any]], Any]
 
 
@@ -104,7 +104,7 @@ def _validate_resource_slice(old: dict[str, Any] | None, new: dict[str, Any]) ->
         parse_resource_slice(new)
         check_slice_limits("ResourceSlice", new)
     except ValidationError as e:
-        return f"{e.field}: Invalid value: {e.message}"
+        return f"{e.field}: Invalid value: {e.reason}"
     return None
 
 
@@ -142,7 +142,7 @@ def default_types(
     resource_versions: Iterable[str] = ("v1", "v1beta2"),
     device_taint_rule_versions: Iterable[str] = ("v1beta2", "v1alpha3"),
 ) -> list[ResourceType]:
-    """The built-in kinds dra-extender reads and writes; the project's own kinds come from its CRDs (tests/fakeapi/crd.py)."""
+    """The built-in kinds dra-extender reads and writes; the project's own kinds come from its CRDs (kubesim/fakeapi/crd.py)."""
     rv = tuple(resource_versions)
     dtr = tuple(device_taint_rule_versions)
     types = [

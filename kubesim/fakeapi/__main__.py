@@ -1,4 +1,4 @@
-"""Run the fake API server as a process: `python -m tests.fakeapi --port 0 --kubeconfig-out PATH`.
+"""Run the fake API server as a process: `python -m kubesim.fakeapi --port 0 --kubeconfig-out PATH`.
 
 Prints one JSON line (`{"url": ..., "kubeconfig": ..., "pid": ...}`) on
 stdout once it accepts connections, so a test can start it, read one line
@@ -16,7 +16,7 @@ import sys
 
 import orjson
 
-from tests.fakeapi.server import FakeApiServer
+from kubesim.fakeapi.server import FakeApiServer
 
 
 def _versions(text: str) -> tuple[str, ...]:
@@ -24,7 +24,7 @@ def _versions(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tests.fakeapi", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m kubesim.fakeapi", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
     p.add_argument("--kubeconfig-out", help="write a kubeconfig for the server here")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import builtins
 import copy
 import re
 import secrets
@@ -32,9 +33,9 @@ from typing import Any
 
 import orjson
 
-from tests.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from tests.fakeapi.registry import Registry, ResourceType
-from tests.fakeapi.selectors import Matcher
+from kubesim.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from kubesim.fakeapi.registry import Registry, ResourceType
+from kubesim.fakeapi.selectors import Matcher
 
 ObjKey = tuple[str, str]  # (namespace or "", name)
 
@@ -819,7 +820,7 @@ class Store:
         if ws is not None:
             ws.discard(w)
 
-    def all_watchers(self) -> list[Watcher]:
+    def all_watchers(self) -> builtins.list[Watcher]:
         return [w for ws in self.watchers.values() for w in ws]
 
     def drop_watches(self, *, abrupt: bool = True, keys: Iterable[tuple[str, str]] | None = None, version: str | None = None) -> int:

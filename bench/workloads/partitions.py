@@ -1,0 +1,60 @@
+"""Partitions: partitionable GPUs on shared counters beside the same devices without counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.workloads.cluster import DRIVER, SPECS, PodClaim, base_objects, node_name
+from bench.workloads.runs import Config, run_modes, target
+from kubesim.objects import GPU_GI, PARTITIONS_GI, node_slice, partitioned_slices
+
+
+def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
+    """500 nodes x 8 GPUs x 7 partitions drawing on per-GPU shared counters, beside the same 56 devices per node without counters.
+
+    Both clusters take the same measured pods (one device each, from one
+    template) with the same driver in the same run; the partitioned one must
+    keep filter p99 <= 10 ms and pods/s within 10 % of the plain one.
+    """
+    nodes, gpus = 500, 8
+    per_node = gpus * len(PARTITIONS_GI)
+    measured = cfg.n(1000, 200)
+    names = [node_name(i) for i in range(nodes)]
+    out: dict[str, Any] = {
+        "workload": {
+            "nodes": nodes,
+            "gpus_per_node": gpus,
+            "partitions_per_gpu": len(PARTITIONS_GI),
+            "partition_sizes_gi": list(PARTITIONS_GI),
+            "counter_set_gi": GPU_GI,
+            "measured_pods": measured,
+            "claim_spec": SPECS["template"],
+        },
+        "targets": [],
+    }
+    print(f"  Partitions: {nodes} nodes x {gpus} GPUs x {len(PARTITIONS_GI)} partitions, {measured} pods", flush=True)
+    for variant in ("plain", "partitioned"):
+        objs = base_objects(0, 0)
+        for i in range(nodes):
+            node = node_name(i)
+            objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+            if variant == "plain":
+                objs.append(node_slice(node, DRIVER, [{"name": f"instance-{j}"} for j in range(per_node)]))
+            else:
+                objs += partitioned_slices(node, DRIVER, gpus)
+        pcs = [PodClaim(k, "template") for k in range(measured)]
+        for pc in pcs:
+            objs += pc.objects()
+        pods = [pc.pod() for pc in pcs]
+        out[variant] = run_modes(cfg, tmp, f"Partitions-{variant}", objs, pods, names)
+    for mode in cfg.modes:
+        plain, part = out["plain"][mode], out["partitioned"][mode]
+        ratio = round(part["pods_per_s"] / plain["pods_per_s"], 3) if plain["pods_per_s"] else None
+        out["partitioned"][mode]["ratio_to_plain"] = ratio
+        p99 = part["latency_ms"]["filter"]["p99"]
+        out["targets"].append(target("filter p99 <= 10 ms (partitioned)", p99, 10, p99 <= 10, "ms", mode))
+        out["targets"].append(
+            target("pods/s >= 0.9 x the same cluster without partitions", ratio, 0.9, ratio is not None and ratio >= 0.9, "x", mode)
+        )
+    return out
