@@ -32,7 +32,7 @@ from allocator.cel import CelEnvironment
 from extender import wire
 from extender.metrics import Metrics
 from extender.service import Service
-from tests.source_fakes import NullSource
+from kubesim.null_source import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
 from tracker.timestamps import rfc3339
@@ -105,7 +105,7 @@ async def measure(service: Service, body: bytes, calls: int) -> tuple[list[float
         start, start_cpu = time.perf_counter(), time.thread_time()
         args = wire.parse_extender_args(body)
         passed, failed = await service.filter(args)
-        wire.filter_result(args, passed, failed)
+        wire.filter_result(args, passed, unresolvable=failed)
         cpu.append((time.thread_time() - start_cpu) * 1000)
         wall.append((time.perf_counter() - start) * 1000)
     return wall, cpu

@@ -20,7 +20,7 @@ from allocator.parse import parse_pod
 from extender.metrics import Metrics
 from extender.service import Service
 from extender.wire import parse_extender_args
-from tests.source_fakes import NullSource
+from kubesim.null_source import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.bench_scale5k_cpu import MemorySource
-from tests.source_fakes import NullSource
+from kubesim.null_source import NullSource
 from tests.tracker.test_leadership import LeaseSource
 from tracker.api_source import ApiSource
 from tracker.discovery import Transport

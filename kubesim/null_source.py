@@ -1,4 +1,4 @@
-"""Sources with nothing behind them, for tests that build a Service but never bind through it.
+"""A source with nothing behind it, for tests and benches that build a Service but never bind through it.
 
 Each satisfies the narrow protocol it is passed as (tracker/source.py);
 tests/tracker/test_source_protocols.py has mypy check that.
