@@ -23,7 +23,7 @@ test: lint
 
 # In-process tests (no dra-extender or fake API server subprocess, no kube-scheduler model, no real-clock rate): under a minute.
 test-fast: $(VENV)/.installed
-	$(BIN)/python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
+	DRA_TEST_TIER=fast $(BIN)/python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
 
 # Style and layering, also run by `make test` (and by pre-commit: .pre-commit-config.yaml).
 lint: $(VENV)/.installed

@@ -10,6 +10,7 @@ from allocator.cel import CelEnvironment
 from allocator.tolerations import untolerated_blocking_taints
 from allocator.types import ALLOCATION_RESULTS_MAX_SIZE, MODE_ALL, DeviceID, Node
 from tests.allocator.builders import DRIVER, claim, dev, device_class, slice_, taint, view
+from tests.tiers import examples
 
 NODE = Node("node-1")
 KEYS = ["a", "b", "gpu.example.com/xid"]
@@ -60,7 +61,7 @@ def scenario(draw):
     return slices, claims, allocated
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario())
 def test_allocation_invariants(data) -> None:
     slices, claims, allocated = data

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from allocator.cel import CelCompileError, CelEnvironment, CelRuntimeError, CompiledSelector
 from allocator.quantity import Quantity, parse_quantity
 from allocator.semver import Semver, parse_semver
+from tests.tiers import examples
 
 BACKENDS = ["compiled", "interpreted"]
 _keys = itertools.count()
@@ -631,7 +632,7 @@ def _kind_of(outcome: bool | Err | Compile) -> object:
     return outcome if isinstance(outcome, bool) else type(outcome)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(EXPRESSIONS, TYPED_SELECTORS))
 def test_fuzz_compiled_and_interpreted_agree(expression: str) -> None:
     """Differential check: both runners give the same answer (or both fail) for any expression."""
@@ -644,7 +645,7 @@ def test_fuzz_compiled_and_interpreted_agree(expression: str) -> None:
     assert _kind_of(outcomes["compiled"]) == _kind_of(interpreted), (expression, outcomes)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.text(max_size=60), st.text(alphabet=CEL_ALPHABET, max_size=80)))
 def test_fuzz_random_text_raises_only_cel_errors(expression: str) -> None:
     for env in _ENVS.values():
@@ -678,7 +679,7 @@ _DEVICE_SELECTORS = [
 ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     driver=st.one_of(st.text(max_size=10), st.none(), st.integers()),
     attributes=st.dictionaries(_NAMES, _VALUES, max_size=6),

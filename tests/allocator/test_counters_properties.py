@@ -20,6 +20,7 @@ from allocator.cel import CelEnvironment
 from allocator.parse import parse_resource_slice
 from allocator.types import DeviceID, Node
 from tests.allocator.builders import claim, device_class, view
+from tests.tiers import examples
 from tracker.ledger import AllocationLedger
 
 D = "gpu.example.com"
@@ -94,7 +95,7 @@ def _claim(i: int, count: int, memory: int | None):
     return claim(f"c{i}", {"name": "r", "exactly": exactly})
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cluster())
 def test_counters_and_capacity_never_over_committed(data) -> None:
     raw_slices, ops = data

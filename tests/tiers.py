@@ -1,0 +1,15 @@
+"""How much a property test draws in each tier.
+
+`make test-fast` sets DRA_TEST_TIER=fast: property tests draw a quarter of
+their examples there, so the fast tier stays under a minute; `make test` (and
+CI) draw them all.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def examples(full: int) -> int:
+    """`full` in the whole suite; a quarter of it (at least 25) in the fast tier."""
+    return max(25, full // 4) if os.environ.get("DRA_TEST_TIER") == "fast" else full
