@@ -112,6 +112,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()} (Python {sys.version.split()[0]})")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the extender verbs (filter, prioritize, bind)")
+    # In this order: it is the order of `serve --help` (and of docs/reference.md).
+    for add in (
+        _add_source_flags,
+        _add_listen_and_log_flags,
+        _add_leadership_flags,
+        _add_wait_flags,
+        _add_feature_flags,
+        _add_offer_and_eviction_flags,
+        _add_limit_flags,
+    ):
+        add(serve)
+    from extender.webhook import add_parser as add_webhook_parser
+
+    add_webhook_parser(sub, parse_hostport)
+    return parser
+
+
+def _add_source_flags(serve: argparse.ArgumentParser) -> None:
+    """Where the cluster comes from."""
     src = serve.add_mutually_exclusive_group()
     src.add_argument("--source", metavar="DIR", help="a directory of Kubernetes manifests instead of a cluster")
     src.add_argument(
@@ -120,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="kubeconfig of the cluster to serve (default: in-cluster if in a pod, else $KUBECONFIG, ~/.kube/config)",
     )
     src.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+
+
+def _add_listen_and_log_flags(serve: argparse.ArgumentParser) -> None:
+    """Where the endpoints are served, and how the process logs."""
     serve.add_argument(
         "--listen",
         default="127.0.0.1:8888",
@@ -141,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="info",
         help="debug adds every /filter decision with its per-node reasons (default %(default)s)",
     )
+
+
+def _add_leadership_flags(serve: argparse.ArgumentParser) -> None:
+    """Which replica writes: its own Lease, or the co-located kube-scheduler's."""
     lead = serve.add_mutually_exclusive_group()
     lead.add_argument("--leader-elect", action="store_true", help="take the Lease dra-extender in the pod's namespace")
     lead.add_argument(
@@ -155,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the co-located kube-scheduler's KubeSchedulerConfiguration: follow the Lease its leaderElection names "
         "(kube-scheduler's defaults kube-system/kube-scheduler filled in; always leader if leaderElect is false)",
     )
+
+
+def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
+    """The time budgets of /bind and the waits of /filter."""
     serve.add_argument(
         "--bind-timeout",
         type=_seconds,
@@ -179,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a /filter waits for a claim kube-controller-manager has not created from its template yet "
         "(0 rejects at once; default %(default)s)",
     )
+
+
+def _add_feature_flags(serve: argparse.ArgumentParser) -> None:
+    """The DRA feature gates, to be set as the cluster's kube-scheduler has them."""
     beta = serve.add_argument_group(
         "Kubernetes 1.36 beta DRA features (set each as the cluster's kube-scheduler has its feature gate; on by default, as in 1.36)"
     )
@@ -217,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
         "(default %(default)s)",
     )
+
+
+def _add_offer_and_eviction_flags(serve: argparse.ArgumentParser) -> None:
+    """How many nodes /filter offers, and the NoExecute eviction controller."""
     serve.add_argument(
         "--offer-nodes",
         type=_count,
@@ -235,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete pods as upstream's taint manager does, or evict them through the Eviction API, which honours "
         "PodDisruptionBudgets (default %(default)s)",
     )
+
+
+def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
+    """Limits against hostile input and outages."""
     hard = serve.add_argument_group("limits (hostile input and outages)")
     hard.add_argument(
         "--allow-non-loopback-listen",
@@ -284,10 +327,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",
     )
-    from extender.webhook import add_parser as add_webhook_parser
-
-    add_webhook_parser(sub, parse_hostport)
-    return parser
 
 
 def features_from(args: argparse.Namespace) -> Features:
