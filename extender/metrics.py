@@ -44,8 +44,22 @@ def served_api_versions() -> str:
 class Metrics:
     def __init__(self, version: str = "unknown") -> None:
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds, start time
+        # In this order: it is the order of /metrics.
+        self._declare_build_info(version)
+        self._declare_verbs()
+        self._declare_waits()
+        self._declare_cel()
+        self._declare_evictions()
+        self._declare_health()
+        self._verb = {
+            v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
+            for v in ("filter", "prioritize", "bind")
+        }
+
+    def _declare_build_info(self, version: str) -> None:
+        """Which build this is: version, Python, the API versions read."""
         r = self.registry
-        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds, start time
         self.build_info = Gauge(
             "dra_extender_build_info",
             "Always 1: the extender's version, its Python, and the Kubernetes API versions it reads.",
@@ -53,6 +67,10 @@ class Metrics:
             registry=r,
         )
         self.build_info.labels(version, platform.python_version(), served_api_versions()).set(1)
+
+    def _declare_verbs(self) -> None:
+        """The verbs, their outcomes, and what the tracker holds."""
+        r = self.registry
         self.requests = Counter("dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=r)
         self.latency = Histogram(
             "dra_extender_request_duration_seconds",
@@ -89,6 +107,10 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+
+    def _declare_waits(self) -> None:
+        """The waits of /filter and the nudges that requeue pods."""
+        r = self.registry
         self.placement_wait = Histogram(
             "dra_extender_placement_wait_seconds",
             "How long a /filter waited for the /bind of pods placed before it (the scheduler binds asynchronously).",
@@ -121,6 +143,10 @@ class Metrics:
             ["result"],
             registry=r,
         )
+
+    def _declare_cel(self) -> None:
+        """The CEL cache and evaluations; every labelled series exists from the start."""
+        r = self.registry
         self.cel_counters = {
             "lookups": Counter(
                 "dra_extender_cel_cache_lookups",
@@ -147,6 +173,10 @@ class Metrics:
                 self.cel_counters[name].labels(*labels)
         self.cel_cached_devices = Gauge("dra_extender_cel_cache_devices", "Devices with cached CEL results.", registry=r)
         self.cel_cached_results = Gauge("dra_extender_cel_cache_results", "Cached CEL results (device x expression).", registry=r)
+
+    def _declare_evictions(self) -> None:
+        """NoExecute and NoUse evictions, and volume rejections."""
+        r = self.registry
         self.eviction_deletions = Counter(
             "dra_extender_eviction_pod_deletions",
             "Pods deleted or evicted for NoExecute device taints, by rule (or slice) and result.",
@@ -172,6 +202,10 @@ class Metrics:
             registry=r,
         )
         self.evictions_pending = Gauge("dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r)
+
+    def _declare_health(self) -> None:
+        """The event loop and each kind's freshness."""
+        r = self.registry
         self.loop_stall = Gauge(
             "dra_extender_event_loop_stall_seconds",
             "Seconds since the main event loop last turned (beyond its heartbeat period); /livez fails past the threshold.",
@@ -202,10 +236,6 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self._verb = {
-            v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
-            for v in ("filter", "prioritize", "bind")
-        }
 
     def observe(self, verb: str, seconds: float, ok: bool) -> None:
         hist, good, bad = self._verb[verb]
