@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,7 +120,7 @@ class Binder:
         # seen, and those this process wrote, so an allocation made by anyone else can be named.
         self._seen_allocations: dict[str, frozenset[DeviceID]] = {}
         self._own_allocations: set[tuple[str, frozenset[DeviceID]]] = set()
-        state.listeners.append(self._watch_allocations)
+        state.subscribe(self._watch_allocations)
 
     # ------------------------------------------------------------------ entry point
 
@@ -231,7 +231,7 @@ class Binder:
             claims,
             self.state.slices_for_node(node_name),
             self.state.classes,
-            self.state.ledger,
+            self.state.allocated_state,
             self.state.device,
             timestamp=rfc3339(),
             pool_slices=self.state.pool_slices,
@@ -239,7 +239,7 @@ class Binder:
         if not outcome.ok:
             self.metrics.binds.labels("unschedulable").inc()
             raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
-        hold = self.state.ledger.reserve_results(outcome.allocations)
+        hold = self.state.reserve(outcome.allocations)
         self.metrics.inflight.set(len(self.state.inflight))
         return claims, dict(outcome.allocations), hold, extended
 
@@ -606,7 +606,7 @@ class Binder:
             if e.status != 404:
                 log.error("could not delete the extended-resource claim of a failed bind", extra={"claim": record.key, "err": e.message})
 
-    async def _drop_finalizer(self, raw: dict[str, Any]) -> None:
+    async def _drop_finalizer(self, raw: Mapping[str, Any]) -> None:
         """A claim without an allocation no longer needs delete protection (as upstream's Unreserve)."""
         meta = raw.get("metadata") or {}
         finalizers = meta.get("finalizers") or []
@@ -655,7 +655,7 @@ def _allocation_devices(allocation: dict[str, Any]) -> frozenset[DeviceID]:
     return frozenset(DeviceID(str(r.get("driver")), str(r.get("pool")), str(r.get("device"))) for r in results if isinstance(r, dict))
 
 
-def _rv(raw: dict[str, Any]) -> int:
+def _rv(raw: Mapping[str, Any]) -> int:
     """resourceVersion as an integer, for one order only: our own write against a late watch event.
 
     The API contract makes resourceVersion opaque (compare for equality), and
@@ -674,5 +674,5 @@ def _rv(raw: dict[str, Any]) -> int:
         return 0
 
 
-def _rv_str(raw: dict[str, Any]) -> str:
+def _rv_str(raw: Mapping[str, Any]) -> str:
     return str((raw.get("metadata") or {}).get("resourceVersion") or "")

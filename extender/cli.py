@@ -359,10 +359,10 @@ async def serve(args: argparse.Namespace) -> int:
         events.problem(problem)
 
     state = ClusterState(cel, on_problem=on_problem)
-    state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
+    state.subscribe(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
     from extender.logs import device_change_logger
 
-    state.listeners.append(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
+    state.subscribe(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
     leadership = None
     is_leader = lambda: True  # noqa: E731 - single replica / --source: always leader
     if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config:

@@ -29,6 +29,7 @@ from allocator.tolerations import blocks_allocation
 from allocator.types import Node, Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message, readiness, worst
+from extender.debug_views import device_page, objects_snapshot
 from extender.metrics import Metrics
 from extender.outcomes import OutcomeCache
 from extender.placements import Placement, PlacementGate
@@ -129,7 +130,7 @@ class Service:
         self._memory_claims: dict[str, ResourceClaim] = {}
         self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self._claims_changed = asyncio.Event()
-        state.listeners.append(self._notice_claims)
+        state.subscribe(self._notice_claims)
         self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
         self._scored: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
 
@@ -145,8 +146,42 @@ class Service:
             self._claims_changed.set()
 
     def _check_ready(self) -> None:
-        if not self.state.ready:
-            raise NotReady(f"not ready: waiting for the initial state of {', '.join(self.state.missing())}")
+        waiting = self.not_ready()
+        if waiting is not None:
+            raise NotReady(waiting)
+
+    # ------------------------------------------------------------------ what the HTTP edge asks (it never reads the state)
+
+    @property
+    def ready(self) -> bool:
+        return self.state.ready
+
+    def not_ready(self) -> str | None:
+        """Why verbs cannot be answered yet (the initial state of some kinds is missing), or None."""
+        if self.state.ready:
+            return None
+        return f"not ready: waiting for the initial state of {', '.join(self.state.missing())}"
+
+    def refresh_gauges(self) -> None:
+        """On the main loop: the gauges that read the tracker's state."""
+        self.metrics.leader.set(1 if self.is_leader() else 0)
+        for k, v in self.state.device_state_counts().items():
+            self.metrics.devices.labels(k).set(v)
+        stats = getattr(self.state.cel, "stats", None)
+        if isinstance(stats, dict):
+            self.metrics.set_cel_stats(stats)
+
+    def bind_decided(self, pod_uid: str) -> None:
+        """A /bind that cannot be read is decided too: later filters must not wait for it."""
+        self.placements.decided(pod_uid)
+
+    def debug_devices(self, node: str, driver: str, pool: str, tainted: str, limit: int, cont: str) -> dict[str, object]:
+        """/debug/devices: one page of the patched device view."""
+        return device_page(self.state, node, driver, pool, tainted, limit, cont)
+
+    def debug_objects(self) -> dict[str, Any]:
+        """/debug/objects: the resourceVersion of every object in the view."""
+        return objects_snapshot(self.state)
 
     def _parse_pod(self, raw: dict[str, Any]) -> Pod:
         try:

@@ -6,7 +6,8 @@ attributes and the rules' taints applied (tracker/patched_view.py), kept
 current by recomputing only the devices a change can touch (indexes by
 driver, pool and device, with wildcards), and the class selectors warmed
 in the CEL cache on the event loop rather than on the scheduler's clock.
-Built on the object store (tracker/store.py).
+A part of tracker/state.py's ClusterState: it shares the ledger, the change
+log and the problem reporter with the object store (tracker/store.py).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ from allocator.types import (
     ResourceSlicePatch,
 )
 from tracker import events as ev
+from tracker.ledger import AllocationLedger
 from tracker.patched_view import SelectorContext, effective_view
-from tracker.resources import REQUIRED_KINDS
-from tracker.store import Handler, ObjectStore, Problem
+from tracker.store import ChangeLog, Handler, Problem
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -115,18 +116,26 @@ def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, s
     return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
 
 
-class DeviceViews(ObjectStore):
-    """The store plus every device's patched view, indexed by node, slice and (driver, pool, device)."""
+class DeviceViews:
+    """Every device's patched view, indexed by node, slice and (driver, pool, device); a part of ClusterState."""
 
     def __init__(
         self,
         cel: SelectorEngine[Any],
+        ledger: AllocationLedger,
+        changes: ChangeLog,
+        report: Callable[[Problem], None],
         *,
-        required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
-        on_problem: Callable[[Problem], None] | None = None,
+        release: Callable[[ev.ObjectEvent], None],
+        started: Callable[[], bool],
     ) -> None:
-        super().__init__(required=required, on_problem=on_problem)
+        """`release` tells the listeners of an event held back (see `hold_back`); `started`: some kind has its initial state."""
         self.cel = cel
+        self._ledger = ledger
+        self._changes = changes
+        self._report = report
+        self._release = release
+        self._started = started
         self.classes: dict[str, DeviceClass] = {}
         self.slices: dict[str, ResourceSlice] = {}
         self.rules: dict[tuple[str, str], DeviceTaintRule] = {}  # (group, name)
@@ -161,7 +170,7 @@ class DeviceViews(ObjectStore):
     # ------------------------------------------------------------------ allocation state per node
 
     def _slice_changed(self, node_name: str | None) -> None:
-        self._changed(node_name)
+        self._changes.changed(node_name)
 
     def _pool_changed(self, s: ResourceSlice) -> None:
         """A slice changed: the nodes whose verdicts may depend on it must decide again.
@@ -198,7 +207,8 @@ class DeviceViews(ObjectStore):
             nodes.add(also)
         return sorted(nodes)
 
-    def _device_changed(self, did: DeviceID) -> None:
+    def device_changed(self, did: DeviceID) -> None:
+        """A device was allocated, freed, reserved or released: its node (or its pool's nodes) must decide again."""
         name = self._device_slice.get(did)
         s = self.slices.get(name) if name is not None else None
         node = s.node_name if s is not None else None
@@ -212,7 +222,7 @@ class DeviceViews(ObjectStore):
             self._track_taken(node, did)
 
     def _track_taken(self, node: str, did: DeviceID) -> None:
-        if self.ledger.is_taken(did):
+        if self._ledger.is_taken(did):
             self._taken_local[node].add(did)
         else:
             taken = self._taken_local.get(node)
@@ -226,32 +236,39 @@ class DeviceViews(ObjectStore):
         taken = self._taken_local.get(node_name)
         return len(taken) if taken else 0
 
-    # ------------------------------------------------------------------ the store's hooks
+    # ------------------------------------------------------------------ what ClusterState asks of its parts
 
-    @property
-    def ready(self) -> bool:
-        """Every required kind listed and, the first time, the views those lists ask for computed
-        (a rule listed after the slices must taint them before the first /filter); later
-        recomputes are lag, as a watch event's is."""
-        if not super().ready:
-            return False
+    def handles(self, kind: str) -> bool:
+        return kind in self._handlers
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        """Apply one event of a kind these views `handle` (raises ValidationError for an invalid object)."""
+        self._handlers[event.kind](self, event)
+
+    def views_ready(self) -> bool:
+        """Asked once every required kind is listed: the first time, the views those lists ask for
+        must be computed (a rule listed after the slices must taint them before the first /filter);
+        later recomputes are lag, as a watch event's is."""
         if not self._views_ready:
             if self._pending_recompute:
                 return False
             self._views_ready = True
         return True
 
-    def _notify(self, event: ev.ObjectEvent) -> None:
+    def hold_back(self, event: ev.ObjectEvent) -> bool:
+        """Whether the listeners hear of `event` later, through `release`.
+
+        Listeners (the eviction controller) read the views this event changes: they hear
+        of it once those are computed, after the events held before it.
+        """
         if self._deferring or (self._held_events and event.kind in _RECOMPUTING):
-            # Listeners (the eviction controller) read the views this event changes: they hear
-            # of it once those are computed, after the events held before it.
             self._deferring = False
             self._held_events.append(event)
-            return
-        super()._notify(event)
+            return True
+        return False
 
-    def _became_ready(self) -> None:
-        # Classes may have arrived after the slices: warm what is still cold.
+    def warm_all(self) -> None:
+        """Every required kind has its initial state: classes may have arrived after the slices, warm what is still cold."""
         self._warm(self.devices.values(), self.classes.values())
 
     def _store(self, kind: str) -> Mapping[str, Any]:
@@ -261,23 +278,21 @@ class DeviceViews(ObjectStore):
             return self.slices
         if kind == ev.RESOURCE_SLICE_PATCH:
             return self.patches
-        return super()._store(kind)
+        return {}
 
-    def _keys_of(self, kind: str, group: str) -> set[str]:
+    def keys_of(self, kind: str, group: str) -> set[str]:
         if kind == ev.DEVICE_TAINT_RULE:
             return {name for (g, name) in self.rules if g == group}
-        return super()._keys_of(kind, group)
+        return set(self._store(kind))
 
-    def _holds(self, kind: str, group: str, key: str) -> bool:
+    def holds(self, kind: str, group: str, key: str) -> bool:
         if kind == ev.DEVICE_TAINT_RULE:
             return (group, key) in self.rules
-        return super()._holds(kind, group, key)
+        return key in self._store(kind)
 
-    def _uid_of(self, kind: str, group: str, name: str) -> str:
-        if kind == ev.DEVICE_TAINT_RULE:
-            rule = self.rules.get((group, name))
-            return rule.meta.uid if rule is not None else ""
-        return super()._uid_of(kind, group, name)
+    def uid_of(self, kind: str, group: str, name: str) -> str:
+        held: Any = self.rules.get((group, name)) if kind == ev.DEVICE_TAINT_RULE else self._store(kind).get(name)
+        return held.meta.uid if held is not None else ""
 
     # ------------------------------------------------------------------ per-kind handlers
 
@@ -287,12 +302,12 @@ class DeviceViews(ObjectStore):
 
     def _selector_context(self) -> SelectorContext:
         def report(kind: str, group: str, name: str, message: str) -> None:
-            self.report(Problem(kind, group, name, message))
+            self._report(Problem(kind, group, name, message))
 
         return SelectorContext(self.cel, self.classes, report)
 
     def _on_class(self, event: ev.ObjectEvent) -> None:
-        self._changed(None)
+        self._changes.changed(None)
         if event.type == "DELETED":
             self.classes.pop(event.key, None)
         else:
@@ -302,8 +317,8 @@ class DeviceViews(ObjectStore):
                 try:
                     self.cel.compile(expression)
                 except ValueError as e:
-                    self.report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
-            if self.synced:
+                    self._report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
+            if self._started():
                 self._warm(self.devices.values(), [device_class])
         # Rules and patches that select by this class see a different set now.
         affected: set[DeviceID] = set()
@@ -480,7 +495,6 @@ class DeviceViews(ObjectStore):
         self._recompute_devices(affected)
 
     _handlers: ClassVar[dict[str, Handler]] = {
-        **ObjectStore._handlers,
         ev.DEVICE_CLASS: _on_class,
         ev.RESOURCE_SLICE: _on_slice,
         ev.DEVICE_TAINT_RULE: _on_rule,
@@ -660,7 +674,7 @@ class DeviceViews(ObjectStore):
                     if not self._pending_recompute:
                         held, self._held_events = self._held_events, []
                         for event in held:
-                            ObjectStore._notify(self, event)
+                            self._release(event)
                     await asyncio.sleep(0)
                     continue
                 devices, classes = self._warm_queue.popleft()
@@ -792,6 +806,11 @@ class DeviceViews(ObjectStore):
     def device(self, did: DeviceID) -> DeviceView | None:
         return self.devices.get(did)
 
+    def slice_of(self, did: DeviceID) -> ResourceSlice | None:
+        """The slice a device is published in, as the driver wrote it."""
+        name = self._device_slice.get(did)
+        return self.slices.get(name) if name is not None else None
+
     def sharing(self, did: DeviceID) -> dict[str, Any]:
         """What a device's counters and shares look like now, for /debug/devices and kubectl dra devices.
 
@@ -806,14 +825,14 @@ class DeviceViews(ObjectStore):
         if view.consumes_counters:
             views = self.pool_slices(did.driver, did.pool)
             sets = {cs.name: cs.counters for v in views for cs in v.shared_counters}
-            left = CounterTally(self.ledger).available(did.pool, sets, views)
+            left = CounterTally(self._ledger).available(did.pool, sets, views)
             out["consumesCounters"] = {u.counter_set: {k: str(q) for k, q in u.counters.items()} for u in view.consumes_counters}
             out["countersLeft"] = {
                 u.counter_set: {k: format_quantity(v) for k, v in left.get(u.counter_set, {}).items()} for u in view.consumes_counters
             }
         if view.allow_multiple_allocations:
-            consumed = self.ledger.consumed_capacity(did) or {}
-            out["shares"] = dict(sorted(self.ledger.shares(did).items()))
+            consumed = self._ledger.consumed_capacity(did) or {}
+            out["shares"] = dict(sorted(self._ledger.shares(did).items()))
             out["capacityLeft"] = {
                 k: format_quantity(q.value - (consumed[k].value if k in consumed else 0)) for k, q in sorted(view.capacity.items())
             }
@@ -826,7 +845,7 @@ class DeviceViews(ObjectStore):
     def device_state_counts(self) -> dict[str, int]:
         counts = {"free": 0, "allocated": 0, "tainted": 0}
         for did, view in self.devices.items():
-            if did in self.allocated:
+            if did in self._ledger.allocated:
                 counts["allocated"] += 1
             elif any(blocks_allocation(t) for t in view.taints):
                 counts["tainted"] += 1

@@ -116,7 +116,7 @@ class EvictionController:
         self._volume_seen: dict[tuple[str, str, str], float] = {}
         self._volume_stamps: dict[tuple[str, str], str] = {}
         self._announced: set[tuple[str, str, str]] = set()
-        state.listeners.append(self._on_event)
+        state.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ intake
 
