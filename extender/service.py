@@ -10,7 +10,6 @@ under one lock and writes concurrently (`binder.py`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from allocator.pod_claims import TEMPLATE, claim_refs
 from allocator.tolerations import blocks_allocation
 from allocator.types import Node, Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
-from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message, readiness, worst
+from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message
 from extender.debug_views import device_page, objects_snapshot
 from extender.metrics import Metrics
 from extender.outcomes import OutcomeCache
@@ -260,10 +259,9 @@ class Service:
                 await asyncio.wait_for(self._claims_changed.wait(), left)
             except TimeoutError:
                 break
-            fresh = self.state.raw_pods.get(pod.key)
-            if fresh is not None and (fresh.get("metadata") or {}).get("uid") == pod.meta.uid:
-                with contextlib.suppress(ValidationError):
-                    pod = parse_pod(fresh)  # the controller may have written resourceClaimStatuses
+            fresh = self.state.pods.get(pod.key)
+            if fresh is not None and pod.meta.uid and fresh.meta.uid == pod.meta.uid:
+                pod = fresh  # the controller may have written resourceClaimStatuses
             claims, problem = self._claims_for(pod)
         self.metrics.claim_wait.labels("arrived" if problem is None else "missing").observe(time.monotonic() - start)
         return claims, problem
@@ -283,8 +281,7 @@ class Service:
         requeues it. A failure or timeout deallocates (in the background), and
         that claim update requeues the pod for a fresh allocation.
         """
-        states = [readiness(c, self.state.raw_claims.get(c.key), timeout=self.binder.binding_timeout) for c in waiting]
-        bad = worst(states)
+        bad = self.binder.binding_readiness(waiting)
         if bad is None:
             return None
         if bad.state == PENDING:

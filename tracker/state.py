@@ -46,6 +46,7 @@ from allocator.types import (
     ResourceSlicePatch,
 )
 from tracker import events as ev
+from tracker.claim_status import ClaimStatus
 from tracker.device_views import DeviceViews
 from tracker.ledger import AllocationLedger, Reservation
 from tracker.resources import REQUIRED_KINDS
@@ -257,6 +258,10 @@ class ClusterState:
     def claims(self) -> Mapping[str, ResourceClaim]:
         return self._ro_claims
 
+    def claim_status(self, key: str) -> ClaimStatus | None:
+        """What writing the claim back needs (its version, finalizers, reservations) and its devices' conditions."""
+        return self._store.claim_statuses.get(key)
+
     @property
     def templates(self) -> Mapping[str, ResourceClaimTemplate]:
         return self._ro_templates
@@ -268,7 +273,7 @@ class ClusterState:
 
     @property
     def raw_claims(self) -> Mapping[str, Mapping[str, Any]]:
-        """The claims' API JSON as last received or written (what the binder's writes are guarded by)."""
+        """The claims' API JSON as last received or written (kept for readers not yet on `claims` and `claim_status`)."""
         return self._ro_raw_claims
 
     @property

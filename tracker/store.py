@@ -30,6 +30,7 @@ from allocator.types import (
     ResourceClaimTemplate,
 )
 from tracker import events as ev
+from tracker.claim_status import ClaimStatus, parse_claim_status
 from tracker.ledger import AllocationLedger
 from tracker.volumes import VolumeIndex
 
@@ -187,6 +188,7 @@ class ObjectStore:
         self.volumes = VolumeIndex()  # volume taints (tracker/volumes.py)
         self.claims: dict[str, ResourceClaim] = {}
         self.templates: dict[str, ResourceClaimTemplate] = {}
+        self.claim_statuses: dict[str, ClaimStatus] = {}  # what writes back to a claim need (tracker/claim_status.py)
         self.raw_claims: dict[str, dict[str, Any]] = {}
         self.raw_pods: dict[str, dict[str, Any]] = {}
         # Claims generated from templates, by owning pod uid and pod claim name: found before
@@ -289,10 +291,12 @@ class ObjectStore:
             self._unindex_generated(event.key, self.raw_claims.get(event.key))
         if event.type == "DELETED":
             self.claims.pop(event.key, None)
+            self.claim_statuses.pop(event.key, None)
             self.raw_claims.pop(event.key, None)
             return
         claim = parse_resource_claim(event.object)
         self.claims[event.key] = claim
+        self.claim_statuses[event.key] = parse_claim_status(event.object)
         self.raw_claims[event.key] = event.object
         owner = _generated_for(event.object)
         if owner is not None:
