@@ -54,17 +54,18 @@ class Problem:
     uid: str = ""  # the object's, so the Event is found on it (kubectl describe matches involvedObject.uid)
 
 
-def _resource_version(raw: Mapping[str, Any] | None) -> int | None:
-    # Ordered only to drop a watch event older than our own applied write (see extender/binder.py `_rv`, as upstream's assume cache does).
-    rv: Any = ((raw or {}).get("metadata") or {}).get("resourceVersion")  # a string, as the API sends it; anything else is no version
+def _version_number(rv: Any) -> int | None:
+    # Ordered only to drop a watch event older than our own applied write (see extender/claim_writes.py
+    # `ClaimWriter.apply`, as upstream's assume cache does). A string, as the API sends it; anything else is no version.
     try:
         return int(rv)
     except (TypeError, ValueError):
         return None
 
 
-def _is_older(new: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
-    a, b = _resource_version(new), _resource_version(current)
+def _is_older(new: Mapping[str, Any], held: ResourceClaim) -> bool:
+    a = _version_number((new.get("metadata") or {}).get("resourceVersion"))
+    b = _version_number(held.meta.resource_version)
     return a is not None and b is not None and a < b
 
 
@@ -196,6 +197,8 @@ class ObjectStore:
         self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
         # Claims made for pods' extended resources, by owning pod uid (found before the pod's status names them).
         self.extended_claims: dict[str, str] = {}
+        # claim key -> (generated for: (pod uid, pod claim name), extended resources of: pod uid), to unindex it.
+        self._claim_owners: dict[str, tuple[tuple[str, str] | None, str | None]] = {}
 
     # ------------------------------------------------------------------ what ClusterState asks of its parts
 
@@ -231,19 +234,26 @@ class ObjectStore:
 
     def version_of(self, event: ev.ObjectEvent) -> str:
         """The resourceVersion held after `event`: a claim keeps the newest of our write and its watch echo (see _on_claim)."""
-        held = self.raw_claims[event.key] if event.kind == ev.RESOURCE_CLAIM else event.object
-        return str((held.get("metadata") or {}).get("resourceVersion") or "")
+        if event.kind == ev.RESOURCE_CLAIM:
+            return self.claims[event.key].meta.resource_version
+        return str((event.object.get("metadata") or {}).get("resourceVersion") or "")
 
     def is_echo(self, event: ev.ObjectEvent) -> bool:
-        """The watch bringing back a claim or pod at the version we already hold (our own write's echo)."""
-        held = self.raw_claims if event.kind == ev.RESOURCE_CLAIM else self.raw_pods if event.kind == ev.POD else None
+        """The watch bringing back a claim or pod at the version we already hold (our own write's echo).
+
+        Both sources send resourceVersion as a string; the held one is the parsed object's.
+        """
+        held: Pod | ResourceClaim | None
+        if event.kind == ev.RESOURCE_CLAIM:
+            held = self.claims.get(event.key)
+        elif event.kind == ev.POD:
+            held = self.pods.get(event.key)
+        else:
+            return False
         if held is None:
             return False
-        current = held.get(event.key)
-        if current is None:
-            return False
         rv = (event.object.get("metadata") or {}).get("resourceVersion")
-        return bool(rv) and rv == (current.get("metadata") or {}).get("resourceVersion")
+        return bool(rv) and rv == held.meta.resource_version
 
     # ------------------------------------------------------------------ per-kind handlers
 
@@ -282,13 +292,13 @@ class ObjectStore:
 
     def _on_claim(self, event: ev.ObjectEvent) -> None:
         old = self.claims.get(event.key)
-        if old is not None and event.type != "DELETED" and _is_older(event.object, self.raw_claims.get(event.key)):
+        if old is not None and event.type != "DELETED" and _is_older(event.object, old):
             # A write we applied ourselves is newer than this (late) watch event:
             # going back would make allocated devices look free.
             return
         if old is not None:
             self._release_allocation(old)
-            self._unindex_generated(event.key, self.raw_claims.get(event.key))
+            self._unindex_generated(event.key)
         if event.type == "DELETED":
             self.claims.pop(event.key, None)
             self.claim_statuses.pop(event.key, None)
@@ -304,6 +314,8 @@ class ObjectStore:
         extended_owner = _extended_for(event.object)
         if extended_owner is not None:
             self.extended_claims[extended_owner] = event.key
+        if owner is not None or extended_owner is not None:
+            self._claim_owners[event.key] = (owner, extended_owner)
         self._record_allocation(claim)
 
     def _record_allocation(self, claim: ResourceClaim) -> None:
@@ -329,11 +341,10 @@ class ObjectStore:
                     )
                 self._ledger.allocate(result.device_id, claim.key)
 
-    def _unindex_generated(self, key: str, raw: Mapping[str, Any] | None) -> None:
-        extended_owner = _extended_for(raw)
+    def _unindex_generated(self, key: str) -> None:
+        owner, extended_owner = self._claim_owners.pop(key, (None, None))
         if extended_owner is not None and self.extended_claims.get(extended_owner) == key:
             del self.extended_claims[extended_owner]
-        owner = _generated_for(raw)
         if owner is None:
             return
         by_name = self.generated_claims.get(owner[0])
