@@ -25,21 +25,15 @@ def add_probe_routes(
     """Liveness is about the loop turning; readiness also about the initial state; /metrics refreshes the gauges first."""
     metrics = service.metrics
 
-    def stalled(prefix: str) -> Response | None:
-        seconds = bridge.stalled_for()
-        if seconds <= bridge.stall_threshold:
-            return None
-        return text(f"{prefix}event loop stalled: it has not turned for {seconds:.1f} s (threshold {bridge.stall_threshold:g} s)", 503)
-
     @app.get("/livez")
     @app.get("/healthz")
     async def livez() -> Response:
-        return stalled("") or text("ok")
+        return _stalled(bridge, "") or text("ok")
 
     @app.get("/readyz")
     async def readyz() -> Response:
         # Ready means able to answer verbs: a loop that does not turn answers none.
-        refused = stalled("not ready: ")
+        refused = _stalled(bridge, "not ready: ")
         if refused is not None:
             return refused
         # A followed Lease nobody renews keeps /readyz 200 (with the reason): the cache is complete and
@@ -68,3 +62,11 @@ def add_probe_routes(
         # must not make the scrape time out).
         await bridge.call_within(refresh_gauges, METRICS_REFRESH_WAIT)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _stalled(bridge: LoopBridge, prefix: str) -> Response | None:
+    """A 503 when the main loop has not turned for longer than the threshold, else None."""
+    seconds = bridge.stalled_for()
+    if seconds <= bridge.stall_threshold:
+        return None
+    return text(f"{prefix}event loop stalled: it has not turned for {seconds:.1f} s (threshold {bridge.stall_threshold:g} s)", 503)
