@@ -16,14 +16,13 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
 from allocator.counters import CounterTally
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import (
@@ -49,6 +48,7 @@ from tracker import events as ev
 from tracker.ledger import AllocationLedger
 from tracker.patched_view import SelectorContext, effective_view
 from tracker.store import ChangeLog, Handler, Problem
+from tracker.warmup import SelectorWarmup
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -65,10 +65,6 @@ PENDING_SOURCE = "pending"
 # The warm-up gives the event loop back after this much work, so probes, verbs and signals
 # are served between its slices however many devices or how costly the class selectors.
 WARM_SLICE_SECONDS = 0.02
-# One warm-up evaluation gives up after this long (the cost limit stops a hostile one within
-# ~50 ms; this is the backstop). The device is then evaluated by the first /filter that needs
-# it, under that call's own time budget.
-WARM_EVALUATION_SECONDS = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +154,7 @@ class DeviceViews:
         self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
         self._pools: dict[tuple[str, str], set[str]] = defaultdict(set)  # (driver, pool) -> slice names
-        self._warm_queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
+        self._warmup = SelectorWarmup(cel, lambda did: self.devices.get(did))
         self._warm_task: asyncio.Task[None] | None = None
         # Devices whose views a rule, patch or class change asked to recompute, done in slices
         # on the loop (their selectors may be costly), and the events held back meanwhile.
@@ -630,13 +626,11 @@ class DeviceViews:
         return time.monotonic() + SLICE_HANDLER_SECONDS
 
     def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
-        """Evaluate class selectors when devices or classes change, not on the scheduler's clock.
+        """Evaluate class selectors when devices or classes change (tracker/warmup.py).
 
-        A cold selector costs hundreds of microseconds per device (a hostile one
-        up to its cost limit); paid here, a filter over thousands of nodes is
-        answered from the cache. On an event loop the work runs in a task, in
-        slices of WARM_SLICE_SECONDS, so it never holds the loop; without one
-        (tools, synchronous tests) it runs in place.
+        On an event loop the work runs in the background task, in slices of
+        WARM_SLICE_SECONDS, so it never holds the loop; without one (tools,
+        synchronous tests) it runs in place.
         """
         classes = tuple(c for c in classes if c.selectors)
         if not classes:
@@ -647,26 +641,16 @@ class DeviceViews:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._warm_slice(devices, self._compiled(classes), None)
+            self._warmup.now(devices, classes)
             return
-        self._warm_queue.append((devices, classes))
+        self._warmup.enqueue(devices, classes)
         if self._warm_task is None or self._warm_task.done():
             self._warm_task = loop.create_task(self._warm_later(), name="warm-selectors")
-
-    def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
-        compiled = []
-        for device_class in classes:
-            for expression in device_class.selectors:
-                try:
-                    compiled.append(self.cel.compile(expression))
-                except ValueError:
-                    continue  # reported when the class arrived
-        return compiled
 
     async def _warm_later(self) -> None:
         """Recompute pending views, then drain the warm-up queue, yielding to the loop after every slice of work."""
         try:
-            while self._pending_recompute or self._warm_queue:
+            while self._pending_recompute or self._warmup.pending:
                 if self._pending_recompute:
                     pending, self._pending_recompute = self._pending_recompute, set()
                     left = self._recompute_now(pending, time.monotonic() + WARM_SLICE_SECONDS)
@@ -677,40 +661,9 @@ class DeviceViews:
                             self._release(event)
                     await asyncio.sleep(0)
                     continue
-                devices, classes = self._warm_queue.popleft()
-                compiled = self._compiled(classes)
-                start = 0
-                while start < len(devices) and not self._pending_recompute:
-                    start = self._warm_slice(devices, compiled, start, time.monotonic() + WARM_SLICE_SECONDS)
-                    await asyncio.sleep(0)
-                if start < len(devices):
-                    self._warm_queue.appendleft((devices[start:], classes))  # views first
+                await self._warmup.drain_one(WARM_SLICE_SECONDS, lambda: bool(self._pending_recompute))
         finally:
             self._warm_task = None
-
-    def _warm_slice(self, devices: tuple[DeviceView, ...], compiled: list[Any], start: int | None, until: float | None = None) -> int:
-        """Warm devices[start:] until `until` (monotonic); returns where it stopped."""
-        cel = self.cel
-        i = start or 0
-        while i < len(devices):
-            if until is not None and i > (start or 0) and time.monotonic() > until:
-                return i
-            device = devices[i]
-            i += 1
-            if until is not None and self.devices.get(device.id) is not device:
-                continue  # replaced or gone since it was queued (its successor is queued itself)
-            previous = set_deadline(time.monotonic() + WARM_EVALUATION_SECONDS)
-            try:
-                for selector in compiled:
-                    if not cel.evaluate(selector, device):
-                        break  # the class's later selectors are not needed for this device
-            except ValueError:
-                pass
-            except DeadlineExceeded as e:
-                log.debug("warm-up evaluation gave up", extra={"device": str(device.id), "expression": e.expression[:200]})
-            finally:
-                set_deadline(previous)
-        return i
 
     def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
         self._pool_changed(s)
