@@ -3,10 +3,11 @@
 What upstream's resourceslice/tracker does: every device as the allocator
 and the eviction controller see it, the driver's slice with the patches'
 attributes and the rules' taints applied (tracker/patched_view.py), kept
-current by recomputing only the devices a change can touch (indexes by
-driver, pool and device, with wildcards), and the class selectors warmed
-in the CEL cache on the event loop rather than on the scheduler's clock.
-A part of tracker/state.py's ClusterState: it shares the ledger, the change
+current by recomputing only the devices a change can touch (the indexes in
+tracker/device_index.py: by node, pool and device, and the rules and
+patches by driver, pool and device, with wildcards), and the class
+selectors warmed in the CEL cache on the event loop rather than on the
+scheduler's clock (tracker/warmup.py). A part of tracker/state.py's ClusterState: it shares the ledger, the change
 log and the problem reporter with the object store (tracker/store.py).
 """
 
@@ -17,7 +18,7 @@ import hashlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -45,6 +46,7 @@ from allocator.types import (
     ResourceSlicePatch,
 )
 from tracker import events as ev
+from tracker.device_index import SelectorIndex, SliceIndex
 from tracker.ledger import AllocationLedger
 from tracker.patched_view import SelectorContext, effective_view
 from tracker.store import ChangeLog, Handler, Problem
@@ -53,7 +55,6 @@ from tracker.warmup import SelectorWarmup
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
-_ANY = None  # wildcard in selector index keys
 _RECOMPUTING = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
 # A slice's handler computes its devices' views (rule and patch selectors included) for at
 # most this long; the rest get a provisional view, carrying this taint so that nothing is
@@ -107,11 +108,6 @@ def _canonical(value: Any) -> bytes:
     return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
-def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
-    """Every (driver, pool, device) wildcard bucket a device falls into."""
-    return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
-
-
 class DeviceViews:
     """Every device's patched view, indexed by node, slice and (driver, pool, device); a part of ClusterState."""
 
@@ -145,15 +141,10 @@ class DeviceViews:
         self._version_counter = 0
         self.slice_views: dict[str, SliceView] = {}
         self.devices: dict[DeviceID, DeviceView] = {}
-        self._device_slice: dict[DeviceID, str] = {}
         self._no_execute: set[DeviceID] = set()  # devices whose view carries a NoExecute taint
-        self._node_slices: dict[str, set[str]] = defaultdict(set)  # node-local slices
-        self._shared_slices: set[str] = set()  # reachable from more than one node
-        self._rules_by_key: dict[tuple[str | None, str | None, str | None], set[tuple[str, str]]] = defaultdict(set)
-        self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
-        self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
+        self._index = SliceIndex(self.slices)
+        self._selectors = SelectorIndex()
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
-        self._pools: dict[tuple[str, str], set[str]] = defaultdict(set)  # (driver, pool) -> slice names
         self._warmup = SelectorWarmup(cel, lambda did: self.devices.get(did))
         self._warm_task: asyncio.Task[None] | None = None
         # Devices whose views a rule, patch or class change asked to recompute, done in slices
@@ -174,43 +165,20 @@ class DeviceViews:
         In a pool with shared counters a device on one node spends counters a
         device on another node may need: every node of the pool is affected.
         """
-        if not s.shared_counters and not self._has_counters(s.driver, s.pool):
+        if not s.shared_counters and not self._index.has_counters(s.driver, s.pool):
             self._slice_changed(s.node_name)
             return
-        for node in self._pool_nodes(s.driver, s.pool, also=s.node_name):
+        for node in self._index.pool_nodes(s.driver, s.pool, also=s.node_name):
             self._slice_changed(node)
-
-    def _has_counters(self, driver: str, pool: str) -> bool:
-        for name in self._pools.get((driver, pool), ()):
-            other = self.slices.get(name)
-            if other is not None and other.shared_counters:
-                return True
-        return False
-
-    def _pool_nodes(self, driver: str, pool: str, also: str | None = None) -> Sequence[str | None]:
-        """The nodes a pool's slices are local to; [None] (every node) if one of them is not node-local."""
-        nodes: set[str] = set()
-        for name in self._pools.get((driver, pool), ()):
-            other = self.slices.get(name)
-            if other is None:
-                continue
-            if other.node_name is None:
-                return [None]
-            nodes.add(other.node_name)
-        if also is None and not nodes:
-            return [None]
-        if also is not None:
-            nodes.add(also)
-        return sorted(nodes)
 
     def device_changed(self, did: DeviceID) -> None:
         """A device was allocated, freed, reserved or released: its node (or its pool's nodes) must decide again."""
-        name = self._device_slice.get(did)
+        name = self._index.slice_name(did)
         s = self.slices.get(name) if name is not None else None
         node = s.node_name if s is not None else None
         view = self.devices.get(did)
         if s is not None and view is not None and view.consumes_counters:
-            for other in self._pool_nodes(s.driver, s.pool, also=node):
+            for other in self._index.pool_nodes(s.driver, s.pool, also=node):
                 self._slice_changed(other)
         else:
             self._slice_changed(node)
@@ -318,17 +286,17 @@ class DeviceViews:
                 self._warm(self.devices.values(), [device_class])
         # Rules and patches that select by this class see a different set now.
         affected: set[DeviceID] = set()
-        for kind, name in self._class_dependents.get(event.key, ()):
+        for kind, name in self._selectors.dependents(event.key):
             if kind == "patch":
                 patch = self.patches.get(name)
                 if patch is not None:
-                    affected |= self._devices_matching(patch.filter.driver, patch.filter.pool, patch.filter.device)
+                    affected |= self._index.devices_matching(patch.filter.driver, patch.filter.pool, patch.filter.device)
             else:
                 group, _, rule_name = name.partition("|")
                 rule = self.rules.get((group, rule_name))
                 if rule is not None and rule.selector is not None:
                     s = rule.selector
-                    affected |= self._devices_matching(s.driver, s.pool, s.device)
+                    affected |= self._index.devices_matching(s.driver, s.pool, s.device)
         self._recompute_devices(affected)
 
     def _on_slice(self, event: ev.ObjectEvent) -> None:
@@ -356,16 +324,10 @@ class DeviceViews:
             return
         if old is not None:
             self._unindex_slice(old)
-        for device in new.devices:
-            did = DeviceID(new.driver, new.pool, device.name)
-            self._device_slice[did] = name
-        self._pools[(new.driver, new.pool)].add(name)
+        self._index.add(name, new)
         if new.node_name is not None:
-            self._node_slices[new.node_name].add(name)
             for device in new.devices:
                 self._track_taken(new.node_name, DeviceID(new.driver, new.pool, device.name))
-        else:
-            self._shared_slices.add(name)
         self._rebuild_slice_view(name)
 
     def _remember_devices(self, name: str, raw: Mapping[str, Any], parsed: ResourceSlice) -> None:
@@ -410,31 +372,17 @@ class DeviceViews:
                 forget(("orig", old.meta.name, version[2], device))  # patched_view.original_view's key
 
     def _unindex_slice(self, old: ResourceSlice) -> None:
-        for device in old.devices:
-            did = DeviceID(old.driver, old.pool, device.name)
-            if self._device_slice.get(did) == old.meta.name:
-                del self._device_slice[did]
-                self.devices.pop(did, None)
-                self._no_execute.discard(did)
+        for did in self._index.remove_devices(old):
+            self.devices.pop(did, None)
+            self._no_execute.discard(did)
         self._pool_changed(old)
-        members = self._pools.get((old.driver, old.pool))
-        if members is not None:
-            members.discard(old.meta.name)
-            if not members:
-                del self._pools[(old.driver, old.pool)]
+        self._index.remove_slice(old)
         if old.node_name is not None:
             taken = self._taken_local.get(old.node_name)
             if taken is not None:
                 taken.difference_update(DeviceID(old.driver, old.pool, d.name) for d in old.devices)
                 if not taken:
                     del self._taken_local[old.node_name]
-            node_slices = self._node_slices.get(old.node_name)
-            if node_slices is not None:
-                node_slices.discard(old.meta.name)
-                if not node_slices:
-                    del self._node_slices[old.node_name]
-        else:
-            self._shared_slices.discard(old.meta.name)
 
     def _on_rule(self, event: ev.ObjectEvent) -> None:
         ident = (event.group, event.key)
@@ -449,22 +397,16 @@ class DeviceViews:
             self.rules[ident] = rule
             if rule.selector is not None:
                 s = rule.selector
-                self._rules_by_key[(s.driver, s.pool, s.device)].add(ident)
-                if s.device_class_name:
-                    self._class_dependents[s.device_class_name].add(("rule", f"{ident[0]}|{ident[1]}"))
-                affected |= self._devices_matching(s.driver, s.pool, s.device)
+                self._selectors.add_rule(ident, rule)
+                affected |= self._index.devices_matching(s.driver, s.pool, s.device)
         self._recompute_devices(affected)
 
     def _unindex_rule(self, ident: tuple[str, str], rule: DeviceTaintRule) -> set[DeviceID]:
         if rule.selector is None:
             return set()
         s = rule.selector
-        bucket = self._rules_by_key.get((s.driver, s.pool, s.device))
-        if bucket is not None:
-            bucket.discard(ident)
-        if s.device_class_name:
-            self._class_dependents[s.device_class_name].discard(("rule", f"{ident[0]}|{ident[1]}"))
-        return self._devices_matching(s.driver, s.pool, s.device)
+        self._selectors.remove_rule(ident, rule)
+        return self._index.devices_matching(s.driver, s.pool, s.device)
 
     def _on_patch(self, event: ev.ObjectEvent) -> None:
         name = event.key
@@ -472,10 +414,8 @@ class DeviceViews:
         old = self.patches.get(name)
         if old is not None:
             f = old.filter
-            self._patches_by_key[(f.driver, f.pool, f.device)].discard(name)
-            if f.device_class_name:
-                self._class_dependents[f.device_class_name].discard(("patch", name))
-            affected |= self._devices_matching(f.driver, f.pool, f.device)
+            self._selectors.remove_patch(name, old)
+            affected |= self._index.devices_matching(f.driver, f.pool, f.device)
         if event.type == "DELETED":
             self.patches.pop(name, None)
             self._patch_versions.pop(name, None)
@@ -484,10 +424,8 @@ class DeviceViews:
             self.patches[name] = patch
             self._patch_versions[name] = self._next_version()
             f = patch.filter
-            self._patches_by_key[(f.driver, f.pool, f.device)].add(name)
-            if f.device_class_name:
-                self._class_dependents[f.device_class_name].add(("patch", name))
-            affected |= self._devices_matching(f.driver, f.pool, f.device)
+            self._selectors.add_patch(name, patch)
+            affected |= self._index.devices_matching(f.driver, f.pool, f.device)
         self._recompute_devices(affected)
 
     _handlers: ClassVar[dict[str, Handler]] = {
@@ -514,40 +452,11 @@ class DeviceViews:
         """
         return bool(self._no_execute) or any(r.taint.effect == EFFECT_NO_EXECUTE for r in self.rules.values())
 
-    def _devices_matching(self, driver: str | None, pool: str | None, device: str | None) -> set[DeviceID]:
-        """The known devices a (driver, pool, device) selector names (None: any).
-
-        Derived from the pool index and the device -> slice map, not kept as
-        an index of its own: one set per device key cost ~1 KB a device
-        (42 MB at 40,000 devices) for lookups made only when a rule, patch or
-        class changes. A selector with a pool reads that pool's slices; one
-        without scans every device.
-        """
-        known = self._device_slice
-        if pool is not None:
-            if driver is not None and device is not None:
-                did = DeviceID(driver, pool, device)
-                return {did} if did in known else set()
-            keys = [(driver, pool)] if driver is not None else [k for k in self._pools if k[1] == pool]
-            out: set[DeviceID] = set()
-            for d, p in keys:
-                for slice_name in self._pools.get((d, p), ()):
-                    found = self.slices.get(slice_name)
-                    if found is None:
-                        continue
-                    for dev in found.devices:
-                        if device is None or dev.name == device:
-                            did = DeviceID(d, p, dev.name)
-                            if did in known:
-                                out.add(did)
-            return out
-        return {did for did in known if (driver is None or did.driver == driver) and (device is None or did.device == device)}
-
     def _candidates(self, did: DeviceID) -> tuple[list[ResourceSlicePatch], list[DeviceTaintRule]]:
         if not self.rules and not self.patches:
             return [], []  # the common case: nothing to look up per device
-        patches = [self.patches[n] for k in _index_keys(did.driver, did.pool, did.device) for n in self._patches_by_key.get(k, ())]
-        rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
+        patches = [self.patches[n] for n in self._selectors.patches_for(did)]
+        rules = [self.rules[i] for i in self._selectors.rules_for(did)]
         return patches, rules
 
     def _needs_selectors(self, did: DeviceID) -> bool:
@@ -609,7 +518,7 @@ class DeviceViews:
             else:
                 view = self._compute_device(s, i, ctx)
                 fresh.append(view)
-            if self._device_slice.get(view.id) == name:
+            if self._index.slice_name(view.id) == name:
                 self._set_device(view)
             views.append(view)
         self._set_slice_view(s, tuple(views))
@@ -714,7 +623,7 @@ class DeviceViews:
         ctx = self._selector_context()
         by_slice: dict[str, list[DeviceID]] = defaultdict(list)
         for did in affected:
-            name = self._device_slice.get(did)
+            name = self._index.slice_name(did)
             if name is not None:
                 by_slice[name].append(did)
         left: set[DeviceID] = set()
@@ -752,8 +661,7 @@ class DeviceViews:
 
     def slices_for_node(self, node_name: str) -> list[SliceView]:
         """Slices that may reach `node_name`: its own node-local ones and every shared one."""
-        names = list(self._node_slices.get(node_name, ()))
-        names.extend(self._shared_slices)
+        names = self._index.for_node(node_name)
         return [self.slice_views[n] for n in names if n in self.slice_views]
 
     def device(self, did: DeviceID) -> DeviceView | None:
@@ -761,7 +669,7 @@ class DeviceViews:
 
     def slice_of(self, did: DeviceID) -> ResourceSlice | None:
         """The slice a device is published in, as the driver wrote it."""
-        name = self._device_slice.get(did)
+        name = self._index.slice_name(did)
         return self.slices.get(name) if name is not None else None
 
     def sharing(self, did: DeviceID) -> dict[str, Any]:
@@ -793,7 +701,7 @@ class DeviceViews:
 
     def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
         """Every slice of a pool, whichever nodes it reaches (for pools only partly reachable from a node)."""
-        return [self.slice_views[n] for n in self._pools.get((driver, pool), ()) if n in self.slice_views]
+        return [self.slice_views[n] for n in self._index.pool(driver, pool) if n in self.slice_views]
 
     def device_state_counts(self) -> dict[str, int]:
         counts = {"free": 0, "allocated": 0, "tainted": 0}
