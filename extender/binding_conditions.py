@@ -17,12 +17,12 @@ until they are met, and offers only the allocated node after.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 from allocator.types import ResourceClaim
+from tracker.claim_status import ClaimStatus
 from tracker.timestamps import parse_rfc3339
 
 READY: Final = "ready"
@@ -48,7 +48,7 @@ def has_binding_conditions(claim: ResourceClaim) -> bool:
     return claim.allocation is not None and any(r.binding_conditions for r in claim.allocation.results)
 
 
-def readiness(claim: ResourceClaim, raw: Mapping[str, Any] | None, *, timeout: float, now: datetime | None = None) -> Readiness:
+def readiness(claim: ResourceClaim, status: ClaimStatus | None, *, timeout: float, now: datetime | None = None) -> Readiness:
     """Upstream isClaimReadyForBinding, then isClaimTimeout, for one allocated claim.
 
     Devices are matched in `status.devices` by driver, pool and device (a
@@ -58,10 +58,7 @@ def readiness(claim: ResourceClaim, raw: Mapping[str, Any] | None, *, timeout: f
     alloc = claim.allocation
     if alloc is None:
         return Readiness(READY, claim.key)
-    statuses: dict[tuple[str, str, str], list[Any]] = {}
-    for d in ((raw or {}).get("status") or {}).get("devices") or ():
-        if isinstance(d, dict):
-            statuses[(str(d.get("driver")), str(d.get("pool")), str(d.get("device")))] = list(d.get("conditions") or ())
+    statuses = status.device_conditions if status is not None else {}
     ready = True
     for result in alloc.results:
         if not result.binding_conditions:
@@ -70,16 +67,16 @@ def readiness(claim: ResourceClaim, raw: Mapping[str, Any] | None, *, timeout: f
         if conditions is None:
             ready = False
             continue
-        by_type = {c.get("type"): c for c in conditions if isinstance(c, dict)}
+        by_type = {c.type: c for c in conditions}
         for failure in result.binding_failure_conditions:
             c = by_type.get(failure)
-            if c is not None and c.get("status") == "True":
+            if c is not None and c.true:
                 return Readiness(
                     FAILED,
                     claim.key,
-                    f"device binding failed: claim={claim.meta.name}, reason={c.get('reason', '')}, message={c.get('message', '')}",
+                    f"device binding failed: claim={claim.meta.name}, reason={c.reason}, message={c.message}",
                 )
-        if not all((by_type.get(t) or {}).get("status") == "True" for t in result.binding_conditions):
+        if not all((found := by_type.get(t)) is not None and found.true for t in result.binding_conditions):
             ready = False
     if ready:
         return Readiness(READY, claim.key)

@@ -423,8 +423,8 @@ def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metri
         events.problem(problem)
 
     state = ClusterState(cel, on_problem=on_problem)
-    state.listeners.append(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
-    state.listeners.append(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
+    state.subscribe(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
+    state.subscribe(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
     return state
 
 

@@ -56,7 +56,7 @@ class Requeuer:
         self.batch = batch
         self._rejected: OrderedDict[str, str] = OrderedDict()  # pod uid -> namespace/name, oldest first
         self._wake = asyncio.Event()
-        state.listeners.append(self._on_event)
+        state.subscribe(self._on_event)
 
     def rejected(self, pod_uid: str, pod_key: str) -> None:
         """/filter rejected every node for device reasons: wake the pod when devices change."""

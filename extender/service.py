@@ -5,49 +5,54 @@ half-applied change. /filter offers only the nodes where the pods placed
 before it, whose /bind has not come yet, cannot take its devices, and waits
 for those binds when no such node is left (`placements.py`); /bind decides
 under one lock and writes concurrently (`binder.py`).
+
+The Service sequences the verbs; one collaborator per job: the pod's claims
+as they arrive (claim_arrival.py), extended-resource groups
+(extended_groups.py), the node fit (node_fit.py), nodes withheld while
+placed pods are being bound (contested.py), scores (scores.py), volume
+taints (volume_checks.py) and the /debug bodies (debug_views.py). The HTTP
+edge asks the Service only, never the state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from allocator.allocation import Allocator, Outcome
-from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
-from allocator.cel.lib.budget import set_deadline as set_cel_deadline
-from allocator.extended_resources import claims_per_node
 from allocator.features import DEFAULT_FEATURES, Features
-from allocator.parse import ValidationError, parse_node, parse_pod
-from allocator.pod_claims import TEMPLATE, claim_refs
-from allocator.tolerations import blocks_allocation
-from allocator.types import Node, Pod, ResourceClaim
+from allocator.parse import ValidationError, parse_pod
+from allocator.types import Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
-from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message, readiness, worst
+from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message
+from extender.claim_arrival import DEFAULT_CLAIM_WAIT, ClaimArrival
+from extender.contested import ContestedNodes
+from extender.debug_views import device_page, objects_snapshot
+from extender.extended_groups import ExtendedGroups
 from extender.metrics import Metrics
+from extender.node_fit import DEFAULT_OFFER_NODES, BudgetExceeded, NodeFit
 from extender.outcomes import OutcomeCache
-from extender.placements import Placement, PlacementGate
+from extender.placements import PlacementGate
+from extender.request_nodes import RequestNodes
 from extender.requeue import Requeuer
+from extender.scores import Scores
+from extender.volume_checks import VolumeChecks
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
-from tracker.volumes import debug_volumes, has_pvc_volumes, pod_tolerations, pod_volume_verdict
+from tracker.volumes import has_pvc_volumes
+
+__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service", "pod_has_claims"]
 
 log = logging.getLogger("dra_extender.extender")
 
-MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
-MAX_RESERVED_FOR = 256  # resource.k8s.io ResourceClaimReservedForMaxSize
 DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bind
-DEFAULT_CLAIM_WAIT = 1.0  # seconds a /filter waits for a claim generated from a template
-MAX_JOINT_PLACEMENTS = 4  # placed pods a /filter judges jointly with its own; beyond, it waits for their binds
-MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
-DEFAULT_OFFER_NODES = 100  # fully healthy fitting nodes after which /filter stops looking (0: offer every fitting node)
+
+Verdict = tuple[list[str], dict[str, str]]  # /filter's answer: the nodes that fit, and why each other one does not
 
 
 def pod_has_claims(pod: dict[str, Any]) -> bool:
@@ -82,10 +87,6 @@ class NotReady(Exception):
     pass
 
 
-class BudgetExceeded(Exception):
-    """A /filter call ran out of its time budget; str() names the claim and the step."""
-
-
 class Service:
     def __init__(
         self,
@@ -105,13 +106,10 @@ class Service:
     ) -> None:
         self.state = state
         self.features = features
-        self.offer_nodes = offer_nodes
-        self._scan_start = 0  # where the next limited /filter starts looking (it rotates, as kube-scheduler's sampling does)
         self.source = source
         self.allocator = allocator
         self.metrics = metrics
         self.is_leader = is_leader
-        self.claim_wait = claim_wait
         self.placements = PlacementGate(placement_wait)
         self.binder = Binder(
             state,
@@ -124,44 +122,69 @@ class Service:
             features=features,
             binding_timeout=binding_timeout,
         )
-        # Claims for extended resources not created yet, by key, for pods placed but not bound:
-        # /filter judges a later pod jointly with them as with any placed pod's claims.
-        self._memory_claims: dict[str, ResourceClaim] = {}
         self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
-        self._claims_changed = asyncio.Event()
-        state.listeners.append(self._notice_claims)
+        self.claims = ClaimArrival(state, metrics, claim_wait)
+        self.extended = ExtendedGroups(state, features)
+        self.fit = NodeFit(self.outcomes, offer_nodes)
+        self.contested = ContestedNodes(state, self.outcomes, self.extended.memory_claims)
+        self.scores = Scores(state, self.outcomes)
+        self.volumes = VolumeChecks(state, metrics)
         self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
-        self._scored: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
 
     @property
     def bind_lock(self) -> asyncio.Lock:
         """The lock decisions are made under (held only for in-memory work)."""
         return self.binder.lock
 
+    # ------------------------------------------------------------------ what the HTTP edge asks (it never reads the state)
+
+    @property
+    def ready(self) -> bool:
+        return self.state.ready
+
+    def not_ready(self) -> str | None:
+        """Why verbs cannot be answered yet (the initial state of some kinds is missing), or None."""
+        if self.state.ready:
+            return None
+        return f"not ready: waiting for the initial state of {', '.join(self.state.missing())}"
+
+    def refresh_gauges(self) -> None:
+        """On the main loop: the gauges that read the tracker's state."""
+        self.metrics.leader.set(1 if self.is_leader() else 0)
+        for k, v in self.state.device_state_counts().items():
+            self.metrics.devices.labels(k).set(v)
+        stats = getattr(self.state.cel, "stats", None)
+        if isinstance(stats, dict):
+            self.metrics.set_cel_stats(stats)
+
+    def bind_decided(self, pod_uid: str) -> None:
+        """A /bind that cannot be read is decided too: later filters must not wait for it."""
+        self.placements.decided(pod_uid)
+
+    def debug_devices(self, node: str, driver: str, pool: str, tainted: str, limit: int, cont: str) -> dict[str, object]:
+        """/debug/devices: one page of the patched device view."""
+        return device_page(self.state, node, driver, pool, tainted, limit, cont)
+
+    def debug_objects(self) -> dict[str, Any]:
+        """/debug/objects: the resourceVersion of every object in the view."""
+        return objects_snapshot(self.state)
+
+    def debug_volumes(self) -> list[dict[str, Any]]:
+        """/debug/volumes: each tainted PVC/PV, its taints and its pods."""
+        return self.volumes.debug()
+
     # ------------------------------------------------------------------ helpers
 
-    def _notice_claims(self, event: ev.ObjectEvent) -> None:
-        if event.kind in (ev.RESOURCE_CLAIM, ev.POD):
-            self._claims_changed.set()
-
     def _check_ready(self) -> None:
-        if not self.state.ready:
-            raise NotReady(f"not ready: waiting for the initial state of {', '.join(self.state.missing())}")
+        waiting = self.not_ready()
+        if waiting is not None:
+            raise NotReady(waiting)
 
     def _parse_pod(self, raw: dict[str, Any]) -> Pod:
         try:
             return parse_pod(raw)
         except ValidationError as e:
             raise BadRequest(f"Pod.{e.field}" if e.field else "Pod", e.reason) from None
-
-    def _node(self, name: str, raw: dict[str, Any] | None) -> Node:
-        if raw is not None:
-            try:
-                return parse_node(raw)
-            except ValidationError:
-                pass
-        node = self.state.node(name)
-        return node if node is not None else Node(name)
 
     def _count_computed(self, outcome: Outcome) -> None:
         failure = outcome.failure
@@ -170,112 +193,20 @@ class Service:
             self.state.report(Problem(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, failure.device_class, failure.message))
         self.metrics.outcomes.labels("ok" if failure is None else failure.code).inc()
 
-    def _nodes(self, names: list[str], raw_nodes: dict[Any, Any]) -> list[tuple[Node, Any]]:
-        """(node, token) per name: the cached Node, or the one the scheduler sent (its version as token)."""
-        known = self.state.nodes
-        if not raw_nodes:  # nodeCacheCapable: names only
-            get = known.get
-            return [(get(name) or Node(name), None) for name in names]
-        nodes: list[tuple[Node, Any]] = []
-        for name in names:
-            raw = raw_nodes.get(name)
-            if raw is None:
-                nodes.append((known.get(name) or Node(name), None))
-            else:
-                token = (raw.get("metadata") or {}).get("resourceVersion") or orjson.dumps(raw.get("metadata"))
-                nodes.append((self._node(name, raw), token))
-        return nodes
+    def _score(self, node_name: str, outcome: Outcome) -> int:
+        """The /prioritize score of one verdict (extender/scores.py)."""
+        return self.scores.score(node_name, outcome)
 
-    def _verdicts(
-        self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any], deadline: float | None = None
-    ) -> list[Outcome]:
-        """One verdict per node name, shared with every pod whose claims ask for the same."""
-        return self.outcomes.verdicts(self.outcomes.signature(claims), claims, self._nodes(names, raw_nodes), deadline)
-
-    def _claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
-        claims, problem = self.state.pod_claims(pod)
-        if problem is not None:
-            return claims, problem
-        for claim in claims:
-            if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
-                return claims, f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
-        return claims, None
-
-    async def _claims_when_created(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
-        """The pod's claims, waiting up to `claim_wait` for ones not created yet.
-
-        kube-scheduler often pops a pod before kube-controller-manager has
-        created its claims from their templates; rejecting it then costs the
-        pod a backoff and a requeue. A short wait here usually sees the claim
-        arrive through the watch (see docs/kube-scheduler.md for the measured
-        trade-off: the scheduling cycle is sequential, so the pods behind it
-        wait too).
-        """
-        claims, problem = self._claims_for(pod)
-        if problem is None or self.claim_wait <= 0 or not self._claim_may_come(pod):
-            return claims, problem
-        start = time.monotonic()
-        deadline = start + self.claim_wait
-        while problem is not None and self._claim_may_come(pod):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._claims_changed.clear()
-            try:
-                await asyncio.wait_for(self._claims_changed.wait(), left)
-            except TimeoutError:
-                break
-            fresh = self.state.raw_pods.get(pod.key)
-            if fresh is not None and (fresh.get("metadata") or {}).get("uid") == pod.meta.uid:
-                with contextlib.suppress(ValidationError):
-                    pod = parse_pod(fresh)  # the controller may have written resourceClaimStatuses
-            claims, problem = self._claims_for(pod)
-        self.metrics.claim_wait.labels("arrived" if problem is None else "missing").observe(time.monotonic() - start)
-        return claims, problem
-
-    def _claim_may_come(self, pod: Pod) -> bool:
-        """Only a claim from a template is created for the pod; a named one must already exist."""
-        return any(
-            ref.may_come or (ref.source == TEMPLATE and f"{pod.meta.namespace}/{ref.name}" not in self.state.claims)
-            for ref in claim_refs(pod)
-        )
-
-    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> str | None:
-        """Why no node is offered while the pod's binding conditions are pending or have failed; None once ready.
-
-        Every node is rejected as unresolvable: the pod waits in kube-scheduler's
-        unschedulable queue, and the driver's update of the claim's status
-        requeues it. A failure or timeout deallocates (in the background), and
-        that claim update requeues the pod for a fresh allocation.
-        """
-        states = [readiness(c, self.state.raw_claims.get(c.key), timeout=self.binder.binding_timeout) for c in waiting]
-        bad = worst(states)
-        if bad is None:
-            return None
-        if bad.state == PENDING:
-            node = allocated_node(next(c for c in waiting if c.key == bad.claim))
-            return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
-        self.binder.binding_failed_in_background(pod, pod.meta.uid, waiting, bad)
-        return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
-
-    def _extended_groups(
-        self, pod: Pod, claims: list[ResourceClaim], names: list[str], raw_nodes: dict[Any, Any]
-    ) -> list[tuple[list[ResourceClaim], list[str]]]:
-        """(claims, nodes) per group of nodes on which DRA serves the same extended resources (allocator.extended_resources)."""
-        if not self.features.extended_resources or not pod.containers:
-            return [(claims, list(names))]
-        groups = claims_per_node(pod, claims, self.state.classes, [node for node, _token in self._nodes(names, raw_nodes)])
-        for group_claims, _names in groups:
-            for claim in group_claims:
-                if claim.key not in self.state.claims:  # in memory: judged jointly while its pod is being bound
-                    if len(self._memory_claims) >= MAX_KEPT_SCORES:
-                        del self._memory_claims[next(iter(self._memory_claims))]
-                    self._memory_claims[claim.key] = claim
-        return groups
+    def _tell_requeuer(self, pod: Pod, passed: list[str], names: list[str]) -> None:
+        if self.requeuer is not None:
+            if passed:
+                self.requeuer.placed(pod.meta.uid)
+            elif names:
+                self.requeuer.rejected(pod.meta.uid, pod.key)
 
     # ------------------------------------------------------------------ filter
 
-    async def filter(self, args: ExtenderArgs, *, budget: float | None = None) -> tuple[list[str], dict[str, str]]:
+    async def filter(self, args: ExtenderArgs, *, budget: float | None = None) -> Verdict:
         """Nodes that fit and, for the rest, why (all unresolvable: see docs/design.md#which-map).
 
         With a `budget` (seconds, counted from the call, waits included), raises
@@ -288,16 +219,16 @@ class Service:
             if not has_pvc_volumes(args.pod):
                 return list(names), {}
             self._check_ready()
-            problem = self._volume_problem(args.pod)
+            problem = self.volumes.problem(args.pod)
             return ([], {n: problem for n in names}) if problem else (list(names), {})
         deadline = time.monotonic() + budget if budget else None
         self._check_ready()
         pod = self._parse_pod(args.pod)
         self.placements.forget(pod.meta.uid)
-        self._scored.pop(pod.meta.uid, None)
-        claims, problem = await self._claims_when_created(pod)
+        self.scores.forget(pod.meta.uid)
+        claims, problem = await self.claims.when_created(pod)
         if problem is None and has_pvc_volumes(args.pod):
-            problem = self._volume_problem(args.pod)
+            problem = self.volumes.problem(args.pod)
         if problem is not None:
             return [], {n: problem for n in names}
         waiting = pending_for(claims, pod.meta.uid) if self.features.binding_conditions else []
@@ -305,14 +236,27 @@ class Service:
             held = self._binding_wait(pod, waiting)
             if held is not None:
                 return [], {n: held for n in names}
-        raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
-        groups = self._extended_groups(pod, claims, names, raw_nodes)
+        nodes = RequestNodes(self.state, args.nodes)
+        groups = self.extended.groups(pod, claims, names, nodes)
         if len(groups) > 1:
-            return self._filter_groups(pod, groups, names, raw_nodes, deadline, budget)
+            return self._filter_groups(pod, groups, names, nodes, deadline, budget)
         claims = groups[0][0] if groups else claims
         if not claims:
             return list(names), {}  # only resources a device plugin serves
-        passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+        return await self._filter_claims(pod, claims, waiting, names, nodes, deadline, budget)
+
+    async def _filter_claims(
+        self,
+        pod: Pod,
+        claims: list[ResourceClaim],
+        waiting: list[ResourceClaim],
+        names: list[str],
+        nodes: RequestNodes,
+        deadline: float | None,
+        budget: float | None,
+    ) -> Verdict:
+        """The nodes the claims fit on, less those a pod being bound may take the devices of; expected to bind on one of them."""
+        passed, failed, fits = self.fit.fit(claims, names, nodes, deadline, budget)
         if waiting and not passed:
             # Ready, but the allocated node was not sent or no longer fits: give the devices back.
             self.binder.binding_failed_in_background(
@@ -322,46 +266,48 @@ class Service:
         if passed and to_allocate:
             placed = self.placements.in_flight()
             if placed:
-                withheld = self._withhold_contested(placed, claims, passed, raw_nodes, deadline, budget)
+                withheld = self.contested.withhold(placed, claims, passed, nodes, deadline, budget)
                 if withheld is None:  # no node is safe from the pods being bound: wait for their binds
-                    waited, expired = await self.placements.wait(pod.meta.uid)
-                    if waited:
-                        self.metrics.placement_wait.observe(waited)
-                    if expired:
-                        self.metrics.placement_waits_expired.inc(expired)
-                        log.info("a placed pod's /bind did not arrive in time", extra={"pod": pod.key, "waits_expired": expired})
-                    claims, problem = self._claims_for(pod)
-                    if problem is not None:
-                        return [], {n: problem for n in names}
-                    claims = self._extended_groups(pod, claims, names, raw_nodes)[0][0]
-                    passed, failed, fits = self._fit(pod, claims, names, raw_nodes, deadline, budget)
+                    again = await self._after_placed_binds(pod, names, nodes, deadline, budget)
+                    if isinstance(again, str):
+                        return [], {n: again for n in names}
+                    claims, passed, failed, fits = again
                 elif withheld:
                     self.metrics.placement_nodes_withheld.inc(len(withheld))
-                    kept = [n for n in passed if n not in withheld]
-                    for n in passed:
-                        if n in withheld:
-                            failed[n] = withheld[n]
-                    passed = kept
+                    failed.update((n, withheld[n]) for n in passed if n in withheld)
+                    passed = [n for n in passed if n not in withheld]
             if passed:
                 self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
         if len(passed) > 1:
-            self._keep_scores(pod.meta.uid, claims, passed, [fits[n] for n in passed], raw_nodes)
-        if self.requeuer is not None:
-            if passed:
-                self.requeuer.placed(pod.meta.uid)
-            elif names:
-                self.requeuer.rejected(pod.meta.uid, pod.key)
+            self.scores.keep(pod.meta.uid, claims, passed, [fits[n] for n in passed], nodes)
+        self._tell_requeuer(pod, passed, names)
         return passed, failed
+
+    async def _after_placed_binds(
+        self, pod: Pod, names: list[str], nodes: RequestNodes, deadline: float | None, budget: float | None
+    ) -> str | tuple[list[ResourceClaim], list[str], dict[str, str], dict[str, Outcome]]:
+        """Wait for the binds of the pods placed before this one, then fit again; a str when the claims are gone meanwhile."""
+        waited, expired = await self.placements.wait(pod.meta.uid)
+        if waited:
+            self.metrics.placement_wait.observe(waited)
+        if expired:
+            self.metrics.placement_waits_expired.inc(expired)
+            log.info("a placed pod's /bind did not arrive in time", extra={"pod": pod.key, "waits_expired": expired})
+        claims, problem = self.claims.claims_for(pod)
+        if problem is not None:
+            return problem
+        claims = self.extended.groups(pod, claims, names, nodes)[0][0]
+        return (claims, *self.fit.fit(claims, names, nodes, deadline, budget))
 
     def _filter_groups(
         self,
         pod: Pod,
         groups: list[tuple[list[ResourceClaim], list[str]]],
         names: list[str],
-        raw_nodes: dict[Any, Any],
+        nodes: RequestNodes,
         deadline: float | None,
         budget: float | None,
-    ) -> tuple[list[str], dict[str, str]]:
+    ) -> Verdict:
         """Nodes differ in which extended resources DRA serves (rare): each group judged with its own claims.
 
         No joint judgement with placed pods here: a /bind that finds the
@@ -374,36 +320,32 @@ class Service:
             if not claims:
                 ok.update(group)
                 continue
-            passed, group_failed, _fits = self._fit(pod, claims, group, raw_nodes, deadline, budget)
+            passed, group_failed, _fits = self.fit.fit(claims, group, nodes, deadline, budget)
             ok.update(passed)
             failed.update(group_failed)
             to_allocate.update(c.key for c in claims if c.allocation is None)
         passed = [n for n in names if n in ok]
         if passed and to_allocate:
             self.placements.expect_bind(pod.meta.uid, frozenset(passed), tuple(sorted(to_allocate)))
-        if self.requeuer is not None:
-            if passed:
-                self.requeuer.placed(pod.meta.uid)
-            elif names:
-                self.requeuer.rejected(pod.meta.uid, pod.key)
+        self._tell_requeuer(pod, passed, names)
         return passed, failed
 
-    def _keep_scores(
-        self, uid: str, claims: list[ResourceClaim], passed: list[str], verdicts: list[Outcome], raw_nodes: dict[Any, Any]
-    ) -> None:
-        """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
+    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> str | None:
+        """Why no node is offered while the pod's binding conditions are pending or have failed; None once ready.
 
-        kube-scheduler calls /prioritize right after /filter, with the nodes
-        that passed; scores computed now differ from ones computed then only
-        by what changed in between (a few ms), and they only order nodes that
-        all fit.
+        Every node is rejected as unresolvable: the pod waits in kube-scheduler's
+        unschedulable queue, and the driver's update of the claim's status
+        requeues it. A failure or timeout deallocates (in the background), and
+        that claim update requeues the pod for a fresh allocation.
         """
-        nodes = self._nodes(passed, raw_nodes)
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes, self._score, verdicts)
-        scored = self._scored
-        if len(scored) >= MAX_KEPT_SCORES:
-            del scored[next(iter(scored))]  # the oldest: its pod had one node left, or went away
-        scored[uid] = dict(zip(passed, scores, strict=True))
+        bad = self.binder.binding_readiness(waiting)
+        if bad is None:
+            return None
+        if bad.state == PENDING:
+            node = allocated_node(next(c for c in waiting if c.key == bad.claim))
+            return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
+        self.binder.binding_failed_in_background(pod, pod.meta.uid, waiting, bad)
+        return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
 
     def filter_without_state(self, args: ExtenderArgs) -> list[str] | None:
         """Every node for a pod with neither claims nor PVC volumes; else None. Thread-safe (reads the request only)."""
@@ -411,181 +353,19 @@ class Service:
             return None
         return list(args.names)
 
+    # ------------------------------------------------------------------ prioritize
+
     def prioritize_without_state(self, args: ExtenderArgs) -> list[tuple[str, int]] | None:
         """Scores that need no look at the state: 0 for a pod without claims, or the ones its /filter kept.
 
         None when the main loop must score. Thread-safe: reads the request
-        and takes one entry of `_scored` (a dict operation, atomic under the GIL).
+        and takes one kept entry (extender/scores.py).
         """
         names = args.names
         if not pod_has_claims(args.pod):
             return [(n, 0) for n in names]
         meta = args.pod.get("metadata")
-        uid = meta.get("uid") if isinstance(meta, dict) else None
-        kept = self._scored.pop(uid, None) if isinstance(uid, str) else None
-        if kept is None:
-            return None
-        try:
-            return [(n, kept[n]) for n in names]
-        except KeyError:  # not the nodes its /filter offered: score them on the main loop
-            return None
-
-    def _fit(
-        self,
-        pod: Pod,
-        claims: list[ResourceClaim],
-        names: list[str],
-        raw_nodes: dict[Any, Any],
-        deadline: float | None,
-        budget: float | None,
-    ) -> tuple[list[str], dict[str, str], dict[str, Outcome]]:
-        """(nodes where the claims fit, why not elsewhere, the fitting nodes' verdicts) against allocated and in-flight devices.
-
-        With `offer_nodes` set and more names than that, the names are looked
-        at in chunks from a rotating start, and the look stops once
-        `offer_nodes` fitting nodes have the best health (no device with a
-        taint that does not block allocation, see `_score`): the
-        nodes not looked at are neither offered nor failed (kube-scheduler
-        drops them). A pod that fits anywhere is never refused: only a look
-        over every name ends with no fitting node. See
-        docs/kube-scheduler.md#how-many-nodes-filter-offers.
-        """
-        limit = self.offer_nodes
-        total = len(names)
-        limited = 0 < limit < total
-        if limited:
-            start = self._scan_start % total
-            order = names[start:] + names[:start] if start else names
-            chunk = limit
-        else:
-            order, chunk = names, total
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        fits: dict[str, Outcome] = {}
-        signature = self.outcomes.signature(claims)
-        healthy = 0
-        examined = 0
-        previous = set_cel_deadline(deadline)  # CEL checks it between steps and devices
-        try:
-            while examined < total:
-                part = order[examined : examined + chunk]
-                try:
-                    verdicts = self.outcomes.verdicts(signature, claims, self._nodes(part, raw_nodes), deadline)
-                except CelDeadlineExceeded as e:
-                    e.nodes_done = examined + (e.nodes_done or 0)
-                    raise self._out_of_budget(e, claims, order, budget) from None
-                for name, outcome in zip(part, verdicts, strict=True):
-                    failure = outcome.failure
-                    if failure is None:
-                        passed.append(name)
-                        fits[name] = outcome
-                        if limited and _fully_healthy(outcome):
-                            healthy += 1
-                    else:
-                        failed[name] = failure.message
-                examined += len(part)
-                if limited and healthy >= limit:
-                    break
-        finally:
-            set_cel_deadline(previous)
-        if limited:
-            self._scan_start = (start + examined) % total
-        return passed, failed, fits
-
-    def _out_of_budget(self, e: CelDeadlineExceeded, claims: list[ResourceClaim], names: list[str], budget: float | None) -> BudgetExceeded:
-        done = e.nodes_done
-        step = f"evaluating CEL expression {_short(e.expression)!r}" if e.expression else "allocating devices"
-        return BudgetExceeded(
-            f"claim {', '.join(_claims_with(claims, e.expression))}: /filter ran out of its time budget of "
-            f"{budget:g} s {step} on node {names[min(done, len(names) - 1)]} ({done} of {len(names)} nodes done); "
-            "the pod is retried with backoff"
-        )
-
-    def _withhold_contested(
-        self,
-        placed: list[Placement],
-        claims: list[ResourceClaim],
-        passed: list[str],
-        raw_nodes: dict[Any, Any],
-        deadline: float | None,
-        budget: float | None,
-    ) -> dict[str, str] | None:
-        """Of `passed`, the nodes a pod being bound might take this pod's devices on, and why; None: all of them.
-
-        A placed pod will take its devices on one of the nodes /filter
-        offered it; which one, the extender learns at its /bind. A node is
-        safe when this pod's claims and those of every placed pod that may
-        land there fit on it together (one joint allocation, its verdict
-        cached like any other). Safe nodes are offered at once; the others
-        are withheld, so kube-scheduler never picks a node whose devices an
-        earlier pod may still take. None means no node is safe (or the pods
-        share a claim, or too many are in flight to judge cheaply): the
-        caller waits for their binds instead.
-        """
-        if len(placed) > MAX_JOINT_PLACEMENTS:
-            return None
-        own = {c.key for c in claims}
-        claims_by_key = self.state.claims
-        theirs: list[list[ResourceClaim]] = []
-        for placement in placed:
-            pending = []
-            for key in placement.claims:
-                if key in own:
-                    return None  # a shared claim is allocated once, by whichever bind comes first
-                claim = claims_by_key.get(key) or self._memory_claims.get(key)
-                if claim is not None and claim.allocation is None:
-                    pending.append(claim)
-            theirs.append(pending)
-        groups: dict[tuple[int, ...], list[str]] = {}
-        for name in passed:
-            reach = tuple(i for i, p in enumerate(placed) if theirs[i] and name in p.nodes)
-            groups.setdefault(reach, []).append(name)
-        withheld: dict[str, str] = {}
-        for reach, group in groups.items():
-            if not reach:
-                continue
-            joint = [c for i in reach for c in theirs[i]] + claims
-            previous = set_cel_deadline(deadline)
-            try:
-                verdicts = self.outcomes.verdicts(self.outcomes.signature(joint), joint, self._nodes(group, raw_nodes), deadline)
-            except CelDeadlineExceeded as e:
-                raise self._out_of_budget(e, claims, group, budget) from None
-            finally:
-                set_cel_deadline(previous)
-            for name, outcome in zip(group, verdicts, strict=True):
-                if outcome.failure is not None:
-                    withheld[name] = (
-                        f"withheld while {len(reach)} pod(s) placed before this one are being bound: their devices may come "
-                        "from this node; it is offered again once their binds are decided"
-                    )
-        return None if len(withheld) == len(passed) else withheld
-
-    def _volume_problem(self, raw_pod: dict[str, Any]) -> str | None:
-        """Why the pod may start on no node because of a volume taint (tracker/volumes.py), or None."""
-        volumes = self.state.volumes
-        if not volumes.has_taints():
-            return None
-        _tolerations, malformed = pod_tolerations(raw_pod)
-        if malformed is not None:
-            found = raw_pod.get("metadata")
-            meta: dict[str, Any] = found if isinstance(found, dict) else {}
-            name = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-            self.state.report(
-                Problem(
-                    ev.POD, ev.GROUP_CORE, name, f"malformed volume tolerations, counted as none: {malformed}", str(meta.get("uid") or "")
-                )
-            )
-        verdict = pod_volume_verdict(volumes, raw_pod)
-        if verdict is None:
-            return None
-        self.metrics.volume_rejections.labels(verdict.taint.effect if verdict.taint is not None else "Malformed").inc()
-        return verdict.message
-
-    def debug_volumes(self) -> list[dict[str, Any]]:
-        """/debug/volumes: each tainted PVC/PV, its taints and its pods (the HTTP edge reads state only through here)."""
-        return debug_volumes(self.state.volumes, self.state.raw_pods)
-
-    # ------------------------------------------------------------------ prioritize
+        return self.scores.take(meta.get("uid") if isinstance(meta, dict) else None, names)
 
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
         """Health first; packing only breaks ties (formula in docs/scoring.md)."""
@@ -594,32 +374,10 @@ class Service:
             return [(n, 0) for n in names]
         self._check_ready()
         pod = self._parse_pod(args.pod)
-        claims, problem = self._claims_for(pod)
+        claims, problem = self.claims.claims_for(pod)
         if problem is not None:
             return [(n, 0) for n in names]
-        raw_nodes = {((n.get("metadata") or {}).get("name")): n for n in args.nodes or []}
-        nodes = self._nodes(names, raw_nodes)
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes, self._score)
-        return list(zip(names, scores, strict=True))
-
-    def _score(self, node_name: str, outcome: Outcome) -> int:
-        """score = round(9 * healthy) + (1 if the node already has devices in use), 0 when nothing fits.
-
-        `healthy` is the share of the pod's devices without a non-blocking
-        (None/unknown effect) taint. Packing is worth one point only: enough to
-        prefer a node already in use over an empty one among equally healthy
-        nodes, never enough to outweigh kube-scheduler's own spreading scores
-        and its random choice among equal totals.
-        """
-        if not outcome.ok:
-            return 0
-        devices = outcome.devices
-        healthy = 1.0
-        if devices:
-            degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
-            healthy = 1.0 - degraded / len(devices)
-        in_use = self.state.taken_on_node(node_name) > 0
-        return max(0, min(MAX_PRIORITY, round((MAX_PRIORITY - 1) * healthy) + (1 if in_use else 0)))
+        return self.scores.of(claims, names, RequestNodes(self.state, args.nodes))
 
     # ------------------------------------------------------------------ bind
 
@@ -644,27 +402,3 @@ def _readiness_gone(claim: str, node: str) -> Readiness:
         claim,
         f"device binding failed: claim={claim.partition('/')[2]}, reason=NodeUnavailable, message=node {node or '?'} is no longer offered to the pod",
     )
-
-
-def _fully_healthy(outcome: Outcome) -> bool:
-    """A fit with the best /prioritize health: no device with a taint that does not block allocation (None, unknown effects).
-
-    A tolerated NoSchedule or NoExecute taint does not lower the score (see `Service._score`).
-    """
-    return not any(not blocks_allocation(t) for d in outcome.devices for t in d.taints)
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _claims_with(claims: list[ResourceClaim], expression: str) -> list[str]:
-    """The claims whose requests use `expression`; all of them when none does (a class selector)."""
-    using = []
-    for claim in claims:
-        for request in claim.requests:
-            subs = [request.exactly] if request.exactly is not None else list(request.first_available)
-            if expression and any(expression in sub.selectors for sub in subs):
-                using.append(claim.key)
-                break
-    return using or [c.key for c in claims]

@@ -58,7 +58,7 @@ def device_rows(state: ClusterState, *, node: str | None = None, tainted: bool =
                 "device": did.device,
                 "taints": [str(t) for t in view.taints],
                 "sources": [source_label(s) for s in view.taint_sources],
-                "allocatedTo": state.ledger.holder(did) or "",
+                "allocatedTo": state.holder(did) or "",
                 "attributes": {k: _plain(v) for k, v in sorted(view.attributes.items())},
                 **state.sharing(did),
             }

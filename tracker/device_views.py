@@ -3,10 +3,12 @@
 What upstream's resourceslice/tracker does: every device as the allocator
 and the eviction controller see it, the driver's slice with the patches'
 attributes and the rules' taints applied (tracker/patched_view.py), kept
-current by recomputing only the devices a change can touch (indexes by
-driver, pool and device, with wildcards), and the class selectors warmed
-in the CEL cache on the event loop rather than on the scheduler's clock.
-Built on the object store (tracker/store.py).
+current by recomputing only the devices a change can touch (the indexes in
+tracker/device_index.py: by node, pool and device, and the rules and
+patches by driver, pool and device, with wildcards), and the class
+selectors warmed in the CEL cache on the event loop rather than on the
+scheduler's clock (tracker/warmup.py). A part of tracker/state.py's ClusterState: it shares the ledger, the change
+log and the problem reporter with the object store (tracker/store.py).
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
 from allocator.counters import CounterTally
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import (
@@ -45,14 +46,15 @@ from allocator.types import (
     ResourceSlicePatch,
 )
 from tracker import events as ev
+from tracker.device_index import SelectorIndex, SliceIndex
+from tracker.ledger import AllocationLedger
 from tracker.patched_view import SelectorContext, effective_view
-from tracker.resources import REQUIRED_KINDS
-from tracker.store import Handler, ObjectStore, Problem
+from tracker.store import ChangeLog, Handler, Problem
+from tracker.warmup import SelectorWarmup
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
-_ANY = None  # wildcard in selector index keys
 _RECOMPUTING = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLICE_PATCH})
 # A slice's handler computes its devices' views (rule and patch selectors included) for at
 # most this long; the rest get a provisional view, carrying this taint so that nothing is
@@ -64,10 +66,6 @@ PENDING_SOURCE = "pending"
 # The warm-up gives the event loop back after this much work, so probes, verbs and signals
 # are served between its slices however many devices or how costly the class selectors.
 WARM_SLICE_SECONDS = 0.02
-# One warm-up evaluation gives up after this long (the cost limit stops a hostile one within
-# ~50 ms; this is the backstop). The device is then evaluated by the first /filter that needs
-# it, under that call's own time budget.
-WARM_EVALUATION_SECONDS = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -110,23 +108,26 @@ def _canonical(value: Any) -> bytes:
     return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
-def _index_keys(driver: str, pool: str, device: str) -> list[tuple[str | None, str | None, str | None]]:
-    """Every (driver, pool, device) wildcard bucket a device falls into."""
-    return [(d, p, n) for d in (driver, _ANY) for p in (pool, _ANY) for n in (device, _ANY)]
-
-
-class DeviceViews(ObjectStore):
-    """The store plus every device's patched view, indexed by node, slice and (driver, pool, device)."""
+class DeviceViews:
+    """Every device's patched view, indexed by node, slice and (driver, pool, device); a part of ClusterState."""
 
     def __init__(
         self,
         cel: SelectorEngine[Any],
+        ledger: AllocationLedger,
+        changes: ChangeLog,
+        report: Callable[[Problem], None],
         *,
-        required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
-        on_problem: Callable[[Problem], None] | None = None,
+        release: Callable[[ev.ObjectEvent], None],
+        started: Callable[[], bool],
     ) -> None:
-        super().__init__(required=required, on_problem=on_problem)
+        """`release` tells the listeners of an event held back (see `hold_back`); `started`: some kind has its initial state."""
         self.cel = cel
+        self._ledger = ledger
+        self._changes = changes
+        self._report = report
+        self._release = release
+        self._started = started
         self.classes: dict[str, DeviceClass] = {}
         self.slices: dict[str, ResourceSlice] = {}
         self.rules: dict[tuple[str, str], DeviceTaintRule] = {}  # (group, name)
@@ -140,16 +141,11 @@ class DeviceViews(ObjectStore):
         self._version_counter = 0
         self.slice_views: dict[str, SliceView] = {}
         self.devices: dict[DeviceID, DeviceView] = {}
-        self._device_slice: dict[DeviceID, str] = {}
         self._no_execute: set[DeviceID] = set()  # devices whose view carries a NoExecute taint
-        self._node_slices: dict[str, set[str]] = defaultdict(set)  # node-local slices
-        self._shared_slices: set[str] = set()  # reachable from more than one node
-        self._rules_by_key: dict[tuple[str | None, str | None, str | None], set[tuple[str, str]]] = defaultdict(set)
-        self._patches_by_key: dict[tuple[str | None, str | None, str | None], set[str]] = defaultdict(set)
-        self._class_dependents: dict[str, set[tuple[str, str]]] = defaultdict(set)  # class -> rules/patches
+        self._index = SliceIndex(self.slices)
+        self._selectors = SelectorIndex()
         self._taken_local: dict[str, set[DeviceID]] = defaultdict(set)  # node -> its taken node-local devices
-        self._pools: dict[tuple[str, str], set[str]] = defaultdict(set)  # (driver, pool) -> slice names
-        self._warm_queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
+        self._warmup = SelectorWarmup(cel, lambda did: self.devices.get(did))
         self._warm_task: asyncio.Task[None] | None = None
         # Devices whose views a rule, patch or class change asked to recompute, done in slices
         # on the loop (their selectors may be costly), and the events held back meanwhile.
@@ -161,7 +157,7 @@ class DeviceViews(ObjectStore):
     # ------------------------------------------------------------------ allocation state per node
 
     def _slice_changed(self, node_name: str | None) -> None:
-        self._changed(node_name)
+        self._changes.changed(node_name)
 
     def _pool_changed(self, s: ResourceSlice) -> None:
         """A slice changed: the nodes whose verdicts may depend on it must decide again.
@@ -169,42 +165,20 @@ class DeviceViews(ObjectStore):
         In a pool with shared counters a device on one node spends counters a
         device on another node may need: every node of the pool is affected.
         """
-        if not s.shared_counters and not self._has_counters(s.driver, s.pool):
+        if not s.shared_counters and not self._index.has_counters(s.driver, s.pool):
             self._slice_changed(s.node_name)
             return
-        for node in self._pool_nodes(s.driver, s.pool, also=s.node_name):
+        for node in self._index.pool_nodes(s.driver, s.pool, also=s.node_name):
             self._slice_changed(node)
 
-    def _has_counters(self, driver: str, pool: str) -> bool:
-        for name in self._pools.get((driver, pool), ()):
-            other = self.slices.get(name)
-            if other is not None and other.shared_counters:
-                return True
-        return False
-
-    def _pool_nodes(self, driver: str, pool: str, also: str | None = None) -> Sequence[str | None]:
-        """The nodes a pool's slices are local to; [None] (every node) if one of them is not node-local."""
-        nodes: set[str] = set()
-        for name in self._pools.get((driver, pool), ()):
-            other = self.slices.get(name)
-            if other is None:
-                continue
-            if other.node_name is None:
-                return [None]
-            nodes.add(other.node_name)
-        if also is None and not nodes:
-            return [None]
-        if also is not None:
-            nodes.add(also)
-        return sorted(nodes)
-
-    def _device_changed(self, did: DeviceID) -> None:
-        name = self._device_slice.get(did)
+    def device_changed(self, did: DeviceID) -> None:
+        """A device was allocated, freed, reserved or released: its node (or its pool's nodes) must decide again."""
+        name = self._index.slice_name(did)
         s = self.slices.get(name) if name is not None else None
         node = s.node_name if s is not None else None
         view = self.devices.get(did)
         if s is not None and view is not None and view.consumes_counters:
-            for other in self._pool_nodes(s.driver, s.pool, also=node):
+            for other in self._index.pool_nodes(s.driver, s.pool, also=node):
                 self._slice_changed(other)
         else:
             self._slice_changed(node)
@@ -212,7 +186,7 @@ class DeviceViews(ObjectStore):
             self._track_taken(node, did)
 
     def _track_taken(self, node: str, did: DeviceID) -> None:
-        if self.ledger.is_taken(did):
+        if self._ledger.is_taken(did):
             self._taken_local[node].add(did)
         else:
             taken = self._taken_local.get(node)
@@ -226,32 +200,39 @@ class DeviceViews(ObjectStore):
         taken = self._taken_local.get(node_name)
         return len(taken) if taken else 0
 
-    # ------------------------------------------------------------------ the store's hooks
+    # ------------------------------------------------------------------ what ClusterState asks of its parts
 
-    @property
-    def ready(self) -> bool:
-        """Every required kind listed and, the first time, the views those lists ask for computed
-        (a rule listed after the slices must taint them before the first /filter); later
-        recomputes are lag, as a watch event's is."""
-        if not super().ready:
-            return False
+    def handles(self, kind: str) -> bool:
+        return kind in self._handlers
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        """Apply one event of a kind these views `handle` (raises ValidationError for an invalid object)."""
+        self._handlers[event.kind](self, event)
+
+    def views_ready(self) -> bool:
+        """Asked once every required kind is listed: the first time, the views those lists ask for
+        must be computed (a rule listed after the slices must taint them before the first /filter);
+        later recomputes are lag, as a watch event's is."""
         if not self._views_ready:
             if self._pending_recompute:
                 return False
             self._views_ready = True
         return True
 
-    def _notify(self, event: ev.ObjectEvent) -> None:
+    def hold_back(self, event: ev.ObjectEvent) -> bool:
+        """Whether the listeners hear of `event` later, through `release`.
+
+        Listeners (the eviction controller) read the views this event changes: they hear
+        of it once those are computed, after the events held before it.
+        """
         if self._deferring or (self._held_events and event.kind in _RECOMPUTING):
-            # Listeners (the eviction controller) read the views this event changes: they hear
-            # of it once those are computed, after the events held before it.
             self._deferring = False
             self._held_events.append(event)
-            return
-        super()._notify(event)
+            return True
+        return False
 
-    def _became_ready(self) -> None:
-        # Classes may have arrived after the slices: warm what is still cold.
+    def warm_all(self) -> None:
+        """Every required kind has its initial state: classes may have arrived after the slices, warm what is still cold."""
         self._warm(self.devices.values(), self.classes.values())
 
     def _store(self, kind: str) -> Mapping[str, Any]:
@@ -261,23 +242,21 @@ class DeviceViews(ObjectStore):
             return self.slices
         if kind == ev.RESOURCE_SLICE_PATCH:
             return self.patches
-        return super()._store(kind)
+        return {}
 
-    def _keys_of(self, kind: str, group: str) -> set[str]:
+    def keys_of(self, kind: str, group: str) -> set[str]:
         if kind == ev.DEVICE_TAINT_RULE:
             return {name for (g, name) in self.rules if g == group}
-        return super()._keys_of(kind, group)
+        return set(self._store(kind))
 
-    def _holds(self, kind: str, group: str, key: str) -> bool:
+    def holds(self, kind: str, group: str, key: str) -> bool:
         if kind == ev.DEVICE_TAINT_RULE:
             return (group, key) in self.rules
-        return super()._holds(kind, group, key)
+        return key in self._store(kind)
 
-    def _uid_of(self, kind: str, group: str, name: str) -> str:
-        if kind == ev.DEVICE_TAINT_RULE:
-            rule = self.rules.get((group, name))
-            return rule.meta.uid if rule is not None else ""
-        return super()._uid_of(kind, group, name)
+    def uid_of(self, kind: str, group: str, name: str) -> str:
+        held: Any = self.rules.get((group, name)) if kind == ev.DEVICE_TAINT_RULE else self._store(kind).get(name)
+        return held.meta.uid if held is not None else ""
 
     # ------------------------------------------------------------------ per-kind handlers
 
@@ -287,12 +266,12 @@ class DeviceViews(ObjectStore):
 
     def _selector_context(self) -> SelectorContext:
         def report(kind: str, group: str, name: str, message: str) -> None:
-            self.report(Problem(kind, group, name, message))
+            self._report(Problem(kind, group, name, message))
 
         return SelectorContext(self.cel, self.classes, report)
 
     def _on_class(self, event: ev.ObjectEvent) -> None:
-        self._changed(None)
+        self._changes.changed(None)
         if event.type == "DELETED":
             self.classes.pop(event.key, None)
         else:
@@ -302,22 +281,22 @@ class DeviceViews(ObjectStore):
                 try:
                     self.cel.compile(expression)
                 except ValueError as e:
-                    self.report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
-            if self.synced:
+                    self._report(Problem(ev.DEVICE_CLASS, event.group, event.key, f"spec.selectors[{i}]: {e}"))
+            if self._started():
                 self._warm(self.devices.values(), [device_class])
         # Rules and patches that select by this class see a different set now.
         affected: set[DeviceID] = set()
-        for kind, name in self._class_dependents.get(event.key, ()):
+        for kind, name in self._selectors.dependents(event.key):
             if kind == "patch":
                 patch = self.patches.get(name)
                 if patch is not None:
-                    affected |= self._devices_matching(patch.filter.driver, patch.filter.pool, patch.filter.device)
+                    affected |= self._index.devices_matching(patch.filter.driver, patch.filter.pool, patch.filter.device)
             else:
                 group, _, rule_name = name.partition("|")
                 rule = self.rules.get((group, rule_name))
                 if rule is not None and rule.selector is not None:
                     s = rule.selector
-                    affected |= self._devices_matching(s.driver, s.pool, s.device)
+                    affected |= self._index.devices_matching(s.driver, s.pool, s.device)
         self._recompute_devices(affected)
 
     def _on_slice(self, event: ev.ObjectEvent) -> None:
@@ -345,16 +324,10 @@ class DeviceViews(ObjectStore):
             return
         if old is not None:
             self._unindex_slice(old)
-        for device in new.devices:
-            did = DeviceID(new.driver, new.pool, device.name)
-            self._device_slice[did] = name
-        self._pools[(new.driver, new.pool)].add(name)
+        self._index.add(name, new)
         if new.node_name is not None:
-            self._node_slices[new.node_name].add(name)
             for device in new.devices:
                 self._track_taken(new.node_name, DeviceID(new.driver, new.pool, device.name))
-        else:
-            self._shared_slices.add(name)
         self._rebuild_slice_view(name)
 
     def _remember_devices(self, name: str, raw: Mapping[str, Any], parsed: ResourceSlice) -> None:
@@ -399,31 +372,17 @@ class DeviceViews(ObjectStore):
                 forget(("orig", old.meta.name, version[2], device))  # patched_view.original_view's key
 
     def _unindex_slice(self, old: ResourceSlice) -> None:
-        for device in old.devices:
-            did = DeviceID(old.driver, old.pool, device.name)
-            if self._device_slice.get(did) == old.meta.name:
-                del self._device_slice[did]
-                self.devices.pop(did, None)
-                self._no_execute.discard(did)
+        for did in self._index.remove_devices(old):
+            self.devices.pop(did, None)
+            self._no_execute.discard(did)
         self._pool_changed(old)
-        members = self._pools.get((old.driver, old.pool))
-        if members is not None:
-            members.discard(old.meta.name)
-            if not members:
-                del self._pools[(old.driver, old.pool)]
+        self._index.remove_slice(old)
         if old.node_name is not None:
             taken = self._taken_local.get(old.node_name)
             if taken is not None:
                 taken.difference_update(DeviceID(old.driver, old.pool, d.name) for d in old.devices)
                 if not taken:
                     del self._taken_local[old.node_name]
-            node_slices = self._node_slices.get(old.node_name)
-            if node_slices is not None:
-                node_slices.discard(old.meta.name)
-                if not node_slices:
-                    del self._node_slices[old.node_name]
-        else:
-            self._shared_slices.discard(old.meta.name)
 
     def _on_rule(self, event: ev.ObjectEvent) -> None:
         ident = (event.group, event.key)
@@ -438,22 +397,16 @@ class DeviceViews(ObjectStore):
             self.rules[ident] = rule
             if rule.selector is not None:
                 s = rule.selector
-                self._rules_by_key[(s.driver, s.pool, s.device)].add(ident)
-                if s.device_class_name:
-                    self._class_dependents[s.device_class_name].add(("rule", f"{ident[0]}|{ident[1]}"))
-                affected |= self._devices_matching(s.driver, s.pool, s.device)
+                self._selectors.add_rule(ident, rule)
+                affected |= self._index.devices_matching(s.driver, s.pool, s.device)
         self._recompute_devices(affected)
 
     def _unindex_rule(self, ident: tuple[str, str], rule: DeviceTaintRule) -> set[DeviceID]:
         if rule.selector is None:
             return set()
         s = rule.selector
-        bucket = self._rules_by_key.get((s.driver, s.pool, s.device))
-        if bucket is not None:
-            bucket.discard(ident)
-        if s.device_class_name:
-            self._class_dependents[s.device_class_name].discard(("rule", f"{ident[0]}|{ident[1]}"))
-        return self._devices_matching(s.driver, s.pool, s.device)
+        self._selectors.remove_rule(ident, rule)
+        return self._index.devices_matching(s.driver, s.pool, s.device)
 
     def _on_patch(self, event: ev.ObjectEvent) -> None:
         name = event.key
@@ -461,10 +414,8 @@ class DeviceViews(ObjectStore):
         old = self.patches.get(name)
         if old is not None:
             f = old.filter
-            self._patches_by_key[(f.driver, f.pool, f.device)].discard(name)
-            if f.device_class_name:
-                self._class_dependents[f.device_class_name].discard(("patch", name))
-            affected |= self._devices_matching(f.driver, f.pool, f.device)
+            self._selectors.remove_patch(name, old)
+            affected |= self._index.devices_matching(f.driver, f.pool, f.device)
         if event.type == "DELETED":
             self.patches.pop(name, None)
             self._patch_versions.pop(name, None)
@@ -473,14 +424,11 @@ class DeviceViews(ObjectStore):
             self.patches[name] = patch
             self._patch_versions[name] = self._next_version()
             f = patch.filter
-            self._patches_by_key[(f.driver, f.pool, f.device)].add(name)
-            if f.device_class_name:
-                self._class_dependents[f.device_class_name].add(("patch", name))
-            affected |= self._devices_matching(f.driver, f.pool, f.device)
+            self._selectors.add_patch(name, patch)
+            affected |= self._index.devices_matching(f.driver, f.pool, f.device)
         self._recompute_devices(affected)
 
     _handlers: ClassVar[dict[str, Handler]] = {
-        **ObjectStore._handlers,
         ev.DEVICE_CLASS: _on_class,
         ev.RESOURCE_SLICE: _on_slice,
         ev.DEVICE_TAINT_RULE: _on_rule,
@@ -504,40 +452,11 @@ class DeviceViews(ObjectStore):
         """
         return bool(self._no_execute) or any(r.taint.effect == EFFECT_NO_EXECUTE for r in self.rules.values())
 
-    def _devices_matching(self, driver: str | None, pool: str | None, device: str | None) -> set[DeviceID]:
-        """The known devices a (driver, pool, device) selector names (None: any).
-
-        Derived from the pool index and the device -> slice map, not kept as
-        an index of its own: one set per device key cost ~1 KB a device
-        (42 MB at 40,000 devices) for lookups made only when a rule, patch or
-        class changes. A selector with a pool reads that pool's slices; one
-        without scans every device.
-        """
-        known = self._device_slice
-        if pool is not None:
-            if driver is not None and device is not None:
-                did = DeviceID(driver, pool, device)
-                return {did} if did in known else set()
-            keys = [(driver, pool)] if driver is not None else [k for k in self._pools if k[1] == pool]
-            out: set[DeviceID] = set()
-            for d, p in keys:
-                for slice_name in self._pools.get((d, p), ()):
-                    found = self.slices.get(slice_name)
-                    if found is None:
-                        continue
-                    for dev in found.devices:
-                        if device is None or dev.name == device:
-                            did = DeviceID(d, p, dev.name)
-                            if did in known:
-                                out.add(did)
-            return out
-        return {did for did in known if (driver is None or did.driver == driver) and (device is None or did.device == device)}
-
     def _candidates(self, did: DeviceID) -> tuple[list[ResourceSlicePatch], list[DeviceTaintRule]]:
         if not self.rules and not self.patches:
             return [], []  # the common case: nothing to look up per device
-        patches = [self.patches[n] for k in _index_keys(did.driver, did.pool, did.device) for n in self._patches_by_key.get(k, ())]
-        rules = [self.rules[i] for k in _index_keys(did.driver, did.pool, did.device) for i in self._rules_by_key.get(k, ())]
+        patches = [self.patches[n] for n in self._selectors.patches_for(did)]
+        rules = [self.rules[i] for i in self._selectors.rules_for(did)]
         return patches, rules
 
     def _needs_selectors(self, did: DeviceID) -> bool:
@@ -599,7 +518,7 @@ class DeviceViews(ObjectStore):
             else:
                 view = self._compute_device(s, i, ctx)
                 fresh.append(view)
-            if self._device_slice.get(view.id) == name:
+            if self._index.slice_name(view.id) == name:
                 self._set_device(view)
             views.append(view)
         self._set_slice_view(s, tuple(views))
@@ -616,13 +535,11 @@ class DeviceViews(ObjectStore):
         return time.monotonic() + SLICE_HANDLER_SECONDS
 
     def _warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
-        """Evaluate class selectors when devices or classes change, not on the scheduler's clock.
+        """Evaluate class selectors when devices or classes change (tracker/warmup.py).
 
-        A cold selector costs hundreds of microseconds per device (a hostile one
-        up to its cost limit); paid here, a filter over thousands of nodes is
-        answered from the cache. On an event loop the work runs in a task, in
-        slices of WARM_SLICE_SECONDS, so it never holds the loop; without one
-        (tools, synchronous tests) it runs in place.
+        On an event loop the work runs in the background task, in slices of
+        WARM_SLICE_SECONDS, so it never holds the loop; without one (tools,
+        synchronous tests) it runs in place.
         """
         classes = tuple(c for c in classes if c.selectors)
         if not classes:
@@ -633,26 +550,16 @@ class DeviceViews(ObjectStore):
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._warm_slice(devices, self._compiled(classes), None)
+            self._warmup.now(devices, classes)
             return
-        self._warm_queue.append((devices, classes))
+        self._warmup.enqueue(devices, classes)
         if self._warm_task is None or self._warm_task.done():
             self._warm_task = loop.create_task(self._warm_later(), name="warm-selectors")
-
-    def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
-        compiled = []
-        for device_class in classes:
-            for expression in device_class.selectors:
-                try:
-                    compiled.append(self.cel.compile(expression))
-                except ValueError:
-                    continue  # reported when the class arrived
-        return compiled
 
     async def _warm_later(self) -> None:
         """Recompute pending views, then drain the warm-up queue, yielding to the loop after every slice of work."""
         try:
-            while self._pending_recompute or self._warm_queue:
+            while self._pending_recompute or self._warmup.pending:
                 if self._pending_recompute:
                     pending, self._pending_recompute = self._pending_recompute, set()
                     left = self._recompute_now(pending, time.monotonic() + WARM_SLICE_SECONDS)
@@ -660,43 +567,12 @@ class DeviceViews(ObjectStore):
                     if not self._pending_recompute:
                         held, self._held_events = self._held_events, []
                         for event in held:
-                            ObjectStore._notify(self, event)
+                            self._release(event)
                     await asyncio.sleep(0)
                     continue
-                devices, classes = self._warm_queue.popleft()
-                compiled = self._compiled(classes)
-                start = 0
-                while start < len(devices) and not self._pending_recompute:
-                    start = self._warm_slice(devices, compiled, start, time.monotonic() + WARM_SLICE_SECONDS)
-                    await asyncio.sleep(0)
-                if start < len(devices):
-                    self._warm_queue.appendleft((devices[start:], classes))  # views first
+                await self._warmup.drain_one(WARM_SLICE_SECONDS, lambda: bool(self._pending_recompute))
         finally:
             self._warm_task = None
-
-    def _warm_slice(self, devices: tuple[DeviceView, ...], compiled: list[Any], start: int | None, until: float | None = None) -> int:
-        """Warm devices[start:] until `until` (monotonic); returns where it stopped."""
-        cel = self.cel
-        i = start or 0
-        while i < len(devices):
-            if until is not None and i > (start or 0) and time.monotonic() > until:
-                return i
-            device = devices[i]
-            i += 1
-            if until is not None and self.devices.get(device.id) is not device:
-                continue  # replaced or gone since it was queued (its successor is queued itself)
-            previous = set_deadline(time.monotonic() + WARM_EVALUATION_SECONDS)
-            try:
-                for selector in compiled:
-                    if not cel.evaluate(selector, device):
-                        break  # the class's later selectors are not needed for this device
-            except ValueError:
-                pass
-            except DeadlineExceeded as e:
-                log.debug("warm-up evaluation gave up", extra={"device": str(device.id), "expression": e.expression[:200]})
-            finally:
-                set_deadline(previous)
-        return i
 
     def _set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
         self._pool_changed(s)
@@ -747,7 +623,7 @@ class DeviceViews(ObjectStore):
         ctx = self._selector_context()
         by_slice: dict[str, list[DeviceID]] = defaultdict(list)
         for did in affected:
-            name = self._device_slice.get(did)
+            name = self._index.slice_name(did)
             if name is not None:
                 by_slice[name].append(did)
         left: set[DeviceID] = set()
@@ -785,12 +661,16 @@ class DeviceViews(ObjectStore):
 
     def slices_for_node(self, node_name: str) -> list[SliceView]:
         """Slices that may reach `node_name`: its own node-local ones and every shared one."""
-        names = list(self._node_slices.get(node_name, ()))
-        names.extend(self._shared_slices)
+        names = self._index.for_node(node_name)
         return [self.slice_views[n] for n in names if n in self.slice_views]
 
     def device(self, did: DeviceID) -> DeviceView | None:
         return self.devices.get(did)
+
+    def slice_of(self, did: DeviceID) -> ResourceSlice | None:
+        """The slice a device is published in, as the driver wrote it."""
+        name = self._index.slice_name(did)
+        return self.slices.get(name) if name is not None else None
 
     def sharing(self, did: DeviceID) -> dict[str, Any]:
         """What a device's counters and shares look like now, for /debug/devices and kubectl dra devices.
@@ -806,14 +686,14 @@ class DeviceViews(ObjectStore):
         if view.consumes_counters:
             views = self.pool_slices(did.driver, did.pool)
             sets = {cs.name: cs.counters for v in views for cs in v.shared_counters}
-            left = CounterTally(self.ledger).available(did.pool, sets, views)
+            left = CounterTally(self._ledger).available(did.pool, sets, views)
             out["consumesCounters"] = {u.counter_set: {k: str(q) for k, q in u.counters.items()} for u in view.consumes_counters}
             out["countersLeft"] = {
                 u.counter_set: {k: format_quantity(v) for k, v in left.get(u.counter_set, {}).items()} for u in view.consumes_counters
             }
         if view.allow_multiple_allocations:
-            consumed = self.ledger.consumed_capacity(did) or {}
-            out["shares"] = dict(sorted(self.ledger.shares(did).items()))
+            consumed = self._ledger.consumed_capacity(did) or {}
+            out["shares"] = dict(sorted(self._ledger.shares(did).items()))
             out["capacityLeft"] = {
                 k: format_quantity(q.value - (consumed[k].value if k in consumed else 0)) for k, q in sorted(view.capacity.items())
             }
@@ -821,12 +701,12 @@ class DeviceViews(ObjectStore):
 
     def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
         """Every slice of a pool, whichever nodes it reaches (for pools only partly reachable from a node)."""
-        return [self.slice_views[n] for n in self._pools.get((driver, pool), ()) if n in self.slice_views]
+        return [self.slice_views[n] for n in self._index.pool(driver, pool) if n in self.slice_views]
 
     def device_state_counts(self) -> dict[str, int]:
         counts = {"free": 0, "allocated": 0, "tainted": 0}
         for did, view in self.devices.items():
-            if did in self.allocated:
+            if did in self._ledger.allocated:
                 counts["allocated"] += 1
             elif any(blocks_allocation(t) for t in view.taints):
                 counts["tainted"] += 1

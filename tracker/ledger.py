@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 
 from allocator.quantity import Quantity, format_quantity
 from allocator.types import AllocationResult, DeviceID
@@ -66,14 +66,16 @@ class AllocationLedger:
         self._inflight_shares: set[tuple[DeviceID, str]] = set()
         self._capacity: dict[DeviceID, dict[str, Quantity]] = {}  # summed consumed capacity per shared device
         self._on_change = on_change
+        self._allocated_view = MappingProxyType(self._allocated)
+        self._inflight_view = MappingProxyType(self._inflight)
 
     @property
     def allocated(self) -> Mapping[DeviceID, str]:
-        return self._allocated
+        return self._allocated_view
 
     @property
     def inflight(self) -> Mapping[DeviceID, str]:
-        return self._inflight
+        return self._inflight_view
 
     # ------------------------------------------------------------------ allocator.allocated_state.AllocatedState
 

@@ -176,6 +176,23 @@ def effective_view(
     """The patched, tainted view; reuses `previous.cel_key` when the content is unchanged."""
     original = original_view(slice_, device, version)
     applicable = sorted((p for p in patches if patch_matches(ctx, p, original)), key=patch_order)
+    patched = _patched_view(original, device, applicable, patch_versions)
+    taints: list[DeviceTaint] = list(device.taints)
+    sources: list[str] = ["slice"] * len(device.taints)
+    for rule in sorted(rules, key=lambda r: (r.group, r.meta.name)):
+        if rule_matches(ctx, rule, patched):
+            taints.append(rule.taint)
+            sources.append(rule.source)
+    view = _with_taints(patched, tuple(taints), tuple(sources))
+    if previous is not None and previous == view:
+        return previous
+    return view
+
+
+def _patched_view(
+    original: DeviceView, device: Device, applicable: list[ResourceSlicePatch], patch_versions: Mapping[str, int]
+) -> DeviceView:
+    """The original view with the applicable patches' attributes and capacity (what rule selectors see)."""
     # Unpatched devices share the parsed slice's mappings (never mutated): no copy per device.
     attributes: Mapping[str, AttributeValue] = device.attributes
     capacity: Mapping[str, Quantity] = device.capacity
@@ -186,7 +203,7 @@ def effective_view(
         if applicable
         else original.cel_key
     )
-    patched = DeviceView(
+    return DeviceView(
         id=original.id,
         cel_key=patched_key,
         attributes=attributes,
@@ -203,19 +220,17 @@ def effective_view(
         binding_conditions=original.binding_conditions,
         binding_failure_conditions=original.binding_failure_conditions,
     )
-    taints: list[DeviceTaint] = list(device.taints)
-    sources: list[str] = ["slice"] * len(device.taints)
-    for rule in sorted(rules, key=lambda r: (r.group, r.meta.name)):
-        if rule_matches(ctx, rule, patched):
-            taints.append(rule.taint)
-            sources.append(rule.source)
-    view = DeviceView(
+
+
+def _with_taints(patched: DeviceView, taints: tuple[DeviceTaint, ...], sources: tuple[str, ...]) -> DeviceView:
+    """The patched view with its effective taints (the constructor, not dataclasses.replace: this runs per device)."""
+    return DeviceView(
         id=patched.id,
         cel_key=patched.cel_key,
-        attributes=attributes,
-        capacity=capacity,
-        taints=tuple(taints),
-        taint_sources=tuple(sources),
+        attributes=patched.attributes,
+        capacity=patched.capacity,
+        taints=taints,
+        taint_sources=sources,
         node_name=patched.node_name,
         node_selector=patched.node_selector,
         all_nodes=patched.all_nodes,
@@ -226,6 +241,3 @@ def effective_view(
         binding_conditions=patched.binding_conditions,
         binding_failure_conditions=patched.binding_failure_conditions,
     )
-    if previous is not None and previous == view:
-        return previous
-    return view

@@ -4,35 +4,84 @@ Sources push ObjectEvents in; the state parses each object once, keeps the
 patched device views (recomputing only the devices a change can touch), an
 index from node to slices, the devices allocated to claims and the in-flight
 ledger of allocations being written. Readers (filter, bind, eviction) get
-plain values and never see a half-applied change: every mutation happens
+read-only values and never see a half-applied change: every mutation happens
 synchronously on the event loop.
 
-The facade over three pieces, along upstream's seams:
+Composed of private parts, along upstream's seams:
 
 - tracker/store.py: the object store (nodes, pods, claims, templates,
-  volumes), intake, the change log, Problems and readiness (`ready`);
+  volumes), the change log and the problem reporter;
 - tracker/device_views.py: the patched device views (slices, rules,
   patches, classes, the CEL warm-up), as upstream's resourceslice/tracker;
 - tracker/ledger.py: which devices are allocated or in flight, the only
   writer of `allocated` and `inflight`.
+
+ClusterState owns intake (the EventSink methods), readiness, the versions
+held and the listeners; readers see named queries returning read-only
+mappings, and writers go through `apply`, `replace`, `mark_synced`,
+`reserve` and `report`, never through a part.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from allocator.allocated_state import AllocatedState
+from allocator.device_view import DeviceView, SliceView
+from allocator.parse import ValidationError
+from allocator.types import (
+    AllocationResult,
+    DeviceClass,
+    DeviceID,
+    DeviceTaintRule,
+    Node,
+    Pod,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    ResourceSlicePatch,
+)
+from tracker import events as ev
+from tracker.claim_status import ClaimStatus
 from tracker.device_views import DeviceViews
+from tracker.ledger import AllocationLedger, Reservation
 from tracker.resources import REQUIRED_KINDS
-from tracker.store import CHANGE_LOG_MAX, POD_CLAIM_NAME_ANNOTATION, Problem
+from tracker.store import CHANGE_LOG_MAX, POD_CLAIM_NAME_ANNOTATION, ChangeLog, ObjectStore, Problem, ProblemReporter
+from tracker.volumes import VolumeIndex
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
 __all__ = ["CHANGE_LOG_MAX", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "ClusterState", "Problem"]
 
+log = logging.getLogger("dra_extender.tracker")
 
-class ClusterState(DeviceViews):
+Listener = Callable[[ev.ObjectEvent], None]
+
+
+class _Versions(Mapping[tuple[str, str], Mapping[str, str]]):
+    """A read-only, live view of the versions held: every (kind, group) reads as a mapping, empty if none is held."""
+
+    __slots__ = ("_by_kind",)
+
+    def __init__(self, by_kind: defaultdict[tuple[str, str], dict[str, str]]) -> None:
+        self._by_kind = by_kind
+
+    def __getitem__(self, kind: tuple[str, str]) -> Mapping[str, str]:
+        return MappingProxyType(self._by_kind[kind])
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._by_kind)
+
+    def __len__(self) -> int:
+        return len(self._by_kind)
+
+
+class ClusterState:
     """What the extender, the eviction controller and kubectl dra read; the EventSink both sources feed."""
 
     def __init__(
@@ -42,4 +91,288 @@ class ClusterState(DeviceViews):
         required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
         on_problem: Callable[[Problem], None] | None = None,
     ) -> None:
-        super().__init__(cel, required=required, on_problem=on_problem)
+        self._required = frozenset(required)
+        self._synced: set[tuple[str, str]] = set()
+        self._generation = 0  # bumped on every applied change
+        self._listeners: list[Listener] = []
+        # resourceVersion of every object the view holds, per (kind, group): lets an
+        # operator (and the tests) compare the view with the API server's state.
+        self._versions: defaultdict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+        self._changes = ChangeLog()
+        self._problems = ProblemReporter(on_problem, self._uid_of)
+        self._ledger = AllocationLedger(self._device_changed)
+        self._store = ObjectStore(self._ledger, self._changes, self._problems.report)
+        self._views = DeviceViews(
+            cel, self._ledger, self._changes, self._problems.report, release=self._tell_listeners, started=lambda: bool(self._synced)
+        )
+        self._parts = (self._store, self._views)
+        s, v = self._store, self._views
+        # Live read-only views of the parts' maps, made once (no cost per read).
+        self._ro_nodes = MappingProxyType(s.nodes)
+        self._ro_pods = MappingProxyType(s.pods)
+        self._ro_claims = MappingProxyType(s.claims)
+        self._ro_templates = MappingProxyType(s.templates)
+        self._ro_raw_claims = MappingProxyType(s.raw_claims)
+        self._ro_raw_pods = MappingProxyType(s.raw_pods)
+        self._ro_classes = MappingProxyType(v.classes)
+        self._ro_slices = MappingProxyType(v.slices)
+        self._ro_rules = MappingProxyType(v.rules)
+        self._ro_patches = MappingProxyType(v.patches)
+        self._ro_devices = MappingProxyType(v.devices)
+        self._ro_slice_views = MappingProxyType(v.slice_views)
+
+    # ------------------------------------------------------------------ intake (the EventSink)
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        """One change of one object: parsed by the part that holds its kind, then told to the listeners."""
+        part = next((p for p in self._parts if p.handles(event.kind)), None)
+        if part is None:
+            return
+        if event.type != "DELETED" and self._store.is_echo(event):
+            return
+        self._problems.track_spec(event)
+        try:
+            part.apply(event)
+        except ValidationError as e:
+            uid = str((event.object.get("metadata") or {}).get("uid") or "")
+            self.report(Problem(event.kind, event.group, event.key, str(e), uid))
+            log.warning(
+                "ignoring invalid object",
+                extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
+            )
+            return
+        self._generation += 1
+        versions = self._versions[(event.kind, event.group)]
+        if event.type == "DELETED" or not part.holds(event.kind, event.group, event.key):
+            versions.pop(event.key, None)
+        else:
+            versions[event.key] = self._store.version_of(event)
+        if not self._views.hold_back(event):
+            self._tell_listeners(event)
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        """A consistent full list of one kind: upsert all, delete what is not in it."""
+        keys = set()
+        for raw in objects:
+            key = ev.object_key(kind, raw)
+            keys.add(key)
+            self.apply(ev.ObjectEvent("MODIFIED", kind, group, key, raw))
+        held: set[str] = set()
+        for part in self._parts:
+            if part.handles(kind):
+                held = part.keys_of(kind, group)
+        for key in held - keys:
+            self.apply(ev.ObjectEvent("DELETED", kind, group, key, {}))
+
+    def mark_synced(self, kind: str, group: str) -> None:
+        if (kind, group) not in self._synced:
+            was_ready = self._required <= self._synced
+            self._synced.add((kind, group))
+            log.info("initial state complete", extra={"kind": kind, "group": group})
+            if self._required <= self._synced and not was_ready:
+                self._views.warm_all()
+
+    def subscribe(self, listener: Listener) -> None:
+        """`listener` hears of every applied change, after the device views it touches are computed."""
+        self._listeners.append(listener)
+
+    def report(self, problem: Problem) -> None:
+        """Report a faulty object once (an Event and a metric downstream).
+
+        Classes, rules and patches are reported once per spec (a new spec or a
+        re-created object may be reported again); other kinds once per message.
+        """
+        self._problems.report(problem)
+
+    def _tell_listeners(self, event: ev.ObjectEvent) -> None:
+        for listener in self._listeners:
+            listener(event)
+
+    def _device_changed(self, did: DeviceID) -> None:
+        self._views.device_changed(did)
+
+    def _uid_of(self, kind: str, group: str, name: str) -> str:
+        part = next((p for p in self._parts if p.handles(kind)), None)
+        return part.uid_of(kind, group, name) if part is not None else ""
+
+    # ------------------------------------------------------------------ the ledger's writers (the binder's decisions)
+
+    def reserve(self, allocations: Mapping[str, AllocationResult]) -> Reservation:
+        """Hold what an allocation decision takes, in flight until the reservation is released."""
+        return self._ledger.reserve_results(allocations)
+
+    # ------------------------------------------------------------------ readiness
+
+    @property
+    def ready(self) -> bool:
+        """Every required kind listed and, the first time, the device views those lists ask for computed."""
+        return self._required <= self._synced and self._views.views_ready()
+
+    def missing(self) -> list[str]:
+        return sorted(f"{k}.{g}" if g else k for k, g in self._required - self._synced)
+
+    @property
+    def required(self) -> frozenset[tuple[str, str]]:
+        return self._required
+
+    @property
+    def synced(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._synced)
+
+    @property
+    def generation(self) -> int:
+        """Bumped on every applied change."""
+        return self._generation
+
+    @property
+    def versions(self) -> Mapping[tuple[str, str], Mapping[str, str]]:
+        """resourceVersion of every object held, by (kind, group) then key (live, read-only)."""
+        return _Versions(self._versions)
+
+    # ------------------------------------------------------------------ the change log
+
+    @property
+    def change_seq(self) -> int:
+        """The sequence number the next change will get."""
+        return self._changes.seq
+
+    def changed_nodes_since(self, seq: int) -> list[str | None] | None:
+        """Nodes changed at or after `seq`; None when every node may have (or the log no longer reaches back)."""
+        return self._changes.changed_nodes_since(seq)
+
+    # ------------------------------------------------------------------ objects
+
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        return self._ro_nodes
+
+    def node(self, name: str) -> Node | None:
+        return self._store.nodes.get(name)
+
+    @property
+    def pods(self) -> Mapping[str, Pod]:
+        """Only pods with resource claims, extended resources or PVC volumes."""
+        return self._ro_pods
+
+    @property
+    def claims(self) -> Mapping[str, ResourceClaim]:
+        return self._ro_claims
+
+    def claim_status(self, key: str) -> ClaimStatus | None:
+        """What writing the claim back needs (its version, finalizers, reservations) and its devices' conditions."""
+        return self._store.claim_statuses.get(key)
+
+    @property
+    def templates(self) -> Mapping[str, ResourceClaimTemplate]:
+        return self._ro_templates
+
+    @property
+    def raw_pods(self) -> Mapping[str, Mapping[str, Any]]:
+        """The pods' API JSON as received (the eviction controller's intake reads it)."""
+        return self._ro_raw_pods
+
+    @property
+    def raw_claims(self) -> Mapping[str, Mapping[str, Any]]:
+        """The claims' API JSON as last received or written (kept for readers not yet on `claims` and `claim_status`)."""
+        return self._ro_raw_claims
+
+    @property
+    def volumes(self) -> VolumeIndex:
+        """The volume taints and which pods use which PVC (read it; only intake changes it)."""
+        return self._store.volumes
+
+    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+        """The pod's claims in allocation order (allocator.pod_claims), or why they cannot be resolved yet."""
+        return self._store.pod_claims(pod)
+
+    # ------------------------------------------------------------------ devices
+
+    @property
+    def cel(self) -> SelectorEngine[Any]:
+        return self._views.cel
+
+    @property
+    def classes(self) -> Mapping[str, DeviceClass]:
+        return self._ro_classes
+
+    @property
+    def slices(self) -> Mapping[str, ResourceSlice]:
+        """The drivers' slices as published (before patches and rules)."""
+        return self._ro_slices
+
+    @property
+    def rules(self) -> Mapping[tuple[str, str], DeviceTaintRule]:
+        """By (group, name)."""
+        return self._ro_rules
+
+    @property
+    def patches(self) -> Mapping[str, ResourceSlicePatch]:
+        return self._ro_patches
+
+    @property
+    def devices(self) -> Mapping[DeviceID, DeviceView]:
+        """Every device's patched view."""
+        return self._ro_devices
+
+    @property
+    def slice_views(self) -> Mapping[str, SliceView]:
+        return self._ro_slice_views
+
+    def device(self, did: DeviceID) -> DeviceView | None:
+        return self._views.devices.get(did)
+
+    def published_slice(self, did: DeviceID) -> ResourceSlice | None:
+        """The slice a device is published in, as the driver wrote it."""
+        return self._views.slice_of(did)
+
+    def slices_for_node(self, node_name: str) -> list[SliceView]:
+        """Slices that may reach `node_name`: its own node-local ones and every shared one."""
+        return self._views.slices_for_node(node_name)
+
+    def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
+        """Every slice of a pool, whichever nodes it reaches."""
+        return self._views.pool_slices(driver, pool)
+
+    def sharing(self, did: DeviceID) -> dict[str, Any]:
+        """A device's counters and shares now (/debug/devices, kubectl dra devices)."""
+        return self._views.sharing(did)
+
+    def device_state_counts(self) -> dict[str, int]:
+        return self._views.device_state_counts()
+
+    def may_evict(self) -> bool:
+        """Whether a NoExecute taint may apply to some device (see DeviceViews.may_evict)."""
+        return self._views.may_evict()
+
+    # ------------------------------------------------------------------ allocation state
+
+    @property
+    def allocated(self) -> Mapping[DeviceID, str]:
+        """Device -> claim key, from the claims' statuses."""
+        return self._ledger.allocated
+
+    @property
+    def inflight(self) -> Mapping[DeviceID, str]:
+        """Device -> claim key, chosen at /bind and not in a claim's status yet."""
+        return self._ledger.inflight
+
+    @property
+    def allocated_state(self) -> AllocatedState:
+        """What the allocator asks of allocated and in-flight devices (read-only)."""
+        return self._ledger
+
+    @property
+    def ledger(self) -> AllocatedState:
+        """The same as `allocated_state` (the name older readers use)."""
+        return self._ledger
+
+    def is_taken(self, did: DeviceID) -> bool:
+        return self._ledger.is_taken(did)
+
+    def holder(self, did: DeviceID) -> str | None:
+        """The claim(s) holding a device, allocated or in flight."""
+        return self._ledger.holder(did)
+
+    def taken_on_node(self, node_name: str) -> int:
+        """How many of the node's own (node-local) devices are allocated or in flight."""
+        return self._views.taken_on_node(node_name)

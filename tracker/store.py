@@ -1,37 +1,37 @@
-"""The object store: what the sources deliver, parsed once, and readiness.
+"""The object store: nodes, pods, claims, templates and volumes, parsed once at intake.
 
-Nodes, pods, claims, templates and volumes by key, with the raw claims and
-pods the binder writes against; the change log cached answers catch up
-from; which kinds have their initial state (`ready`); and Problems reported
-once per object. The devices the claims hold are recorded in the
-allocation ledger (tracker/ledger.py), the only writer of `allocated` and
-`inflight`. The patched device views (tracker/device_views.py) extend this
-store; tracker/state.py's ClusterState is the facade the extender uses.
+Objects by key, with the raw claims and pods the binder writes against,
+and the indexes of claims generated for pods. The devices the claims hold
+are recorded in the allocation ledger (tracker/ledger.py), the only writer
+of `allocated` and `inflight`. Beside it: the change log cached answers
+catch up from (`ChangeLog`) and Problems reported once per object
+(`ProblemReporter`). tracker/state.py's ClusterState composes these with
+the patched device views (tracker/device_views.py) and owns intake,
+readiness and listeners.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import orjson
 
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
-from allocator.parse import ValidationError, parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
+from allocator.parse import parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
 from allocator.pod_claims import EXTENDED, claim_refs
 from allocator.types import (
-    DeviceID,
     Node,
     Pod,
     ResourceClaim,
     ResourceClaimTemplate,
 )
 from tracker import events as ev
+from tracker.claim_status import ClaimStatus, parse_claim_status
 from tracker.ledger import AllocationLedger
-from tracker.resources import REQUIRED_KINDS
 from tracker.volumes import VolumeIndex
 
 log = logging.getLogger("dra_extender.tracker")
@@ -54,17 +54,18 @@ class Problem:
     uid: str = ""  # the object's, so the Event is found on it (kubectl describe matches involvedObject.uid)
 
 
-def _resource_version(raw: Mapping[str, Any] | None) -> int | None:
-    # Ordered only to drop a watch event older than our own applied write (see extender/binder.py `_rv`, as upstream's assume cache does).
-    rv: Any = ((raw or {}).get("metadata") or {}).get("resourceVersion")  # a string, as the API sends it; anything else is no version
+def _version_number(rv: Any) -> int | None:
+    # Ordered only to drop a watch event older than our own applied write (see extender/claim_writes.py
+    # `ClaimWrites.apply`, as upstream's assume cache does). A string, as the API sends it; anything else is no version.
     try:
         return int(rv)
     except (TypeError, ValueError):
         return None
 
 
-def _is_older(new: Mapping[str, Any], current: Mapping[str, Any] | None) -> bool:
-    a, b = _resource_version(new), _resource_version(current)
+def _is_older(new: Mapping[str, Any], held: ResourceClaim) -> bool:
+    a = _version_number((new.get("metadata") or {}).get("resourceVersion"))
+    b = _version_number(held.meta.resource_version)
     return a is not None and b is not None and a < b
 
 
@@ -94,183 +95,58 @@ def _extended_for(raw: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-Handler = Callable[[Any, ev.ObjectEvent], None]  # an unbound per-kind handler of the store or a subclass
+Handler = Callable[[Any, ev.ObjectEvent], None]  # an unbound per-kind handler of one of the state's parts
 
 
-class ObjectStore:
-    """Objects by key, their intake, readiness, the change log and Problems; DeviceViews builds on it."""
+class ChangeLog:
+    """What changed, so cached answers are dropped only where they depend on it.
 
-    def __init__(
-        self,
-        *,
-        required: Iterable[tuple[str, str]] = REQUIRED_KINDS,
-        on_problem: Callable[[Problem], None] | None = None,
-    ) -> None:
-        self.required = frozenset(required)
-        self.synced: set[tuple[str, str]] = set()
-        self.generation = 0  # bumped on every applied change
-        self.on_problem = on_problem
+    A node (its node-local slices, their devices' allocation state, the Node
+    object), or everything (a shared pool reachable from many nodes, a
+    DeviceClass). Entry i has sequence number `base + i`; None marks a change
+    that concerns every node.
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[str | None] = []
+        self._base = 0
+        self._global_seq = 0
+
+    @property
+    def seq(self) -> int:
+        """The sequence number the next change will get."""
+        return self._base + len(self._entries)
+
+    def changed_nodes_since(self, seq: int) -> list[str | None] | None:
+        """Nodes changed at or after `seq`; None when every node may have (or the log no longer reaches back)."""
+        if seq < self._base or self._global_seq > seq:
+            return None
+        return self._entries[seq - self._base :]
+
+    def changed(self, node_name: str | None) -> None:
+        if node_name is None:
+            self._global_seq = self.seq + 1  # one past this change's sequence number
+        self._entries.append(node_name)
+        if len(self._entries) > CHANGE_LOG_MAX:
+            half = len(self._entries) // 2
+            del self._entries[:half]
+            self._base += half
+
+
+class ProblemReporter:
+    """Problems reported once: classes, rules and patches once per spec, other kinds once per message."""
+
+    def __init__(self, on_problem: Callable[[Problem], None] | None, uid_of: Callable[[str, str, str], str]) -> None:
+        self._on_problem = on_problem
+        self._uid_of = uid_of
         # (kind, group, name) -> what was reported: spec tokens for _BLAMED_PER_SPEC, else messages.
         self._reported: dict[tuple[str, str, str], set[bytes | str]] = {}
         self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
 
-        self.nodes: dict[str, Node] = {}
-        self.pods: dict[str, Pod] = {}  # only pods with resource claims or PVC volumes
-        self.volumes = VolumeIndex()  # volume taints (tracker/volumes.py)
-        self.claims: dict[str, ResourceClaim] = {}
-        self.templates: dict[str, ResourceClaimTemplate] = {}
-        self.raw_claims: dict[str, dict[str, Any]] = {}
-        self.raw_pods: dict[str, dict[str, Any]] = {}
-        # Claims generated from templates, by owning pod uid and pod claim name: found before
-        # kube-controller-manager has written the pod's status.resourceClaimStatuses.
-        self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
-        # Claims made for pods' extended resources, by owning pod uid (found before the pod's status names them).
-        self.extended_claims: dict[str, str] = {}
-
-        # A log of what changed, so cached answers are dropped only where they depend on it:
-        # a node (its node-local slices, their devices' allocation state, the Node object),
-        # or everything (a shared pool reachable from many nodes, a DeviceClass). Entry i has
-        # sequence number change_log_base + i; None marks a change that concerns every node.
-        self.change_log: list[str | None] = []
-        self.change_log_base = 0
-        self.global_change_seq = 0
-        self.ledger = AllocationLedger(self._device_changed)
-        self.listeners: list[Callable[[ev.ObjectEvent], None]] = []
-        # resourceVersion of every object the view holds, per (kind, group): lets an
-        # operator (and the tests) compare the view with the API server's state.
-        self.versions: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
-
-    # ------------------------------------------------------------------ versions
-
-    @property
-    def allocated(self) -> Mapping[DeviceID, str]:
-        return self.ledger.allocated
-
-    @property
-    def inflight(self) -> Mapping[DeviceID, str]:
-        return self.ledger.inflight
-
-    @property
-    def change_seq(self) -> int:
-        """The sequence number the next change will get."""
-        return self.change_log_base + len(self.change_log)
-
-    def changed_nodes_since(self, seq: int) -> list[str | None] | None:
-        """Nodes changed at or after `seq`; None when every node may have (or the log no longer reaches back)."""
-        if seq < self.change_log_base or self.global_change_seq > seq:
-            return None
-        return self.change_log[seq - self.change_log_base :]
-
-    def _changed(self, node_name: str | None) -> None:
-        if node_name is None:
-            self.global_change_seq = self.change_seq + 1  # one past this change's sequence number
-        self.change_log.append(node_name)
-        if len(self.change_log) > CHANGE_LOG_MAX:
-            half = len(self.change_log) // 2
-            del self.change_log[:half]
-            self.change_log_base += half
-
-    # ------------------------------------------------------------------ what a subclass adds
-
-    def _device_changed(self, did: DeviceID) -> None:
-        """A device was allocated, freed, reserved or released (the device views know its node)."""
-        self._changed(None)
-
-    def _became_ready(self) -> None:
-        """Every required kind has its initial state (the device views warm the CEL cache)."""
-
-    # ------------------------------------------------------------------ readiness
-
-    @property
-    def ready(self) -> bool:
-        return self.required <= self.synced
-
-    def missing(self) -> list[str]:
-        return sorted(f"{k}.{g}" if g else k for k, g in self.required - self.synced)
-
-    def mark_synced(self, kind: str, group: str) -> None:
-        if (kind, group) not in self.synced:
-            was_ready = self.required <= self.synced
-            self.synced.add((kind, group))
-            log.info("initial state complete", extra={"kind": kind, "group": group})
-            if self.required <= self.synced and not was_ready:
-                self._became_ready()
-
-    # ------------------------------------------------------------------ event intake
-
-    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
-        """A consistent full list of one kind: upsert all, delete what is not in it."""
-        keys = set()
-        for raw in objects:
-            key = ev.object_key(kind, raw)
-            keys.add(key)
-            self.apply(ev.ObjectEvent("MODIFIED", kind, group, key, raw))
-        for key in self._keys_of(kind, group) - keys:
-            self.apply(ev.ObjectEvent("DELETED", kind, group, key, {}))
-
-    def _store(self, kind: str) -> Mapping[str, Any]:
-        """The objects of `kind` held, by key (the device views add theirs)."""
-        stores: dict[str, Mapping[str, Any]] = {
-            ev.NODE: self.nodes,
-            ev.POD: self.raw_pods,
-            ev.RESOURCE_CLAIM: self.claims,
-            ev.RESOURCE_CLAIM_TEMPLATE: self.templates,
-            ev.PERSISTENT_VOLUME_CLAIM: self.volumes.pvcs,
-            ev.PERSISTENT_VOLUME: self.volumes.pvs,
-        }
-        return stores.get(kind, {})
-
-    def _keys_of(self, kind: str, group: str) -> set[str]:
-        return set(self._store(kind))
-
-    def _holds(self, kind: str, group: str, key: str) -> bool:
-        return key in self._store(kind)
-
-    def apply(self, event: ev.ObjectEvent) -> None:
-        handler = self._handlers.get(event.kind)
-        if handler is None:
+    def track_spec(self, event: ev.ObjectEvent) -> None:
+        """A class, rule or patch with a new spec (or re-created) may be blamed again."""
+        if event.kind not in _BLAMED_PER_SPEC:
             return
-        if event.type != "DELETED" and self._is_echo(event):
-            return
-        if event.kind in _BLAMED_PER_SPEC:
-            self._track_spec(event)
-        try:
-            handler(self, event)
-        except ValidationError as e:
-            uid = str((event.object.get("metadata") or {}).get("uid") or "")
-            self.report(Problem(event.kind, event.group, event.key, str(e), uid))
-            log.warning(
-                "ignoring invalid object",
-                extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
-            )
-            return
-        self.generation += 1
-        versions = self.versions[(event.kind, event.group)]
-        if event.type == "DELETED" or not self._holds(event.kind, event.group, event.key):
-            versions.pop(event.key, None)
-        else:
-            # A claim keeps the newest of our write and its watch echo (see _on_claim).
-            held = self.raw_claims[event.key] if event.kind == ev.RESOURCE_CLAIM else event.object
-            versions[event.key] = str((held.get("metadata") or {}).get("resourceVersion") or "")
-        self._notify(event)
-
-    def _notify(self, event: ev.ObjectEvent) -> None:
-        """Tell the listeners (the device views hold back events whose views are still being computed)."""
-        for listener in self.listeners:
-            listener(event)
-
-    def _is_echo(self, event: ev.ObjectEvent) -> bool:
-        """The watch bringing back a claim or pod at the version we already hold (our own write's echo)."""
-        held = self.raw_claims if event.kind == ev.RESOURCE_CLAIM else self.raw_pods if event.kind == ev.POD else None
-        if held is None:
-            return False
-        current = held.get(event.key)
-        if current is None:
-            return False
-        rv = (event.object.get("metadata") or {}).get("resourceVersion")
-        return bool(rv) and rv == (current.get("metadata") or {}).get("resourceVersion")
-
-    def _track_spec(self, event: ev.ObjectEvent) -> None:
         ident = (event.kind, event.group, event.key)
         if event.type == "DELETED":
             self._spec_tokens.pop(ident, None)
@@ -287,11 +163,7 @@ class ObjectStore:
             self._reported.pop(ident, None)
 
     def report(self, problem: Problem) -> None:
-        """Report a faulty object once (an Event and a metric downstream).
-
-        Classes, rules and patches are reported once per spec (a new spec or a
-        re-created object may be reported again); other kinds once per message.
-        """
+        """Report a faulty object once (an Event and a metric downstream)."""
         ident = (problem.kind, problem.group, problem.name)
         token = self._spec_tokens.get(ident, problem.message)
         seen = self._reported.setdefault(ident, set())
@@ -301,18 +173,92 @@ class ObjectStore:
         if not problem.uid:
             uid = self._uid_of(problem.kind, problem.group, problem.name)
             problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid)
-        if self.on_problem is not None:
-            self.on_problem(problem)
+        if self._on_problem is not None:
+            self._on_problem(problem)
 
-    def _uid_of(self, kind: str, group: str, name: str) -> str:
+
+class ObjectStore:
+    """Nodes, pods, claims, templates and volumes by key; a part of ClusterState, which reads and feeds it."""
+
+    def __init__(self, ledger: AllocationLedger, changes: ChangeLog, report: Callable[[Problem], None]) -> None:
+        self._ledger = ledger
+        self._changes = changes
+        self._report = report
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[str, Pod] = {}  # only pods with resource claims or PVC volumes
+        self.volumes = VolumeIndex()  # volume taints (tracker/volumes.py)
+        self.claims: dict[str, ResourceClaim] = {}
+        self.templates: dict[str, ResourceClaimTemplate] = {}
+        self.claim_statuses: dict[str, ClaimStatus] = {}  # what writes back to a claim need (tracker/claim_status.py)
+        self.raw_claims: dict[str, dict[str, Any]] = {}
+        self.raw_pods: dict[str, dict[str, Any]] = {}
+        # Claims generated from templates, by owning pod uid and pod claim name: found before
+        # kube-controller-manager has written the pod's status.resourceClaimStatuses.
+        self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
+        # Claims made for pods' extended resources, by owning pod uid (found before the pod's status names them).
+        self.extended_claims: dict[str, str] = {}
+        # claim key -> (generated for: (pod uid, pod claim name), extended resources of: pod uid), to unindex it.
+        self._claim_owners: dict[str, tuple[tuple[str, str] | None, str | None]] = {}
+
+    # ------------------------------------------------------------------ what ClusterState asks of its parts
+
+    def handles(self, kind: str) -> bool:
+        return kind in self._handlers
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        """Apply one event of a kind this store `handles` (raises ValidationError for an invalid object)."""
+        self._handlers[event.kind](self, event)
+
+    def _store(self, kind: str) -> Mapping[str, Any]:
+        """The objects of `kind` held, by key."""
+        stores: dict[str, Mapping[str, Any]] = {
+            ev.NODE: self.nodes,
+            ev.POD: self.raw_pods,
+            ev.RESOURCE_CLAIM: self.claims,
+            ev.RESOURCE_CLAIM_TEMPLATE: self.templates,
+            ev.PERSISTENT_VOLUME_CLAIM: self.volumes.pvcs,
+            ev.PERSISTENT_VOLUME: self.volumes.pvs,
+        }
+        return stores.get(kind, {})
+
+    def keys_of(self, kind: str, group: str) -> set[str]:
+        return set(self._store(kind))
+
+    def holds(self, kind: str, group: str, key: str) -> bool:
+        return key in self._store(kind)
+
+    def uid_of(self, kind: str, group: str, name: str) -> str:
         held: Any = self._store(kind).get(name)
         meta = getattr(held, "meta", None)
         return meta.uid if meta is not None else ""
 
+    def version_of(self, event: ev.ObjectEvent) -> str:
+        """The resourceVersion held after `event`: a claim keeps the newest of our write and its watch echo (see _on_claim)."""
+        if event.kind == ev.RESOURCE_CLAIM:
+            return self.claims[event.key].meta.resource_version
+        return str((event.object.get("metadata") or {}).get("resourceVersion") or "")
+
+    def is_echo(self, event: ev.ObjectEvent) -> bool:
+        """The watch bringing back a claim or pod at the version we already hold (our own write's echo).
+
+        Both sources send resourceVersion as a string; the held one is the parsed object's.
+        """
+        held: Pod | ResourceClaim | None
+        if event.kind == ev.RESOURCE_CLAIM:
+            held = self.claims.get(event.key)
+        elif event.kind == ev.POD:
+            held = self.pods.get(event.key)
+        else:
+            return False
+        if held is None:
+            return False
+        rv = (event.object.get("metadata") or {}).get("resourceVersion")
+        return bool(rv) and rv == held.meta.resource_version
+
     # ------------------------------------------------------------------ per-kind handlers
 
     def _on_node(self, event: ev.ObjectEvent) -> None:
-        self._changed(event.key)  # labels decide node selectors
+        self._changes.changed(event.key)  # labels decide node selectors
         if event.type == "DELETED":
             self.nodes.pop(event.key, None)
         else:
@@ -338,7 +284,7 @@ class ObjectStore:
         self.volumes.set_volume(event.kind, event.key, None if event.type == "DELETED" else event.object)
         held = self.volumes.pvcs.get(event.key) if event.kind == ev.PERSISTENT_VOLUME_CLAIM else self.volumes.pvs.get(event.key)
         if held is not None and held.malformed is not None:
-            self.report(
+            self._report(
                 Problem(
                     event.kind, event.group, event.key, f"malformed volume taints, volume closed to every pod: {held.malformed}", held.uid
                 )
@@ -346,19 +292,21 @@ class ObjectStore:
 
     def _on_claim(self, event: ev.ObjectEvent) -> None:
         old = self.claims.get(event.key)
-        if old is not None and event.type != "DELETED" and _is_older(event.object, self.raw_claims.get(event.key)):
+        if old is not None and event.type != "DELETED" and _is_older(event.object, old):
             # A write we applied ourselves is newer than this (late) watch event:
             # going back would make allocated devices look free.
             return
         if old is not None:
             self._release_allocation(old)
-            self._unindex_generated(event.key, self.raw_claims.get(event.key))
+            self._unindex_generated(event.key)
         if event.type == "DELETED":
             self.claims.pop(event.key, None)
+            self.claim_statuses.pop(event.key, None)
             self.raw_claims.pop(event.key, None)
             return
         claim = parse_resource_claim(event.object)
         self.claims[event.key] = claim
+        self.claim_statuses[event.key] = parse_claim_status(event.object)
         self.raw_claims[event.key] = event.object
         owner = _generated_for(event.object)
         if owner is not None:
@@ -366,32 +314,37 @@ class ObjectStore:
         extended_owner = _extended_for(event.object)
         if extended_owner is not None:
             self.extended_claims[extended_owner] = event.key
+        if owner is not None or extended_owner is not None:
+            self._claim_owners[event.key] = (owner, extended_owner)
+        self._record_allocation(claim)
+
+    def _record_allocation(self, claim: ResourceClaim) -> None:
+        """The claim's devices in the ledger (warning when two allocators hand out one device)."""
         if claim.allocation is not None:
             for result in claim.allocation.results:
                 if result.admin_access:
                     continue  # admin access does not take a device from others (as upstream)
                 if result.share_id is not None:
-                    self.ledger.allocate_share(result.device_id, result.share_id, claim.key, result.consumed_capacity)
+                    self._ledger.allocate_share(result.device_id, result.share_id, claim.key, result.consumed_capacity)
                     continue
-                holder = self.ledger.inflight.get(result.device_id)
+                holder = self._ledger.inflight.get(result.device_id)
                 if holder is not None and holder != claim.key:
                     log.warning(
                         "device allocated by another allocator while we were allocating it: only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "inflight_for": holder},
                     )
-                other = self.ledger.allocated.get(result.device_id)
+                other = self._ledger.allocated.get(result.device_id)
                 if other is not None and other != claim.key:
                     log.warning(
                         "device is allocated to two claims: only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "other": other},
                     )
-                self.ledger.allocate(result.device_id, claim.key)
+                self._ledger.allocate(result.device_id, claim.key)
 
-    def _unindex_generated(self, key: str, raw: Mapping[str, Any] | None) -> None:
-        extended_owner = _extended_for(raw)
+    def _unindex_generated(self, key: str) -> None:
+        owner, extended_owner = self._claim_owners.pop(key, (None, None))
         if extended_owner is not None and self.extended_claims.get(extended_owner) == key:
             del self.extended_claims[extended_owner]
-        owner = _generated_for(raw)
         if owner is None:
             return
         by_name = self.generated_claims.get(owner[0])
@@ -405,9 +358,9 @@ class ObjectStore:
             return
         for result in claim.allocation.results:
             if result.share_id is not None:
-                self.ledger.free_share(result.device_id, result.share_id, claim.key)
+                self._ledger.free_share(result.device_id, result.share_id, claim.key)
             else:
-                self.ledger.free(result.device_id, claim.key)
+                self._ledger.free(result.device_id, claim.key)
 
     def _on_template(self, event: ev.ObjectEvent) -> None:
         if event.type == "DELETED":
@@ -459,9 +412,3 @@ class ObjectStore:
             if key is not None and key in self.claims:
                 out.append(self.claims[key])
         return out, None
-
-    def node(self, name: str) -> Node | None:
-        return self.nodes.get(name)
-
-    def is_taken(self, did: DeviceID) -> bool:
-        return self.ledger.is_taken(did)

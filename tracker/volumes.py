@@ -208,6 +208,16 @@ class Verdict:
     taint: DeviceTaint | None  # None: the annotation is malformed
 
 
+@dataclass(frozen=True, slots=True)
+class PodVolumes:
+    """What the index keeps of a pod that uses PVCs, parsed once at intake."""
+
+    claims: tuple[str, ...]  # PVC keys, in volume order
+    tolerations: tuple[DeviceToleration, ...]  # a malformed annotation counts as none
+    tolerations_problem: str | None  # why the annotation is malformed, or None
+    node_name: str  # spec.nodeName, "" while unscheduled
+
+
 class VolumeIndex:
     """PVCs and PVs with their taints, and which pods use which PVC."""
 
@@ -215,7 +225,7 @@ class VolumeIndex:
         self.pvcs: dict[str, VolumeTaints] = {}
         self.pvs: dict[str, VolumeTaints] = {}
         self.users: dict[str, set[str]] = defaultdict(set)  # PVC key -> pod keys
-        self._pod_claims: dict[str, tuple[str, ...]] = {}  # pod key -> PVC keys
+        self._pods: dict[str, PodVolumes] = {}  # pod key -> its PVCs and volume tolerations
         self._tainted: set[tuple[str, str]] = set()  # (kind, key): keeps the untainted common case O(1)
 
     # ------------------------------------------------------------------ intake
@@ -237,7 +247,8 @@ class VolumeIndex:
 
     def set_pod(self, key: str, raw: Mapping[str, Any] | None) -> bool:
         """Index a pod's PVCs; False when it uses none (the state then need not keep it)."""
-        for claim in self._pod_claims.pop(key, ()):
+        old = self._pods.pop(key, None)
+        for claim in old.claims if old is not None else ():
             pods = self.users.get(claim)
             if pods is not None:
                 pods.discard(key)
@@ -249,7 +260,10 @@ class VolumeIndex:
         claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw))
         if not claims:
             return False
-        self._pod_claims[key] = claims
+        tolerations, problem = pod_tolerations(raw)
+        spec = raw.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        self._pods[key] = PodVolumes(claims, tolerations, problem, node or "")
         for claim in claims:
             self.users[claim].add(key)
         return True
@@ -257,7 +271,12 @@ class VolumeIndex:
     # ------------------------------------------------------------------ queries
 
     def claims_of(self, pod_key: str) -> tuple[str, ...]:
-        return self._pod_claims.get(pod_key, ())
+        pod = self._pods.get(pod_key)
+        return pod.claims if pod is not None else ()
+
+    def pod(self, pod_key: str) -> PodVolumes | None:
+        """What the index holds of a pod using PVCs: its claims, volume tolerations and node."""
+        return self._pods.get(pod_key)
 
     def volumes_of_claim(self, claim: str) -> Iterator[VolumeTaints]:
         """The PVC, then its bound PV (an unbound PVC carries only its own taints)."""
@@ -346,20 +365,18 @@ def stamp_time_added(text: str, times: Mapping[str, str]) -> str | None:
     return orjson.dumps(entries).decode() if changed else None
 
 
-def debug_volumes(index: VolumeIndex, raw_pods: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def debug_volumes(index: VolumeIndex) -> list[dict[str, Any]]:
     """The /debug/volumes view: every tainted PVC/PV, its taints, its pods and what they tolerate."""
     items = []
     for volume in index.tainted():
         pods = []
         for key in sorted(index.pods_using(volume)):
-            raw = raw_pods.get(key) or {}
-            tolerations, problem = pod_tolerations(raw)
-            spec = raw.get("spec")
-            node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+            held = index.pod(key)
+            tolerations, problem, node = (held.tolerations, held.tolerations_problem, held.node_name) if held else ((), None, "")
             pods.append(
                 {
                     "pod": key,
-                    "node": node or "",
+                    "node": node,
                     # A malformed annotation tolerates nothing.
                     "tolerates": {str(t): tolerated_for_good(t, tolerations)[0] for t in volume.taints} if volume.malformed is None else {},
                     **({"tolerationsProblem": problem} if problem else {}),

@@ -43,7 +43,7 @@ class Intake:
         # The pods the tracker holds and every DeviceTaintRule (by (group, name)), in arrival order.
         self.pods: dict[str, PodView] = {key: PodView.of(raw) for key, raw in state.raw_pods.items()}
         self.rules: dict[tuple[str, str], RuleView] = {}
-        state.listeners.append(self._on_event)
+        state.subscribe(self._on_event)
 
     def _on_event(self, event: ev.ObjectEvent) -> None:
         if event.kind not in _TRIGGERS:

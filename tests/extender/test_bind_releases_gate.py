@@ -26,7 +26,7 @@ def _not_leader(demo: DemoService) -> None:
 
 
 def _not_ready(demo: DemoService) -> None:
-    demo.state.synced.clear()  # as before the initial lists complete
+    demo.state._synced.clear()  # white-box: as before the initial lists complete
 
 
 def _binder_raises(demo: DemoService) -> None:

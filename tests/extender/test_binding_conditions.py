@@ -9,6 +9,7 @@ import pytest
 
 from allocator.parse import parse_resource_claim
 from extender.binding_conditions import FAILED, PENDING, READY, TIMED_OUT, readiness, worst
+from tracker.claim_status import parse_claim_status
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)
 
@@ -66,16 +67,16 @@ ROWS = [
 @pytest.mark.parametrize(("name", "results", "devices", "state", "message"), ROWS, ids=[r[0] for r in ROWS])
 def test_readiness(name: str, results: list[dict], devices: list[dict] | None, state: str, message: str) -> None:
     raw = raw_claim("c", results, devices)
-    got = readiness(parse_resource_claim(raw), raw, timeout=600, now=NOW)
+    got = readiness(parse_resource_claim(raw), parse_claim_status(raw), timeout=600, now=NOW)
     assert (got.state, got.message) == (state, message)
 
 
 def test_bound_claim_with_timed_out_binding() -> None:
     """Upstream `bound-claim-with-timed-out-binding`: allocationTimestamp + timeout in the past."""
     raw = raw_claim("c", [result("a", ["ready"])], None, stamp="2026-01-01T00:00:00Z")
-    got = readiness(parse_resource_claim(raw), raw, timeout=60, now=NOW)
+    got = readiness(parse_resource_claim(raw), parse_claim_status(raw), timeout=60, now=NOW)
     assert (got.state, got.message) == (TIMED_OUT, "device binding timeout")
-    assert readiness(parse_resource_claim(raw), raw, timeout=3600, now=NOW).state == PENDING
+    assert readiness(parse_resource_claim(raw), parse_claim_status(raw), timeout=3600, now=NOW).state == PENDING
 
 
 def test_multi_claims_binding_conditions_one_fail() -> None:
@@ -83,7 +84,7 @@ def test_multi_claims_binding_conditions_one_fail() -> None:
     ok = raw_claim("ok", [result("a", ["ready"])], [dev_status("a", ready="True")])
     bad = raw_claim("bad", [result("b", ["ready"], ["failed"])], [dev_status("b", failed="True")])
     waiting = raw_claim("wait", [result("c", ["ready"])], None)
-    states = [readiness(parse_resource_claim(r), r, timeout=600, now=NOW) for r in (ok, waiting, bad)]
+    states = [readiness(parse_resource_claim(r), parse_claim_status(r), timeout=600, now=NOW) for r in (ok, waiting, bad)]
     bad_state = worst(states)
     assert bad_state is not None and bad_state.state == FAILED and bad_state.claim == "default/bad"
     assert worst(states[:1]) is None

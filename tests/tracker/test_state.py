@@ -419,7 +419,7 @@ async def test_views_with_costly_selectors_are_finished_in_the_background(
     monkeypatch.setattr(device_views, "SLICE_HANDLER_SECONDS", 0.0)
     s = ClusterState(CelEnvironment())
     heard: list[str] = []
-    s.listeners.append(lambda e: heard.append(e.kind))
+    s.subscribe(lambda e: heard.append(e.kind))
     build(s)
     for kind, group in sorted(s.required):
         s.mark_synced(kind, group)

@@ -1,0 +1,239 @@
+"""A bind's writes to claims: delete protection, allocation and reservation, guarded by the claim's resourceVersion.
+
+Every write's response goes back into the cluster state at once (unless the
+watch already brought something newer), so the next decision sees it. What
+a write needs of the claim comes from the state's typed views
+(`ClusterState.claim_status`), and the API server's responses are parsed
+the same way (tracker/claim_status.py) where they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.extended_resources import RequestMapping, claim_manifest
+from allocator.parse import parse_resource_claim
+from allocator.pod_claims import claim_names
+from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Pod, ResourceClaim
+from extender.metrics import Metrics
+from tracker import events as ev
+from tracker.claim_status import ClaimStatus, parse_claim_status
+from tracker.source import BindingSource, SourceError
+from tracker.state import ClusterState
+
+log = logging.getLogger("dra_extender.bind")
+
+BIND_ATTEMPTS = 5  # decisions per /bind when claims change under it; also tries per claim when undoing or deallocating
+
+
+class BindFailed(Exception):
+    """The bind cannot succeed; the message is the scheduler's answer."""
+
+
+@dataclass(slots=True)
+class Written:
+    """What one bind changed on one claim, so exactly that can be taken back."""
+
+    key: str
+    finalizer_added: bool = False
+    allocated: frozenset[DeviceID] = frozenset()
+    reserved: bool = False
+    created_uid: str = ""  # an extended-resource claim this bind created: deleted on undo
+
+
+@dataclass(slots=True)
+class Extended:
+    """The pod's extended-resource claim to create at this bind, and which containers use which request."""
+
+    claim: ResourceClaim  # in memory, not created yet
+    mappings: tuple[RequestMapping, ...]
+    stale: ResourceClaim | None = None  # an unallocated one left by an earlier bind: deleted first
+
+
+class ForeignAllocations:
+    """Warns when, while we lead, a claim gets an allocation this process did not write (one allocator per pool).
+
+    The devices of every allocation seen, and those this process wrote, so an
+    allocation made by anyone else can be named (see docs/kube-scheduler.md).
+    """
+
+    def __init__(self, state: ClusterState, metrics: Metrics, is_leader: Any) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self._seen: dict[str, frozenset[DeviceID]] = {}
+        self._own: set[tuple[str, frozenset[DeviceID]]] = set()
+        state.subscribe(self.on_event)
+
+    def expect(self, claim_key: str, devices: frozenset[DeviceID]) -> None:
+        """Our own write is about to allocate these devices to the claim."""
+        self._own.add((claim_key, devices))
+
+    def withdraw(self, claim_key: str, devices: frozenset[DeviceID]) -> None:
+        self._own.discard((claim_key, devices))
+
+    def on_event(self, event: ev.ObjectEvent) -> None:
+        if event.kind != ev.RESOURCE_CLAIM:
+            return
+        claim = self.state.claims.get(event.key)
+        devices = frozenset(r.device_id for r in claim.allocation.results) if claim and claim.allocation else frozenset()
+        before = self._seen.get(event.key, frozenset())
+        if devices:
+            self._seen[event.key] = devices
+        else:
+            self._seen.pop(event.key, None)
+        if not devices or devices == before or not self.state.ready:
+            return
+        if (event.key, devices) in self._own:
+            self._own.discard((event.key, devices))
+            return
+        if self.is_leader():
+            self.metrics.foreign_allocations.inc()
+            log.warning(
+                "claim allocated by another allocator: only one allocator may manage a device pool",
+                extra={"claim": event.key, "devices": sorted(str(d) for d in devices)},
+            )
+
+
+class ClaimWrites:
+    """Reads, writes and re-reads the claims of one bind; the state hears of every write's result."""
+
+    def __init__(self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float) -> None:
+        self.state = state
+        self.source = source
+        self.foreign = foreign
+        self.timeout = timeout  # the bind budget, named in messages
+
+    def apply(self, raw: dict[str, Any]) -> None:
+        """A claim as the API server returned it, into the state (unless the watch already brought a newer one).
+
+        resourceVersion is opaque by the API contract, and every other use
+        compares it for equality; this one needs an order: the claim our
+        patch returned must not be replaced by an older watch event that
+        arrives after it, or the allocated devices would look free again.
+        Upstream's scheduler does the same in its assume cache
+        (pkg/scheduler/util/assumecache: the object's resourceVersion parsed
+        as int64, older updates ignored). tracker/store.py `_resource_version`
+        is the same rule on the watch's side. A missing or unparsable version
+        counts as 0 here (store.py: no order, the event applies).
+        """
+        key = ev.object_key(ev.RESOURCE_CLAIM, raw)
+        current = self.state.claim_status(key)
+        if current is not None and current.version_number() > parse_claim_status(raw).version_number():
+            return  # the watch already delivered something newer
+        self.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, raw))
+
+    def _held(self, key: str) -> ClaimStatus:
+        held = self.state.claim_status(key)
+        if held is None:
+            raise KeyError(key)
+        return held
+
+    async def write(self, claim: ResourceClaim, allocation: AllocationResult | None, pod: Pod, uid: str, written: list[Written]) -> None:
+        """Allocate and/or reserve one claim with merge patches guarded by its resourceVersion."""
+        held = self._held(claim.key)
+        ns, _, name = claim.key.partition("/")
+        reservation = {"resource": "pods", "name": pod.meta.name, "uid": uid}
+        reserved = list(held.reserved_for)
+        if allocation is None and uid in held.reserved_uids:
+            return  # a retried bind: the reservation belongs to the earlier success
+        if written and written[-1].key == claim.key and written[-1].created_uid:
+            record = written[-1]  # the claim this bind just created
+        else:
+            record = Written(claim.key)
+            written.append(record)
+        version = held.resource_version
+        if allocation is not None:
+            version = await self._protect(ns, name, held, record)
+            devices = frozenset(r.device_id for r in allocation.results)
+            record.allocated = devices  # before the write: one that times out may still land
+            self.foreign.expect(claim.key, devices)
+            patch = {
+                "metadata": {"resourceVersion": version},
+                "status": {"allocation": allocation.to_api(), "reservedFor": [*reserved, reservation]},
+            }
+            try:
+                raw = await self.source.patch_claim(ns, name, patch, status=True)
+            except BaseException:
+                self.foreign.withdraw(claim.key, devices)
+                raise
+            record.reserved = True
+            self.apply(raw)
+            return
+        patch = {"metadata": {"resourceVersion": version}, "status": {"reservedFor": [*reserved, reservation]}}
+        raw = await self.source.patch_claim(ns, name, patch, status=True)
+        record.reserved = True
+        self.apply(raw)
+
+    async def _protect(self, ns: str, name: str, held: ClaimStatus, record: Written) -> str:
+        """The delete-protection finalizer before an allocation; returns the resourceVersion to write against next."""
+        finalizers = list(held.finalizers)
+        if DELETE_PROTECTION_FINALIZER in finalizers:
+            return held.resource_version
+        patch = {"metadata": {"resourceVersion": held.resource_version, "finalizers": [*finalizers, DELETE_PROTECTION_FINALIZER]}}
+        raw = await self.source.patch_claim(ns, name, patch)
+        record.finalizer_added = True
+        self.apply(raw)
+        return parse_claim_status(raw).resource_version
+
+    async def drop_finalizer(self, held: ClaimStatus) -> None:
+        """A claim without an allocation no longer needs delete protection (as upstream's Unreserve)."""
+        if DELETE_PROTECTION_FINALIZER not in held.finalizers:
+            return
+        kept = [f for f in held.finalizers if f != DELETE_PROTECTION_FINALIZER]
+        patch = {"metadata": {"resourceVersion": held.resource_version, "finalizers": kept or None}}
+        self.apply(await self.source.patch_claim(held.namespace, held.name, patch))
+
+    async def create_extended(self, pod: Pod, extended: Extended, written: list[Written]) -> ResourceClaim:
+        """Create the pod's extended-resource claim (generateName), after deleting a stale one."""
+        ns = pod.meta.namespace
+        stale = extended.stale
+        if stale is not None:
+            with contextlib.suppress(SourceError):
+                await self.source.delete_claim(ns, stale.meta.name, stale.meta.uid)
+        raw = await self.source.create_claim(ns, claim_manifest(pod, extended.claim.requests))
+        self.apply(raw)
+        created = parse_resource_claim(raw)
+        written.append(Written(created.key, created_uid=created.meta.uid))
+        return created
+
+    async def record_extended(self, pod: Pod, extended: Extended, claim_key: str) -> None:
+        """pod.status.extendedResourceClaimStatus: the claim's name and which container uses which request."""
+        name = claim_key.partition("/")[2]
+        status = {"requestMappings": [m.to_api() for m in extended.mappings], "resourceClaimName": name}
+        await self.source.patch_pod_status(pod.meta.namespace, pod.meta.name, {"status": {"extendedResourceClaimStatus": status}})
+
+    async def fetch_missing(self, pod: Pod, deadline: float) -> None:
+        """A claim missing from the cache may just not have arrived through the watch yet."""
+        for name in claim_names(pod):
+            key = f"{pod.meta.namespace}/{name}"
+            if key in self.state.claims:
+                continue
+            raw = await self.read(pod.meta.namespace, name, deadline)
+            if raw is not None:
+                self.apply(raw)
+
+    async def refresh(self, pod: Pod, deadline: float) -> None:
+        for name in claim_names(pod):
+            raw = await self.read(pod.meta.namespace, name, deadline)
+            key = f"{pod.meta.namespace}/{name}"
+            if raw is not None:
+                self.apply(raw)
+            elif key in self.state.claims:
+                self.state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, {}))
+
+    async def read(self, namespace: str, name: str, deadline: float) -> dict[str, Any] | None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BindFailed(f"claim {namespace}/{name}: out of time reading it (bind budget {self.timeout:g}s)")
+        try:
+            return await asyncio.wait_for(self.source.get(ev.RESOURCE_CLAIM, namespace, name), left)
+        except TimeoutError:
+            raise BindFailed(f"claim {namespace}/{name}: reading it timed out (bind budget {self.timeout:g}s)") from None
+        except SourceError as e:
+            raise BindFailed(f"claim {namespace}/{name}: reading it failed: {e.message}") from None

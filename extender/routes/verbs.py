@@ -1,0 +1,169 @@
+"""/filter, /prioritize and /bind: read and parse on the HTTP thread, decide on the main loop through the service."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from fastapi import FastAPI, Request, Response
+from starlette.requests import ClientDisconnect
+
+from extender import wire
+from extender.http_thread import Limits, LoopBridge, call_and_await
+from extender.metrics import Metrics
+from extender.routes.body import Refused, bad_request, json_response, read_body, refusal
+from extender.service import BudgetExceeded, NotReady, Service
+
+log = logging.getLogger("dra_extender.http")
+decisions = logging.getLogger("dra_extender.filter")  # --log-level debug: every /filter decision
+
+A = TypeVar("A")  # a verb's parsed arguments
+
+
+@dataclass(frozen=True, slots=True)
+class Verb(Generic[A]):
+    """One verb: how its body is parsed, decided, answered on error, and (maybe) answered without the main loop.
+
+    `quick`, when given, may answer on the HTTP thread from the request
+    alone (a pod without claims) or from what the main loop prepared for
+    it (/prioritize after /filter): no hop to the main loop, so no wait
+    behind the binds and watch events it is busy with.
+    """
+
+    name: str
+    parse: Callable[[bytes], A]
+    handler: Callable[[A], Awaitable[Response] | Response]
+    on_error: Callable[[str], bytes]
+    quick: Callable[[A], bytes | None] | None = None
+
+
+def verb_route(verb: Verb[A], limits: Limits, bridge: LoopBridge, metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
+    """The route of one verb: read and parse here (the HTTP thread), decide on the main loop."""
+    name = verb.name
+
+    async def route(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            body = await read_body(request, limits)
+        except Refused as e:
+            log.info("request refused", extra={"verb": name, "status": e.status, "err": str(e)})
+            return refusal(e)
+        except ClientDisconnect:
+            # The client went away: nothing to answer, no error, no latency sample.
+            log.debug("client disconnected before sending its request", extra={"verb": name})
+            return Response(status_code=499)
+        try:
+            args = verb.parse(body)
+            answered = verb.quick(args) if verb.quick is not None else None
+        except wire.BadRequest as e:
+            log.info("bad request", extra={"verb": name, "err": str(e)})
+            metrics.observe(name, time.perf_counter() - start, False)
+            return bad_request(e)
+        except Exception as e:
+            log.exception("internal error", extra={"verb": name})
+            metrics.observe(name, time.perf_counter() - start, False)
+            return json_response(verb.on_error(f"internal error in dra-extender {name}: {e}"))
+        if answered is not None:
+            metrics.observe(name, time.perf_counter() - start, True)
+            return json_response(answered)
+        return await bridge.call(lambda: answer(args, start))
+
+    async def answer(args: A, start: float) -> Response:
+        ok = False
+        try:
+            result = await call_and_await(lambda: verb.handler(args))
+            ok = True
+            return result
+        except wire.BadRequest as e:
+            log.info("bad request", extra={"verb": name, "err": str(e)})
+            return bad_request(e)
+        except Exception as e:
+            log.exception("internal error", extra={"verb": name})
+            return json_response(verb.on_error(f"internal error in dra-extender {name}: {e}"))
+        finally:
+            metrics.observe(name, time.perf_counter() - start, ok)
+
+    return route
+
+
+def log_decision(args: wire.ExtenderArgs, passed: list[str], failed: dict[str, str], error: str = "") -> None:
+    """At debug level, every /filter decision: the pod, the nodes that fit, and each rejected node's reason."""
+    if not decisions.isEnabledFor(logging.DEBUG):
+        return
+    meta = args.pod.get("metadata") or {}
+    decisions.debug(
+        "filter decision",
+        extra={
+            "pod": f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
+            "asked": len(args.names),
+            "fit": ",".join(passed),
+            "rejected": failed,
+            **({"err": error} if error else {}),
+        },
+    )
+
+
+def filter_verb(service: Service, budget: float | None) -> Verb[wire.ExtenderArgs]:
+    async def decide(args: wire.ExtenderArgs) -> Response:
+        try:
+            passed, failed = await service.filter(args, budget=budget)
+        except (NotReady, BudgetExceeded) as e:
+            log_decision(args, [], {}, str(e))
+            return json_response(wire.error_filter_result(str(e)))
+        log_decision(args, passed, failed)
+        return json_response(wire.filter_result(args, passed, unresolvable=failed))
+
+    def quick(args: wire.ExtenderArgs) -> bytes | None:
+        passed = service.filter_without_state(args)
+        if passed is not None:
+            log_decision(args, passed, {})
+        return None if passed is None else wire.filter_result(args, passed, unresolvable={})
+
+    return Verb("filter", wire.parse_extender_args, decide, wire.error_filter_result, quick)
+
+
+def prioritize_verb(service: Service) -> Verb[wire.ExtenderArgs]:
+    def decide(args: wire.ExtenderArgs) -> Response:
+        try:
+            scores = service.prioritize(args)
+        except NotReady:
+            # HostPriorityList has no error field: a neutral answer keeps the scheduler going.
+            scores = [(n, 0) for n in args.names]
+        return json_response(wire.priority_list(scores))
+
+    def quick(args: wire.ExtenderArgs) -> bytes | None:
+        scores = service.prioritize_without_state(args)
+        return None if scores is None else wire.priority_list(scores)
+
+    return Verb("prioritize", wire.parse_extender_args, decide, lambda _e: b"[]", quick)
+
+
+def bind_verb(service: Service, bridge: LoopBridge) -> Verb[wire.BindingArgs]:
+    async def decide(args: wire.BindingArgs) -> Response:
+        try:
+            error = await service.bind(args)
+        except NotReady as e:
+            error = str(e)
+        return json_response(wire.binding_result(error))
+
+    def parse(raw: bytes) -> wire.BindingArgs:
+        """A /bind the scheduler sent but we cannot read is decided too: release its pod in the gate."""
+        try:
+            return wire.parse_binding_args(raw)
+        except wire.BadRequest:
+            uid = wire.pod_uid_of(raw)
+            if uid:
+                bridge.call_soon(lambda: service.bind_decided(uid))
+            raise
+
+    return Verb("bind", parse, decide, wire.binding_result)
+
+
+def add_verb_routes(app: FastAPI, service: Service, bridge: LoopBridge, limits: Limits, *, filter_budget: float | None) -> None:
+    metrics = service.metrics
+    app.add_api_route("/filter", verb_route(filter_verb(service, filter_budget), limits, bridge, metrics), methods=["POST"])
+    app.add_api_route("/prioritize", verb_route(prioritize_verb(service), limits, bridge, metrics), methods=["POST"])
+    app.add_api_route("/bind", verb_route(bind_verb(service, bridge), limits, bridge, metrics), methods=["POST"])

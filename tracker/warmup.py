@@ -1,0 +1,96 @@
+"""The CEL warm-up: class selectors evaluated when devices or classes change, not on the scheduler's clock.
+
+A cold selector costs hundreds of microseconds per device (a hostile one up
+to its cost limit); paid here, a filter over thousands of nodes is answered
+from the cache. The device views (tracker/device_views.py) queue the work
+and drain it in their background task, in slices, so it never holds the
+event loop; without a loop (tools, synchronous tests) it runs in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
+from allocator.device_view import DeviceView
+from allocator.types import DeviceClass, DeviceID
+
+if TYPE_CHECKING:
+    from allocator.allocation import SelectorEngine
+
+# One warm-up evaluation gives up after this long (the cost limit stops a hostile one within
+# ~50 ms; this is the backstop). The device is then evaluated by the first /filter that needs
+# it, under that call's own time budget.
+WARM_EVALUATION_SECONDS = 0.1
+
+log = logging.getLogger("tracker.device_views")
+
+
+class SelectorWarmup:
+    """A queue of (devices, classes) to evaluate, drained in slices of work."""
+
+    def __init__(self, cel: SelectorEngine[Any], current: Callable[[DeviceID], DeviceView | None]) -> None:
+        self._cel = cel
+        self._current = current  # the device's view now: a queued one replaced since is skipped
+        self._queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._queue)
+
+    def now(self, devices: tuple[DeviceView, ...], classes: tuple[DeviceClass, ...]) -> None:
+        """Without an event loop: all of it, in place."""
+        self._warm_slice(devices, self._compiled(classes), None)
+
+    def enqueue(self, devices: tuple[DeviceView, ...], classes: tuple[DeviceClass, ...]) -> None:
+        self._queue.append((devices, classes))
+
+    async def drain_one(self, slice_seconds: float, interrupted: Callable[[], bool]) -> None:
+        """Warm the oldest queued work, yielding to the loop after every slice; what `interrupted` stops goes back first."""
+        devices, classes = self._queue.popleft()
+        compiled = self._compiled(classes)
+        start = 0
+        while start < len(devices) and not interrupted():
+            start = self._warm_slice(devices, compiled, start, time.monotonic() + slice_seconds)
+            await asyncio.sleep(0)
+        if start < len(devices):
+            self._queue.appendleft((devices[start:], classes))  # views first
+
+    def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
+        compiled = []
+        for device_class in classes:
+            for expression in device_class.selectors:
+                try:
+                    compiled.append(self._cel.compile(expression))
+                except ValueError:
+                    continue  # reported when the class arrived
+        return compiled
+
+    def _warm_slice(self, devices: tuple[DeviceView, ...], compiled: list[Any], start: int | None, until: float | None = None) -> int:
+        """Warm devices[start:] until `until` (monotonic); returns where it stopped."""
+        cel = self._cel
+        i = start or 0
+        while i < len(devices):
+            if until is not None and i > (start or 0) and time.monotonic() > until:
+                return i
+            device = devices[i]
+            i += 1
+            if until is not None and self._current(device.id) is not device:
+                continue  # replaced or gone since it was queued (its successor is queued itself)
+            previous = set_deadline(time.monotonic() + WARM_EVALUATION_SECONDS)
+            try:
+                for selector in compiled:
+                    if not cel.evaluate(selector, device):
+                        break  # the class's later selectors are not needed for this device
+            except ValueError:
+                pass
+            except DeadlineExceeded as e:
+                log.debug("warm-up evaluation gave up", extra={"device": str(device.id), "expression": e.expression[:200]})
+            finally:
+                set_deadline(previous)
+        return i
