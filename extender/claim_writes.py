@@ -110,22 +110,13 @@ class ClaimWrites:
         self.timeout = timeout  # the bind budget, named in messages
 
     def apply(self, raw: dict[str, Any]) -> None:
-        """A claim as the API server returned it, into the state (unless the watch already brought a newer one).
+        """A claim as the API server returned it, into the state at once, not only when the watch brings it.
 
-        resourceVersion is opaque by the API contract, and every other use
-        compares it for equality; this one needs an order: the claim our
-        patch returned must not be replaced by an older watch event that
-        arrives after it, or the allocated devices would look free again.
-        Upstream's scheduler does the same in its assume cache
-        (pkg/scheduler/util/assumecache: the object's resourceVersion parsed
-        as int64, older updates ignored). tracker/store.py `_resource_version`
-        is the same rule on the watch's side. A missing or unparsable version
-        counts as 0 here (store.py: no order, the event applies).
+        The store keeps whichever of this and the watch's copy is newer
+        (tracker/store.py `_is_older`), so a late watch event cannot make the
+        devices this write allocated look free again.
         """
         key = ev.object_key(ev.RESOURCE_CLAIM, raw)
-        current = self.state.claim_status(key)
-        if current is not None and current.version_number() > parse_claim_status(raw).version_number():
-            return  # the watch already delivered something newer
         self.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, key, raw))
 
     def _held(self, key: str) -> ClaimStatus:

@@ -49,13 +49,6 @@ class ClaimStatus:
         """The uid of every consumer the claim is reserved for."""
         return tuple(r.get("uid") for r in self.reserved_for)
 
-    def version_number(self) -> int:
-        """resourceVersion as an integer for one order only (see extender/binder.py `_newer`); 0 when absent or opaque."""
-        try:
-            return int(self.resource_version or 0)
-        except (TypeError, ValueError):
-            return 0
-
 
 def parse_claim_status(raw: Mapping[str, Any]) -> ClaimStatus:
     meta = raw.get("metadata") or {}

@@ -55,8 +55,6 @@ class Problem:
 
 
 def _version_number(rv: Any) -> int | None:
-    # Ordered only to drop a watch event older than our own applied write (see extender/claim_writes.py
-    # `ClaimWrites.apply`, as upstream's assume cache does). A string, as the API sends it; anything else is no version.
     try:
         return int(rv)
     except (TypeError, ValueError):
@@ -64,6 +62,18 @@ def _version_number(rv: Any) -> int | None:
 
 
 def _is_older(new: Mapping[str, Any], held: ResourceClaim) -> bool:
+    """Whether `new` is known to be older than the claim held, so it must not replace it.
+
+    resourceVersion is opaque by the API contract, and every other use
+    compares it for equality; this one place needs an order: the claim a
+    /bind's patch returned (applied at once, extender/claim_writes.py
+    `ClaimWrites.apply`) must not be replaced by an older watch event that
+    arrives after it, or the allocated devices would look free again.
+    Upstream's scheduler does the same in its assume cache
+    (pkg/scheduler/util/assumecache: resourceVersion parsed as int64, older
+    updates ignored). A version that is not an integer has no order: the
+    event applies.
+    """
     a = _version_number((new.get("metadata") or {}).get("resourceVersion"))
     b = _version_number(held.meta.resource_version)
     return a is not None and b is not None and a < b

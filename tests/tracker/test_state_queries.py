@@ -98,8 +98,7 @@ def test_claim_status_reads_device_conditions_and_reservations() -> None:
     held = parse_claim_status(raw)
     assert (held.namespace, held.name, held.resource_version, held.finalizers) == ("ns", "c", "7", ("f",))
     assert held.reserved_uids == ("u1",) and held.reserved_for == ({"resource": "pods", "name": "p", "uid": "u1"},)
-    assert not held.allocated and held.version_number() == 7
+    assert not held.allocated
     (ready,) = held.device_conditions[("d", "p", "x")]
     assert ready.type == "Ready" and ready.true and ready.reason == "" and ready.message == ""
     assert parse_claim_status({"status": {"devices": 5}}).device_conditions == {}
-    assert parse_claim_status({"metadata": {"resourceVersion": "opaque"}}).version_number() == 0
