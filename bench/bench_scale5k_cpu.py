@@ -54,12 +54,14 @@ SHAPES = 3  # never-seen claim shapes probed after the pods
 
 
 class MemorySource:
-    """Writes answered from memory and echoed into the state like watch events."""
+    """The scheduled pods and their claims held in memory, as an API server would; a pod's binding is
+    echoed into the state like a watch event."""
 
     description = "bench"
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: Any, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
         self.state = state
+        self.objects = objects  # (kind, namespace/name) -> object
         self.rv = 50_000_000
 
     def _next_rv(self) -> str:
@@ -67,25 +69,26 @@ class MemorySource:
         return str(self.rv)
 
     async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
-        key = f"{namespace}/{name}"
-        raw = (self.state.raw_claims if kind == ev.RESOURCE_CLAIM else self.state.raw_pods).get(key)
+        raw = self.objects.get((kind, f"{namespace}/{name}"))
         return copy.deepcopy(raw) if raw is not None else None
 
     async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
-        key = f"{namespace}/{name}"
-        raw = copy.deepcopy(self.state.raw_claims[key])
+        key = (ev.RESOURCE_CLAIM, f"{namespace}/{name}")
+        raw = copy.deepcopy(self.objects[key])
         patch = copy.deepcopy(patch)
         patch.get("metadata", {}).pop("resourceVersion", None)
         raw = merge_patch(raw, patch)
         raw["metadata"]["resourceVersion"] = self._next_rv()
-        return raw
+        self.objects[key] = raw
+        return copy.deepcopy(raw)
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         key = f"{namespace}/{name}"
-        raw = copy.deepcopy(self.state.raw_pods[key])
+        raw = copy.deepcopy(self.objects[(ev.POD, key)])
         raw["spec"]["nodeName"] = node
         raw["metadata"]["resourceVersion"] = self._next_rv()
-        self.state.apply(ev.ObjectEvent("MODIFIED", ev.POD, ev.GROUP_CORE, key, raw))
+        self.objects[(ev.POD, key)] = raw
+        self.state.apply(ev.ObjectEvent("MODIFIED", ev.POD, ev.GROUP_CORE, key, copy.deepcopy(raw)))
 
     async def create_event(self, event: dict[str, Any]) -> None:
         pass
@@ -139,6 +142,14 @@ def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim
     objs, pcs = scale5k_objects(pods)
     from allocator.cel import CelEnvironment
 
+    # What /bind reads and writes: the scheduled pods and their claims (the API server's copies).
+    scheduled = {name for pc in pcs for name in (pc.name, pc.claim)}
+    held = {
+        (o["kind"], f"{o['metadata']['namespace']}/{o['metadata']['name']}"): o
+        for o in objs
+        if o["kind"] in (ev.POD, ev.RESOURCE_CLAIM) and o["metadata"]["name"] in scheduled
+    }
+
     state = ClusterState(CelEnvironment())
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for o in objs:
@@ -154,14 +165,14 @@ def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim
     gc.collect()
     gc.freeze()  # as the reflector does once the initial lists are in
     extra: dict[str, Any] = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
-    service = Service(state, MemorySource(state), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)
+    service = Service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)
     return service, pcs
 
 
 async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Random) -> dict[str, float]:
     from extender import wire
 
-    raw_pod = service.state.raw_pods[f"default/{pc.name}"]
+    raw_pod = service.source.objects[(ev.POD, f"default/{pc.name}")]
     pod_json = orjson.dumps(raw_pod)
     body = b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_body + b"}"
     out: dict[str, float] = {}

@@ -109,7 +109,7 @@ class OutcomeCache:
         return tuple(self._claim_signature(c) for c in claims)
 
     def _claim_signature(self, claim: ResourceClaim) -> ClaimSignature:
-        if claim.allocation is None and claim.key not in self.state.raw_claims:
+        if claim.allocation is None and claim.key not in self.state.claims:
             # An extended-resource claim not created yet: its requests are all there is (and differ per node).
             return ("memory", claim.requests)
         ident = (claim.key, claim.meta.resource_version)

@@ -87,3 +87,8 @@ def object_key(kind: str, raw: dict[str, Any]) -> str:
     if kind in NAMESPACED_KINDS:
         return f"{meta.get('namespace') or 'default'}/{name}"
     return name
+
+
+def object_uid(raw: dict[str, Any]) -> str:
+    """metadata.uid of an event's object; "" when absent."""
+    return str((raw.get("metadata") or {}).get("uid") or "")

@@ -49,6 +49,7 @@ from tracker import events as ev
 from tracker.claim_status import ClaimStatus
 from tracker.device_views import DeviceViews
 from tracker.ledger import AllocationLedger, Reservation
+from tracker.pod_status import PodStatus
 from tracker.resources import REQUIRED_KINDS
 from tracker.store import CHANGE_LOG_MAX, POD_CLAIM_NAME_ANNOTATION, ChangeLog, ObjectStore, Problem, ProblemReporter
 from tracker.volumes import VolumeIndex
@@ -112,8 +113,7 @@ class ClusterState:
         self._ro_pods = MappingProxyType(s.pods)
         self._ro_claims = MappingProxyType(s.claims)
         self._ro_templates = MappingProxyType(s.templates)
-        self._ro_raw_claims = MappingProxyType(s.raw_claims)
-        self._ro_raw_pods = MappingProxyType(s.raw_pods)
+        self._ro_pod_statuses = MappingProxyType(s.pod_statuses)
         self._ro_classes = MappingProxyType(v.classes)
         self._ro_slices = MappingProxyType(v.slices)
         self._ro_rules = MappingProxyType(v.rules)
@@ -267,14 +267,9 @@ class ClusterState:
         return self._ro_templates
 
     @property
-    def raw_pods(self) -> Mapping[str, Mapping[str, Any]]:
-        """The pods' API JSON as received (the eviction controller's intake reads it)."""
-        return self._ro_raw_pods
-
-    @property
-    def raw_claims(self) -> Mapping[str, Mapping[str, Any]]:
-        """The claims' API JSON as last received or written (kept for readers not yet on `claims` and `claim_status`)."""
-        return self._ro_raw_claims
+    def pod_statuses(self) -> Mapping[str, PodStatus]:
+        """Of each pod held (as `pods`): its conditions and volume tolerations (the eviction controller reads them)."""
+        return self._ro_pod_statuses
 
     @property
     def volumes(self) -> VolumeIndex:

@@ -32,6 +32,7 @@ from allocator.types import (
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus, parse_claim_status
 from tracker.ledger import AllocationLedger
+from tracker.pod_status import PodStatus
 from tracker.volumes import VolumeIndex
 
 log = logging.getLogger("dra_extender.tracker")
@@ -200,8 +201,7 @@ class ObjectStore:
         self.claims: dict[str, ResourceClaim] = {}
         self.templates: dict[str, ResourceClaimTemplate] = {}
         self.claim_statuses: dict[str, ClaimStatus] = {}  # what writes back to a claim need (tracker/claim_status.py)
-        self.raw_claims: dict[str, dict[str, Any]] = {}
-        self.raw_pods: dict[str, dict[str, Any]] = {}
+        self.pod_statuses: dict[str, PodStatus] = {}  # conditions and volume tolerations (tracker/pod_status.py)
         # Claims generated from templates, by owning pod uid and pod claim name: found before
         # kube-controller-manager has written the pod's status.resourceClaimStatuses.
         self.generated_claims: dict[str, dict[str, str]] = defaultdict(dict)
@@ -223,7 +223,7 @@ class ObjectStore:
         """The objects of `kind` held, by key."""
         stores: dict[str, Mapping[str, Any]] = {
             ev.NODE: self.nodes,
-            ev.POD: self.raw_pods,
+            ev.POD: self.pods,
             ev.RESOURCE_CLAIM: self.claims,
             ev.RESOURCE_CLAIM_TEMPLATE: self.templates,
             ev.PERSISTENT_VOLUME_CLAIM: self.volumes.pvcs,
@@ -278,16 +278,16 @@ class ObjectStore:
         uses_volumes = self.volumes.set_pod(event.key, None if event.type == "DELETED" else event.object)
         if event.type == "DELETED":
             self.pods.pop(event.key, None)
-            self.raw_pods.pop(event.key, None)
+            self.pod_statuses.pop(event.key, None)
             return
         pod = parse_pod(event.object)
         if pod.resource_claims or uses_volumes or pod.containers or pod.extended_claim_name:
             self.pods[event.key] = pod
-            self.raw_pods[event.key] = event.object
+            self.pod_statuses[event.key] = PodStatus.of(event.object)
         else:
             # Only pods with claims or PVCs matter; one that lost them is forgotten.
             self.pods.pop(event.key, None)
-            self.raw_pods.pop(event.key, None)
+            self.pod_statuses.pop(event.key, None)
 
     def _on_volume(self, event: ev.ObjectEvent) -> None:
         """A PVC or PV: keep its taints (and a PVC's bound volume); report a malformed annotation."""
@@ -312,12 +312,10 @@ class ObjectStore:
         if event.type == "DELETED":
             self.claims.pop(event.key, None)
             self.claim_statuses.pop(event.key, None)
-            self.raw_claims.pop(event.key, None)
             return
         claim = parse_resource_claim(event.object)
         self.claims[event.key] = claim
         self.claim_statuses[event.key] = parse_claim_status(event.object)
-        self.raw_claims[event.key] = event.object
         owner = _generated_for(event.object)
         if owner is not None:
             self.generated_claims[owner[0]][owner[1]] = event.key

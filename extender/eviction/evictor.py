@@ -18,10 +18,10 @@ from typing import Literal
 from extender.eviction.clock import Clock, Deadlines, format_time
 from extender.eviction.events import Events
 from extender.eviction.plan import PodEviction, TaintKind
-from extender.eviction.pod_view import PodView
 from extender.eviction.rate_limit import Backoff, TaintLimiters
 from extender.eviction.rule_reports import RuleReports
 from extender.metrics import Metrics
+from tracker.pod_status import PodStatus
 from tracker.source import NotFound, PodEvictionWriter, SourceError
 
 log = logging.getLogger("dra_extender.eviction")
@@ -45,7 +45,7 @@ class Remover:
     """The API writes that remove one pod."""
 
     def __init__(
-        self, source: PodEvictionWriter, mode: Literal["delete", "evict"], clock: Clock, pods: Mapping[str, PodView], events: Events
+        self, source: PodEvictionWriter, mode: Literal["delete", "evict"], clock: Clock, pods: Mapping[str, PodStatus], events: Events
     ) -> None:
         self.source = source
         self.mode = mode

@@ -3,18 +3,19 @@
 Every tracker event that can change who must leave marks the plan dirty and
 wakes the loop, except a pod event that is this controller's own write
 coming back (its condition, its deletion): that changes no plan, so it must
-not restart the wait. Pods and DeviceTaintRules are parsed here, once, into
-the views the rest of the controller reads.
+not restart the wait. DeviceTaintRules are parsed here, once, into the
+views the rest of the controller reads; pods come parsed from the tracker
+(`ClusterState.pod_statuses`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from extender.eviction.pod_view import PodView
 from extender.eviction.rule_view import RuleView
 from tracker import events as ev
+from tracker.pod_status import PodStatus
 from tracker.state import ClusterState
 
 _TRIGGERS = frozenset(
@@ -40,8 +41,8 @@ class Intake:
         self.on_rule_gone = on_rule_gone
         self.dirty = True
         self.wake = asyncio.Event()
-        # The pods the tracker holds and every DeviceTaintRule (by (group, name)), in arrival order.
-        self.pods: dict[str, PodView] = {key: PodView.of(raw) for key, raw in state.raw_pods.items()}
+        # The pods the tracker holds (a live view) and every DeviceTaintRule (by (group, name)), in arrival order.
+        self.pods: Mapping[str, PodStatus] = state.pod_statuses
         self.rules: dict[tuple[str, str], RuleView] = {}
         state.subscribe(self._on_event)
 
@@ -49,12 +50,8 @@ class Intake:
         if event.kind not in _TRIGGERS:
             return
         if event.kind == ev.POD:
-            view = PodView.of(event.object)
-            if event.type == "DELETED" or event.key not in self.state.pods:
-                self.pods.pop(event.key, None)
-            else:
-                self.pods[event.key] = view
-            if view.uid and self.own_write(view.uid):
+            uid = ev.object_uid(event.object)
+            if uid and self.own_write(uid):
                 return
         if event.kind == ev.DEVICE_TAINT_RULE:
             ident = (event.group or ev.GROUP_RESOURCE, event.key)

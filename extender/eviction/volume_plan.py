@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 
 from allocator.types import DeviceTaint, DeviceToleration
 from extender.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef
-from extender.eviction.pod_view import PodView
 from extender.eviction.rate_limit import DEFAULT_RATE
+from tracker.pod_status import PodStatus
 from tracker.state import ClusterState
 from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, EFFECT_NO_USE, VolumeTaints, tolerated_for_good
 
@@ -28,12 +28,12 @@ def volume_origin(volume: VolumeTaints) -> TaintOrigin:
     return TaintOrigin(f"{volume.kind}/{volume.key}", TaintKind.VOLUME)
 
 
-def _tolerations(pods: Mapping[str, PodView], key: str) -> tuple[DeviceToleration, ...]:
+def _tolerations(pods: Mapping[str, PodStatus], key: str) -> tuple[DeviceToleration, ...]:
     view = pods.get(key)
     return view.volume_tolerations if view is not None else ()
 
 
-def plan_volume_evictions(state: ClusterState, pods: Mapping[str, PodView], taint_time: VolumeTaintTime) -> dict[str, PodEviction]:
+def plan_volume_evictions(state: ClusterState, pods: Mapping[str, PodStatus], taint_time: VolumeTaintTime) -> dict[str, PodEviction]:
     """Every pod that must leave because of a NoUse volume taint, keyed by namespace/name (`pods`: their views)."""
     index = state.volumes
     out: dict[str, PodEviction] = {}
@@ -88,7 +88,7 @@ def merge(device: dict[str, PodEviction], volume: dict[str, PodEviction]) -> dic
     return out
 
 
-def ineffective_no_attach(state: ClusterState, pods: Mapping[str, PodView]) -> list[tuple[VolumeTaints, DeviceTaint, list[str]]]:
+def ineffective_no_attach(state: ClusterState, pods: Mapping[str, PodStatus]) -> list[tuple[VolumeTaints, DeviceTaint, list[str]]]:
     """NoAttachOrMount taints with running pods already using the volume that do not tolerate them.
 
     The taint cannot stop them (the proposal's "Risks"): the controller says

@@ -8,10 +8,10 @@ import pytest
 
 from allocator.types import DeviceTaint, DeviceToleration
 from extender.eviction.plan import Ownership, PodEviction, TaintKind, TaintOrigin, TaintRef, device_origin
-from extender.eviction.pod_view import PodCondition, PodView
 from extender.eviction.rule_view import IN_TREE_MANAGER, RuleView
 from extender.eviction.volume_plan import merge
 from tracker.events import GROUP_EXTENDER, GROUP_RESOURCE
+from tracker.pod_status import PodCondition, PodStatus
 from tracker.volumes import TOLERATIONS_ANNOTATION
 
 ORIGINS = [
@@ -59,13 +59,13 @@ def test_pod_view() -> None:
             ]
         },
     }
-    view = PodView.of(raw)
+    view = PodStatus.of(raw)
     assert view.uid == "u1"
     assert view.conditions[0] == PodCondition("Ready", "True", "")
     assert view.condition("DisruptionTarget", frozenset({"Ours"})) == PodCondition("DisruptionTarget", "True", "Ours")
     assert view.condition("DisruptionTarget", frozenset({"Nobody"})) is None
     assert view.volume_tolerations == (DeviceToleration(key="k", operator="Exists"),)
-    malformed = PodView.of({"metadata": {"annotations": {TOLERATIONS_ANNOTATION: "[{"}}})
+    malformed = PodStatus.of({"metadata": {"annotations": {TOLERATIONS_ANNOTATION: "[{"}}})
     assert (malformed.uid, malformed.conditions, malformed.volume_tolerations) == ("", (), ())
 
 

@@ -20,7 +20,8 @@ async def test_bind_queued_behind_the_lock_when_leadership_ends_does_not_allocat
         # ...when this process stops leading (a hand-over noticed at the next Lease poll).
         demo.leading = False
     assert await waiting == "not leader"
-    claim = svc.state.raw_claims["default/gpu-claim"]
+    claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
+    assert claim is not None
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
     assert not svc.state.inflight
 
@@ -30,6 +31,7 @@ async def test_bind_while_leading_allocates(demo_service) -> None:
     svc = demo.service
     args = BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a")
     assert await svc.bind(args) == ""
-    claim = svc.state.raw_claims["default/gpu-claim"]
+    claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
+    assert claim is not None
     assert claim["status"]["allocation"]["devices"]["results"]
     assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "trainer", "uid": DEMO_UIDS["trainer"]}]

@@ -81,6 +81,7 @@ class World:
         self.service = Service(self.state, NullSource(), Allocator(self.cel), Metrics(), placement_wait=0, claim_wait=0)
         self.reference = Allocator(self.cel)
         self.rv = 10
+        self.sent: dict[tuple[str, str], dict[str, Any]] = {}  # the objects as last put (the state keeps them parsed)
         for kind, group in self.state.required:
             self.state.mark_synced(kind, group)
         self.put(
@@ -102,6 +103,7 @@ class World:
         self.rv += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
         g = group if group is not None else (ev.GROUP_CORE if kind in (ev.NODE, ev.POD) else ev.GROUP_RESOURCE)
+        self.sent[(kind, key)] = obj
         self.state.apply(ev.ObjectEvent(etype, kind, g, key, obj))
 
     def step(self) -> str:
@@ -193,7 +195,7 @@ class World:
             self.put(ev.POD, f"default/p{i}", _pod(f"p{i}", name))
         elif action in ("allocate", "free") and self.claims:
             key = f"default/{rng.choice(self.claims)}"
-            raw = self.state.raw_claims.get(key)
+            raw = self.sent.get((ev.RESOURCE_CLAIM, key))
             claim = self.state.claims.get(key)
             if raw is None or claim is None:
                 return action
@@ -220,7 +222,7 @@ class World:
     async def check(self) -> None:
         state = self.state
         for pod_name in self.pods:
-            raw_pod = state.raw_pods[f"default/{pod_name}"]
+            raw_pod = self.sent[(ev.POD, f"default/{pod_name}")]
             args = parse_extender_args(orjson.dumps({"Pod": raw_pod, "NodeNames": NODES}))
             passed, failed = await self.service.filter(args)
             claims, problem = state.pod_claims(parse_pod(raw_pod))
@@ -285,7 +287,7 @@ async def test_an_allocation_on_one_node_drops_verdicts_of_every_node_sharing_it
         world.pods.append(f"p-{name}")
         world.put(ev.POD, f"default/p-{name}", _pod(f"p-{name}", name))
     await world.check()
-    raw_pod = world.state.raw_pods["default/p-c0"]
+    raw_pod = world.sent[(ev.POD, "default/p-c0")]
     passed, _ = await world.service.filter(parse_extender_args(orjson.dumps({"Pod": raw_pod, "NodeNames": ["n0", "n1"]})))
     assert passed == ["n0", "n1"]
     key = "default/c1"
@@ -303,8 +305,8 @@ async def test_an_allocation_on_one_node_drops_verdicts_of_every_node_sharing_it
         ev.RESOURCE_CLAIM,
         key,
         {
-            **world.state.raw_claims[key],
-            "metadata": dict(world.state.raw_claims[key]["metadata"]),
+            **world.sent[(ev.RESOURCE_CLAIM, key)],
+            "metadata": dict(world.sent[(ev.RESOURCE_CLAIM, key)]["metadata"]),
             "status": {"allocation": outcome.allocations[key].to_api()},
         },
     )

@@ -7,6 +7,7 @@ import orjson
 from extender.service import Service
 from extender.wire import BindingArgs, parse_extender_args
 from tests.e2e.harness import demo_pod_args
+from tests.extender.conftest import DemoService
 from tracker import events as ev
 
 BROKEN_CLASS = {
@@ -34,8 +35,11 @@ def _foreign(service: Service) -> float:
     return service.metrics.registry.get_sample_value("dra_extender_foreign_allocations_total") or 0.0
 
 
-def _allocated_elsewhere(service: Service, claim: str, device: str) -> None:
-    raw = dict(service.state.raw_claims[f"default/{claim}"])
+async def _allocated_elsewhere(demo: DemoService, claim: str, device: str) -> None:
+    service = demo.service
+    held = await demo.source.get("ResourceClaim", "default", claim)
+    assert held is not None
+    raw = dict(held)
     raw["metadata"] = {**raw["metadata"], "resourceVersion": str(10**9)}
     raw["status"] = {
         "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "node-b", "device": device}]}}
@@ -46,13 +50,13 @@ def _allocated_elsewhere(service: Service, claim: str, device: str) -> None:
 async def test_only_allocations_written_elsewhere_are_foreign(demo_service) -> None:
     demo = await demo_service()
     service = demo.service
-    pod = service.state.raw_pods["default/trainer"]
-    assert await service.bind(BindingArgs("trainer", "default", pod["metadata"]["uid"], "node-a")) == ""
+    pod = service.state.pods["default/trainer"]
+    assert await service.bind(BindingArgs("trainer", "default", pod.meta.uid, "node-a")) == ""
     assert _foreign(service) == 0, "our own allocation is not foreign"
-    _allocated_elsewhere(service, "maintenance-ok", "gpu-0")
+    await _allocated_elsewhere(demo, "maintenance-ok", "gpu-0")
     assert _foreign(service) == 1
-    _allocated_elsewhere(service, "maintenance-ok", "gpu-0")
+    await _allocated_elsewhere(demo, "maintenance-ok", "gpu-0")
     assert _foreign(service) == 1, "the same allocation seen again is not counted again"
     demo.leading = False
-    _allocated_elsewhere(service, "two-gpus", "gpu-1")
+    await _allocated_elsewhere(demo, "two-gpus", "gpu-1")
     assert _foreign(service) == 1, "a replica that does not lead expects the leader's allocations"

@@ -1,4 +1,4 @@
-"""What the eviction controller reads of a pod beyond the tracker's parsed `Pod`, parsed once at intake."""
+"""What the eviction controller reads of a pod beyond its parsed `Pod`: conditions and volume tolerations, parsed at intake."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class PodCondition:
 
 
 @dataclass(frozen=True, slots=True)
-class PodView:
+class PodStatus:
     uid: str
     conditions: tuple[PodCondition, ...] = ()  # status.conditions, in order
     # The tolerations of volume taints (the pod's annotation); a malformed one counts as none,
@@ -31,14 +31,14 @@ class PodView:
     volume_tolerations: tuple[DeviceToleration, ...] = ()
 
     @staticmethod
-    def of(raw: Mapping[str, Any]) -> PodView:
+    def of(raw: Mapping[str, Any]) -> PodStatus:
         meta = raw.get("metadata") or {}
         conditions = tuple(
             PodCondition(_text(c.get("type")), _text(c.get("status")), _text(c.get("reason")))
             for c in (raw.get("status") or {}).get("conditions") or ()
             if isinstance(c, dict)
         )
-        return PodView(str(meta.get("uid") or ""), conditions, pod_tolerations(raw)[0])
+        return PodStatus(str(meta.get("uid") or ""), conditions, pod_tolerations(raw)[0])
 
     def condition(self, type_: str, reasons: frozenset[str]) -> PodCondition | None:
         """The first condition of `type_` with one of `reasons`."""
