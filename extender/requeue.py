@@ -72,9 +72,7 @@ class Requeuer:
     def _on_event(self, event: ev.ObjectEvent) -> None:
         if event.kind == ev.POD:
             if event.type == "DELETED" or ((event.object.get("spec") or {}).get("nodeName")):
-                uid = (event.object.get("metadata") or {}).get("uid")
-                if isinstance(uid, str):
-                    self._rejected.pop(uid, None)
+                self._rejected.pop(ev.object_uid(event.object), None)
             return
         if event.kind in WAKING_KINDS and self._rejected and self.state.ready:
             self._wake.set()

@@ -134,8 +134,7 @@ class ClusterState:
         try:
             part.apply(event)
         except ValidationError as e:
-            uid = str((event.object.get("metadata") or {}).get("uid") or "")
-            self.report(Problem(event.kind, event.group, event.key, str(e), uid))
+            self.report(Problem(event.kind, event.group, event.key, str(e), ev.object_uid(event.object)))
             log.warning(
                 "ignoring invalid object",
                 extra={"kind": event.kind, "object": event.key, "field": e.field, "err": e.reason},
