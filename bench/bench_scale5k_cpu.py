@@ -1,4 +1,4 @@
-"""The extender's CPU per pod at 5,000 node names, in process (issue 22).
+"""The extender's CPU per pod at 5,000 node names, in process (the Scale5k workload).
 
 The Scale5k cluster (5,000 nodes x 8 devices, 5,000 bound pods with a
 claim each, 5,000 pods without claims) is built in a `ClusterState`; each pod
