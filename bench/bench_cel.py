@@ -48,6 +48,7 @@ class BenchDevice:
     driver: str
     attributes: Mapping[str, int | bool | str | Semver]
     capacity: Mapping[str, Quantity]
+    allow_multiple_allocations: bool = False
 
 
 def make_devices(n: int) -> list[BenchDevice]:

@@ -28,6 +28,7 @@ class _Device:
 
     driver = "gpu.example.com"
     capacity: ClassVar[dict[str, Any]] = {}
+    allow_multiple_allocations = False
 
     def __init__(self, n: int) -> None:
         self.cel_key = ("hostile", n, time.monotonic_ns())
