@@ -230,9 +230,9 @@ class Binder:
             timestamp=rfc3339(),
             pool_slices=self.state.pool_slices,
         )
-        if not outcome.ok:
+        if outcome.failure is not None:
             self.metrics.binds.labels("unschedulable").inc()
-            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")  # type: ignore[union-attr]
+            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")
         hold = self.state.reserve(outcome.allocations)
         self.metrics.inflight.set(len(self.state.inflight))
         return claims, dict(outcome.allocations), hold, extended

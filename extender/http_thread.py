@@ -85,7 +85,7 @@ class InlineBridge(LoopBridge):
     """For an app served on the main loop itself (tests, embedding): work runs in place."""
 
     def __init__(self) -> None:
-        super().__init__(None, float("inf"))  # type: ignore[arg-type]
+        super().__init__(None, float("inf"))  # type: ignore[arg-type]  # no second loop: `run` works in place
 
     def stalled_for(self) -> float:
         return 0.0
@@ -142,7 +142,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn declares it (asyncio.Protocol says BaseTransport)
         super().connection_made(transport)
         self._arm_header_timer()
 

@@ -442,7 +442,7 @@ def completions(words: Sequence[str]) -> list[str]:
     if command is None:
         options = [*COMMANDS, "--kubeconfig", "--context", "--namespace"]
     else:
-        sub = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == command)[1]  # type: ignore[union-attr]
+        sub = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == command)[1]  # type: ignore[union-attr]  # argparse internals: set by add_subparsers above
         options = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
         if before and before[-1] in ("-o", "--output"):
             options = [c for a in sub._actions if "--output" in a.option_strings for c in a.choices or ()]

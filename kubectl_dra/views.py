@@ -138,7 +138,7 @@ def why(state: ClusterState, raw_pod: dict[str, Any]) -> dict[str, str | None]:
         problem = volume.message
     if problem is not None:
         return {n: problem for n in names}
-    cache = OutcomeCache(state, Allocator(state.cel))  # type: ignore[arg-type]
+    cache = OutcomeCache(state, Allocator(state.cel))
     out: dict[str, str | None] = {}
     # DRA-backed extended resources: the claim /bind would make, per group of nodes (allocator.extended_resources).
     for group_claims, group in claims_per_node(pod, claims, state.classes, [state.nodes.get(n) or Node(n) for n in names]):

@@ -42,7 +42,7 @@ def start_fake_api(tmp: Path, *extra_args: str, module: str = "kubesim.fakeapi")
         stderr=(tmp / "fakeapi.log").open("wb"),
         text=True,
     )
-    line = proc.stdout.readline()  # type: ignore[union-attr]
+    line = proc.stdout.readline()  # type: ignore[union-attr]  # started with stdout=PIPE
     if not line:
         raise RuntimeError((tmp / "fakeapi.log").read_text())
     return proc, json.loads(line)["url"], kubeconfig

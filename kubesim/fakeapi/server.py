@@ -253,7 +253,7 @@ class FakeApiServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
-        sockets = site._server.sockets  # type: ignore[union-attr]
+        sockets = site._server.sockets  # type: ignore[union-attr]  # started above: the server exists
         self.port = sockets[0].getsockname()[1]
         return self
 

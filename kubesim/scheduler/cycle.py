@@ -90,7 +90,7 @@ class KubeSchedulerModel:
         if assigned_new:
             if not assigned_old:  # the binding arrived: the cache adds an assigned pod
                 self.bound_at.setdefault(k, now())
-                self.bound_node[k] = new["spec"]["nodeName"]  # type: ignore[index]
+                self.bound_node[k] = new["spec"]["nodeName"]  # type: ignore[index]  # assigned_new: the pod has a spec
                 self.assumed.pop(k, None)
                 self.queue.forget(k)
                 self.stats.requeue_events["Pod/AssignedPodAdd"] += 1
