@@ -168,6 +168,7 @@ class Recompute:
 
     def _now(self, affected: set[DeviceID], until: float | None) -> set[DeviceID]:
         """Recompute until `until` (monotonic; None: all); returns the devices left to do."""
+        ctx = self._builder.context()
         by_slice: dict[str, list[DeviceID]] = defaultdict(list)
         for did in affected:
             name = self._index.slice_name(did)
@@ -179,7 +180,7 @@ class Recompute:
             if budget.over():
                 left.update(ids)
                 continue
-            rest, changed = self._builder.recompute(name, {d.device for d in ids}, budget)
+            rest, changed = self._builder.recompute(name, {d.device for d in ids}, ctx, budget)
             left |= rest
             if changed:
                 self.warm(self._builder.slice_views[name].devices, self._classes.values())

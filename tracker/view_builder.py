@@ -184,10 +184,9 @@ class ViewBuilder:
         self.set_slice_view(s, tuple(views))
         return fresh, later
 
-    def recompute(self, name: str, wanted: set[str], budget: Budget) -> tuple[set[DeviceID], bool]:
+    def recompute(self, name: str, wanted: set[str], ctx: SelectorContext, budget: Budget) -> tuple[set[DeviceID], bool]:
         """Recompute the slice's `wanted` devices within `budget`; returns those left and whether a view changed."""
         s = self._objects.slices[name]
-        ctx = self.context()
         new_devices = list(self.slice_views[name].devices)
         left: set[DeviceID] = set()
         changed = False
