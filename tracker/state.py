@@ -12,7 +12,9 @@ Composed of private parts, along upstream's seams:
 - tracker/store.py: the object store (nodes, pods, claims, templates,
   volumes), the change log and the problem reporter;
 - tracker/device_views.py: the patched device views (slices, rules,
-  patches, classes, the CEL warm-up), as upstream's resourceslice/tracker;
+  patches, classes, the CEL warm-up), as upstream's resourceslice/tracker,
+  itself composed of one part per job (intake, view builder, recompute
+  scheduler, node changes, queries);
 - tracker/ledger.py: which devices are allocated or in flight, the only
   writer of `allocated` and `inflight`.
 

@@ -1,0 +1,96 @@
+"""The device views' read queries: slices a node reaches, a pool's slices, a device's slice, counters and shares.
+
+One part of the device views (tracker/device_views.py): reads the views the
+builder holds (tracker/view_builder.py), the indexes and the allocation
+ledger; writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from allocator.counters import CounterTally
+from allocator.device_view import DeviceView, SliceView
+from allocator.quantity import format_quantity
+from allocator.tolerations import blocks_allocation
+from allocator.types import EFFECT_NO_EXECUTE, DeviceID, ResourceSlice
+from tracker.device_index import SliceIndex
+from tracker.ledger import AllocationLedger
+from tracker.view_builder import DeviceObjects, ViewBuilder
+
+
+class DeviceQueries:
+    """Named read-only queries over the views, for ClusterState's readers."""
+
+    def __init__(self, objects: DeviceObjects, builder: ViewBuilder, index: SliceIndex, ledger: AllocationLedger) -> None:
+        self._objects = objects
+        self._builder = builder
+        self._index = index
+        self._ledger = ledger
+
+    def slices_for_node(self, node_name: str) -> list[SliceView]:
+        """Slices that may reach `node_name`: its own node-local ones and every shared one."""
+        names = self._index.for_node(node_name)
+        slice_views = self._builder.slice_views
+        return [slice_views[n] for n in names if n in slice_views]
+
+    def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
+        """Every slice of a pool, whichever nodes it reaches (for pools only partly reachable from a node)."""
+        slice_views = self._builder.slice_views
+        return [slice_views[n] for n in self._index.pool(driver, pool) if n in slice_views]
+
+    def slice_of(self, did: DeviceID) -> ResourceSlice | None:
+        """The slice a device is published in, as the driver wrote it."""
+        name = self._index.slice_name(did)
+        return self._objects.slices.get(name) if name is not None else None
+
+    def may_evict(self) -> bool:
+        """Whether a NoExecute taint may apply to some device: one on a published device, or a rule with one.
+
+        False lets the eviction controller skip its pass over every allocated
+        claim, which every claim change would otherwise cost.
+        """
+        return bool(self._builder.no_execute) or any(r.taint.effect == EFFECT_NO_EXECUTE for r in self._objects.rules.values())
+
+    def device_state_counts(self) -> dict[str, int]:
+        counts = {"free": 0, "allocated": 0, "tainted": 0}
+        for did, view in self._builder.devices.items():
+            if did in self._ledger.allocated:
+                counts["allocated"] += 1
+            elif any(blocks_allocation(t) for t in view.taints):
+                counts["tainted"] += 1
+            else:
+                counts["free"] += 1
+        return counts
+
+    def sharing(self, did: DeviceID) -> dict[str, Any]:
+        """What a device's counters and shares look like now, for /debug/devices and kubectl dra devices.
+
+        `countersLeft`: its pool's counter sets minus what allocated devices
+        (in flight included) consume; `shares`: share ID -> claim;
+        `capacityLeft`: its capacity minus what the shares consume.
+        """
+        view = self._builder.devices.get(did)
+        if view is None:
+            return {}
+        out: dict[str, Any] = {}
+        if view.consumes_counters:
+            out.update(self._counters(did, view))
+        if view.allow_multiple_allocations:
+            consumed = self._ledger.consumed_capacity(did) or {}
+            out["shares"] = dict(sorted(self._ledger.shares(did).items()))
+            out["capacityLeft"] = {
+                k: format_quantity(q.value - (consumed[k].value if k in consumed else 0)) for k, q in sorted(view.capacity.items())
+            }
+        return out
+
+    def _counters(self, did: DeviceID, view: DeviceView) -> dict[str, Any]:
+        views = self.pool_slices(did.driver, did.pool)
+        sets = {cs.name: cs.counters for v in views for cs in v.shared_counters}
+        left = CounterTally(self._ledger).available(did.pool, sets, views)
+        return {
+            "consumesCounters": {u.counter_set: {k: str(q) for k, q in u.counters.items()} for u in view.consumes_counters},
+            "countersLeft": {
+                u.counter_set: {k: format_quantity(v) for k, v in left.get(u.counter_set, {}).items()} for u in view.consumes_counters
+            },
+        }
