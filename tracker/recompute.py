@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +58,11 @@ class Recompute:
         self._release = release
         self._warmup = SelectorWarmup(cel, builder.devices.get)
         self._task: asyncio.Task[None] | None = None
-        # Devices whose views a rule, patch or class change asked to recompute, done in slices
-        # on the loop (their selectors may be costly), and the events held back meanwhile.
-        self._pending: set[DeviceID] = set()
+        # Devices whose views a rule, patch or class change asked to recompute, by slice (name ->
+        # device names), done in slices of time on the loop (their selectors may be costly), and
+        # the events held back meanwhile. Kept grouped and in order, so a slice of work costs what
+        # it does, not a pass over everything still pending.
+        self._pending: OrderedDict[str, set[str]] = OrderedDict()
         self._deferring = False  # the event being applied left work in _pending
         self._held_events: list[ev.ObjectEvent] = []
 
@@ -86,7 +88,7 @@ class Recompute:
         fresh, later = self._builder.rebuild(name, old, self._handler_deadline())
         self.warm(fresh, self._classes.values())
         if later:
-            self._defer(later)
+            self._defer(self._grouped(later))
 
     def devices(self, affected: set[DeviceID]) -> None:
         """Recompute the views of devices a rule, patch or class change touches.
@@ -98,16 +100,17 @@ class Recompute:
         """
         if not affected:
             return
+        grouped = self._grouped(affected)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._now(affected, None)
+            self._run(grouped, None)
             return
         if not self._pending:
-            affected = self._now(affected, time.monotonic() + WARM_SLICE_SECONDS)  # most are done here
-            if not affected:
+            self._run(grouped, time.monotonic() + WARM_SLICE_SECONDS)  # most are done here
+            if not grouped:
                 return
-        self._defer(affected, loop)
+        self._defer(grouped, loop)
 
     def warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
         """Evaluate class selectors when devices or classes change (tracker/warmup.py).
@@ -138,9 +141,10 @@ class Recompute:
             return None
         return time.monotonic() + SLICE_HANDLER_SECONDS
 
-    def _defer(self, affected: set[DeviceID], loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def _defer(self, grouped: OrderedDict[str, set[str]], loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Recompute these views in the background task; the event being applied waits for it."""
-        self._pending |= affected
+        for name, names in grouped.items():
+            self._pending.setdefault(name, set()).update(names)
         self._deferring = True
         self._start(loop or asyncio.get_running_loop())
 
@@ -153,9 +157,7 @@ class Recompute:
         try:
             while self._pending or self._warmup.pending:
                 if self._pending:
-                    pending, self._pending = self._pending, set()
-                    left = self._now(pending, time.monotonic() + WARM_SLICE_SECONDS)
-                    self._pending |= left
+                    self._run(self._pending, time.monotonic() + WARM_SLICE_SECONDS)
                     if not self._pending:
                         held, self._held_events = self._held_events, []
                         for event in held:
@@ -166,22 +168,29 @@ class Recompute:
         finally:
             self._task = None
 
-    def _now(self, affected: set[DeviceID], until: float | None) -> set[DeviceID]:
-        """Recompute until `until` (monotonic; None: all); returns the devices left to do."""
-        ctx = self._builder.context()
-        by_slice: dict[str, list[DeviceID]] = defaultdict(list)
+    def _grouped(self, affected: Iterable[DeviceID]) -> OrderedDict[str, set[str]]:
+        """Device names by the slice that holds them (devices no slice holds any more are dropped)."""
+        grouped: OrderedDict[str, set[str]] = OrderedDict()
         for did in affected:
             name = self._index.slice_name(did)
             if name is not None:
-                by_slice[name].append(did)
-        left: set[DeviceID] = set()
+                grouped.setdefault(name, set()).add(did.device)
+        return grouped
+
+    def _run(self, grouped: OrderedDict[str, set[str]], until: float | None) -> None:
+        """Recompute `grouped` (slice name -> device names) until `until` (monotonic; None: all).
+
+        Done slices leave `grouped`; what is left of a slice stays first in line.
+        """
+        ctx = self._builder.context()
         budget = Budget(until)  # at least one device per call
-        for name, ids in by_slice.items():
-            if budget.over():
-                left.update(ids)
-                continue
-            rest, changed = self._builder.recompute(name, {d.device for d in ids}, ctx, budget)
-            left |= rest
+        while grouped and not budget.over():
+            name, names = grouped.popitem(last=False)
+            if name not in self._builder.slice_views:
+                continue  # the slice is gone: nothing of it to recompute
+            rest, changed = self._builder.recompute(name, names, ctx, budget)
+            if rest:
+                grouped[name] = {d.device for d in rest}
+                grouped.move_to_end(name, last=False)
             if changed:
                 self.warm(self._builder.slice_views[name].devices, self._classes.values())
-        return left
