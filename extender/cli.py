@@ -545,6 +545,7 @@ async def serve(args: argparse.Namespace) -> int:
     http = HttpThread(_apps(args, service, bridge, limits, addresses, cluster, leadership), limits, sockets)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
+        # Event loops without signal support (Windows) raise here; Ctrl-C then ends the run as KeyboardInterrupt.
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
 
