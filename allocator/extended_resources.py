@@ -11,7 +11,7 @@ resource, a device plugin serves it and no claim is made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.types import (
@@ -72,6 +72,26 @@ def _beats(a: DeviceClass, b: DeviceClass) -> bool:
 def wants_extended_resources(pod: Pod) -> bool:
     """Whether the pod requests any domain-qualified resource (a candidate for DRA)."""
     return any(c.extended for c in pod.containers)
+
+
+def dra_use(pod: Pod, served: Container[str]) -> str | None:
+    """Why a DRA allocator must schedule this pod (for a log or an Event), or None when it needs no DRA device.
+
+    Resource claims, a recorded extended-resource claim, or a requested
+    resource a DeviceClass serves: one in `served` (class_mapping's keys, or
+    every class's extendedResourceName) or any `deviceclass.resource.kubernetes.io/`
+    name, whose class may be created after the pod. Requests are read as
+    parse_pod defaults them (a limit without a request counts, init containers too).
+    """
+    if pod.resource_claims:
+        return "resourceClaims"
+    if pod.extended_claim_name:
+        return f"extended-resource claim {pod.extended_claim_name}"
+    for c in pod.containers:
+        for name in sorted(c.extended):
+            if name in served or name.startswith(IMPLICIT_PREFIX):
+                return f"extended resource {name}"
+    return None
 
 
 def dra_resources(pod: Pod, mapping: Mapping[str, str], node: Node) -> frozenset[str]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import socket
 
     from allocator.cel import CelEnvironment
+    from extender.foreign_pods import ForeignSchedulerPods
     from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_source_flags,
         _add_listen_and_log_flags,
         _add_leadership_flags,
+        _add_profile_flags,
         _add_wait_flags,
         _add_feature_flags,
         _add_offer_and_eviction_flags,
@@ -182,6 +184,13 @@ def _add_leadership_flags(serve: argparse.ArgumentParser) -> None:
         help="the co-located kube-scheduler's KubeSchedulerConfiguration: follow the Lease its leaderElection names "
         "(kube-scheduler's defaults kube-system/kube-scheduler filled in; always leader if leaderElect is false)",
     )
+
+
+def _add_profile_flags(serve: argparse.ArgumentParser) -> None:
+    """The scheduler profiles served, so DRA pods of other schedulers are flagged (extender/foreign_pods.py)."""
+    from extender.foreign_pods import add_flags
+
+    add_flags(serve)
 
 
 def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
@@ -448,6 +457,20 @@ def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadersh
     return leadership
 
 
+def _foreign_pods(
+    args: argparse.Namespace, state: ClusterState, metrics: Metrics, events: EventRecorder, is_leader: Callable[[], bool]
+) -> ForeignSchedulerPods:
+    """Flags DRA pods of schedulers other than the profiles served (built before the source runs: it sees every pod)."""
+    from extender.foreign_pods import ForeignSchedulerPods, profiles_from
+    from tracker.leadership import SchedulerConfigError
+
+    try:
+        profiles = profiles_from(args)
+    except SchedulerConfigError as e:
+        raise UsageError(str(e)) from None
+    return ForeignSchedulerPods(state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace, is_leader=is_leader)
+
+
 def _apps(
     args: argparse.Namespace,
     service: Service,
@@ -501,7 +524,8 @@ async def serve(args: argparse.Namespace) -> int:
     sockets = _bind_sockets(*addresses)
     metrics = Metrics(version())
     cel = CelEnvironment()
-    state = _cluster_state(args, cel, metrics, EventRecorder(source))
+    events = EventRecorder(source)
+    state = _cluster_state(args, cel, metrics, events)
     leadership = _leadership(args, cluster)
     is_leader = leadership.is_leader if leadership is not None else lambda: True  # single replica / --source: always leader
     features = features_from(args)
@@ -533,6 +557,7 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         log.info("NoExecute evictions off (--no-eviction)")
 
+    foreign = _foreign_pods(args, state, metrics, events, is_leader)
     requeuer = None
     if cluster is not None:  # cluster mode: there is a kube-scheduler whose queue to wake
         from extender.requeue import Requeuer
@@ -553,7 +578,7 @@ async def serve(args: argparse.Namespace) -> int:
         "starting dra-extender",
         extra={"source": source.description, "listen": args.listen, "probe_listen": args.probe_listen or ""},
     )
-    background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [("heartbeat", bridge.heartbeat)]
+    background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [("heartbeat", bridge.heartbeat), ("foreign-pods", foreign.run)]
     if leadership is not None:
         background.append(("leadership", leadership.run))
     if requeuer is not None:

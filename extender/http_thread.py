@@ -159,7 +159,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-def _protocol_class(header_timeout: float) -> type[GuardedHttpToolsProtocol]:
+def protocol_class(header_timeout: float) -> type[GuardedHttpToolsProtocol]:
     return type("GuardedHttpTools", (GuardedHttpToolsProtocol,), {"headers_within": header_timeout})
 
 
@@ -194,7 +194,7 @@ class HttpThread:
 
     def __init__(self, apps: list[tuple[Any, str, int]], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
         """`sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
-        protocol = _protocol_class(limits.header_timeout)
+        protocol = protocol_class(limits.header_timeout)
         self.sockets = sockets
         self.servers = [
             _Server(

@@ -101,6 +101,12 @@ class Metrics:
             "(a wrong Lease name, or no kube-scheduler leads); this sidecar then never allocates.",
             registry=r,
         )
+        self.foreign_scheduler_pods = Counter(
+            "dra_extender_foreign_scheduler_pods",
+            "Pods using DRA devices whose schedulerName is not a profile this extender serves: another scheduler "
+            "allocates their devices beside it (counted once per pod by the leader; each gets a Warning Event).",
+            registry=r,
+        )
         self.object_problems = Counter(
             "dra_extender_object_problems",
             "Faulty objects and failing rule/patch selectors, by kind.",

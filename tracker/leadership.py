@@ -76,12 +76,8 @@ class SchedulerConfigError(ValueError):
     """The KubeSchedulerConfiguration given to --scheduler-config cannot be read."""
 
 
-def lease_from_scheduler_config(path: str) -> tuple[str, str] | None:
-    """The Lease a kube-scheduler with this configuration takes (its defaults filled in); None if it does not elect.
-
-    One source of truth: the sidecar reads the very file its scheduler reads,
-    so the two can never name different Leases.
-    """
+def load_scheduler_config(path: str) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration in `path`, as a mapping; SchedulerConfigError (one line) when it cannot be read."""
     import yaml
 
     try:
@@ -94,6 +90,16 @@ def lease_from_scheduler_config(path: str) -> tuple[str, str] | None:
         raise SchedulerConfigError(
             f"--scheduler-config {path}: not a KubeSchedulerConfiguration (kind: {config.get('kind') if isinstance(config, dict) else None!r})"
         )
+    return config
+
+
+def lease_from_scheduler_config(path: str) -> tuple[str, str] | None:
+    """The Lease a kube-scheduler with this configuration takes (its defaults filled in); None if it does not elect.
+
+    One source of truth: the sidecar reads the very file its scheduler reads,
+    so the two can never name different Leases.
+    """
+    config = load_scheduler_config(path)
     election = config.get("leaderElection") or {}
     if not isinstance(election, dict):
         raise SchedulerConfigError(f"--scheduler-config {path}: leaderElection must be a mapping")
