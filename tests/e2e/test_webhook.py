@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.cluster import FakeApi
+from tests.e2e.cluster import FakeApi, wait_for
 from tests.e2e.harness import DEMO, ROOT, free_port, stop_process
 
 pytestmark = pytest.mark.e2e
@@ -59,7 +61,7 @@ def make_certs(directory: Path) -> tuple[Path, Path, Path]:
 
 
 class Webhook:
-    def __init__(self, api: FakeApi, cert: Path, key: Path) -> None:
+    def __init__(self, api: FakeApi, cert: Path, key: Path, *extra: str) -> None:
         self.port = free_port()
         self.log = (api.dir / "webhook.log").open("wb")
         self.proc = subprocess.Popen(
@@ -82,6 +84,7 @@ class Webhook:
                 SCHEDULER,
                 "--log-level",
                 "debug",
+                *extra,
             ],
             cwd=ROOT,
             stdout=self.log,
@@ -107,6 +110,9 @@ class Webhook:
         self.log.close()
 
 
+LIMITS = ("--max-body-bytes", "1048576", "--header-timeout", "1", "--body-timeout", "1")
+
+
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Webhook, Path]]:
     ca, cert, key = make_certs(tmp_path_factory.mktemp("certs"))
@@ -119,7 +125,7 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Webhook,
             "spec": {"selectors": [{"cel": {"expression": "true"}}], "extendedResourceName": "example.com/gpu"},
         }
     )
-    hook = Webhook(api, cert, key)
+    hook = Webhook(api, cert, key, *LIMITS, "--excluded-namespace", "kube-system")
     try:
         hook.wait(ca)
         yield hook, ca
@@ -128,11 +134,11 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Webhook,
         api.stop()
 
 
-def _pod(spec: dict[str, Any]) -> dict[str, Any]:
+def _pod(spec: dict[str, Any], metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "ml"},
+        "metadata": metadata if metadata is not None else {"name": "p", "namespace": "ml"},
         "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
     }
 
@@ -163,6 +169,17 @@ PODS: dict[str, tuple[dict[str, Any], bool]] = {
     "claims, already ours": ({"schedulerName": SCHEDULER, "resourceClaims": [{"name": "g", "resourceClaimName": "c"}]}, False),
     "claims, already bound": ({"nodeName": "node-a", "resourceClaims": [{"name": "g", "resourceClaimName": "c"}]}, False),
     "empty resourceClaims": ({"resourceClaims": []}, False),
+    "a zero request of a class's resource": (
+        _resources("example.com/gpu") | {"containers": [{"name": "c", "resources": {"limits": {"example.com/gpu": "0"}}}]},
+        False,
+    ),
+    "claims, generateName and no name yet": ({"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]}, True),
+    "claims in an excluded namespace": ({"resourceClaims": [{"name": "g", "resourceClaimName": "c"}]}, False),
+}
+# name -> (the review's namespace, the pod's metadata) where not the default
+WHERE: dict[str, tuple[str, dict[str, Any]]] = {
+    "claims, generateName and no name yet": ("ml", {"generateName": "job-"}),
+    "claims in an excluded namespace": ("kube-system", {"name": "p", "namespace": "kube-system"}),
 }
 
 
@@ -170,6 +187,7 @@ PODS: dict[str, tuple[dict[str, Any], bool]] = {
 def test_sets_the_scheduler_only_on_pods_using_dra(case: str, webhook) -> None:
     hook, ca = webhook
     spec, sets = PODS[case]
+    namespace, metadata = WHERE.get(case, ("ml", {"name": "p", "namespace": "ml"}))
     review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -177,8 +195,8 @@ def test_sets_the_scheduler_only_on_pods_using_dra(case: str, webhook) -> None:
             "uid": f"uid-{case}",
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "operation": "CREATE",
-            "namespace": "ml",
-            "object": _pod(spec),
+            "namespace": namespace,
+            "object": _pod(spec, metadata),
         },
     }
     r = httpx.post(hook.url + "/mutate", json=review, verify=ssl.create_default_context(cafile=str(ca)))
@@ -204,11 +222,177 @@ def test_tls_only_with_the_right_ca(webhook, tmp_path) -> None:
     assert isinstance(e.value.__context__, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(e.value)
 
 
-def test_a_bad_review_is_400_not_a_crash(webhook) -> None:
+def _review(**request: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "uid": "u1",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "operation": "CREATE",
+        "namespace": "ml",
+        "object": _pod({}),
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {**base, **request}}
+
+
+def _with_spec(**spec: Any) -> dict[str, Any]:
+    return _review(object={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+
+
+# name -> (the body, the field the 400 names)
+MALFORMED: dict[str, tuple[Any, str]] = {
+    "not JSON": (b"[1, 2", ""),
+    "body not an object": ([1, 2], "(body)"),
+    "no apiVersion": ({"kind": "AdmissionReview", "request": {}}, "apiVersion"),
+    "apiVersion v1beta1": ({**_review(), "apiVersion": "admission.k8s.io/v1beta1"}, "apiVersion"),
+    "kind not AdmissionReview": ({**_review(), "kind": "Pod"}, "kind"),
+    "no request": ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request"),
+    "request not an object": ({**_review(), "request": "pod"}, "request"),
+    "missing uid": (_review(uid=None), "request.uid"),
+    "uid not a string": (_review(uid=7), "request.uid"),
+    "request.kind not an object": (_review(kind="Pod"), "request.kind"),
+    "no operation": (_review(operation=None), "request.operation"),
+    "object missing": (_review(object=None), "request.object"),
+    "object not an object": (_review(object=[1]), "request.object"),
+    "metadata not an object": (_review(object={"metadata": "p", "spec": {}}), "request.object.metadata"),
+    "spec not an object": (_review(object={"metadata": {"name": "p"}, "spec": "x"}), "request.object.spec"),
+    "containers not a list": (_with_spec(containers={"name": "c"}), "request.object.spec.containers"),
+    "container not an object": (_with_spec(containers=["c"]), "request.object.spec.containers[0]"),
+    "resources not an object": (
+        _with_spec(containers=[{"name": "c", "resources": []}]),
+        "request.object.spec.containers[0].resources",
+    ),
+    "resourceClaims not a list": (_with_spec(containers=[], resourceClaims="gpu"), "request.object.spec.resourceClaims"),
+    "schedulerName not a string": (_with_spec(containers=[], schedulerName=5), "request.object.spec.schedulerName"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_review_is_400_naming_the_field(case: str, webhook) -> None:
     hook, ca = webhook
-    r = httpx.post(hook.url + "/mutate", content=b"[1, 2", verify=ssl.create_default_context(cafile=str(ca)))
-    assert r.status_code == 400 and "bad AdmissionReview" in r.text
+    body, field = MALFORMED[case]
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(
+        hook.url + "/mutate",
+        content=content,
+        headers={"Content-Type": "application/json"},
+        verify=ssl.create_default_context(cafile=str(ca)),
+    )
+    assert r.status_code == 400, r.text
+    answer = r.json()
+    assert answer["field"] == field and answer["error"].startswith(field), answer
     assert hook.proc.poll() is None
+
+
+def test_only_json_is_accepted(webhook) -> None:
+    hook, ca = webhook
+    verify = ssl.create_default_context(cafile=str(ca))
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "application/yaml"):
+        r = httpx.post(hook.url + "/mutate", content=json.dumps(_review()).encode(), headers={"Content-Type": content_type}, verify=verify)
+        assert r.status_code == 415 and "application/json" in r.text, (content_type, r.text)
+    ok = httpx.post(hook.url + "/mutate", json=_review(), headers={"Content-Type": "application/json; charset=utf-8"}, verify=verify)
+    assert ok.status_code == 200 and ok.json()["response"]["uid"] == "u1"
+
+
+def _tls(hook: Webhook, ca: Path, timeout: float = 5.0) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", hook.port), timeout=timeout)
+    return ssl.create_default_context(cafile=str(ca)).wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _read_all(s: ssl.SSLSocket, wait: float) -> bytes:
+    s.settimeout(wait)
+    out = b""
+    with contextlib.suppress(OSError):
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_a_body_over_the_limit_is_413_without_being_read(webhook) -> None:
+    """1 MiB limit (LIMITS): a declared 200 MiB body is refused at once; a chunked one once it passes the limit."""
+    hook, ca = webhook
+    heads = {
+        "declared": b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 209715200\r\n\r\n",
+        "chunked": b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+    }
+    for name, head in heads.items():
+        with _tls(hook, ca) as s:
+            started = time.monotonic()
+            s.sendall(head if name == "chunked" else head + b"{")
+            if name == "chunked":
+                with contextlib.suppress(OSError):  # refused before it is all sent: that is the point
+                    for _ in range(3):
+                        s.sendall(b"80000\r\n" + b" " * 0x80000 + b"\r\n")
+            answer = _read_all(s, 5)
+            assert answer.startswith(b"HTTP/1.1 413"), (name, answer[:200])
+            assert b"over the limit of 1048576 bytes" in answer and time.monotonic() - started < 4, name
+    assert hook.proc.poll() is None
+
+
+def test_slow_clients_are_cut_off(webhook) -> None:
+    """--header-timeout 1 / --body-timeout 1 (LIMITS): trickled headers are closed, a body that stops gets 408."""
+    hook, ca = webhook
+    heads = [_tls(hook, ca) for _ in range(10)]
+    for s in heads:
+        s.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")  # and never the end of the headers
+    bodies = [_tls(hook, ca) for _ in range(10)]
+    for s in bodies:
+        s.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    started = time.monotonic()
+    for s in heads:
+        assert _read_all(s, 6) == b"", "a connection without complete headers must be closed"
+        s.close()
+    for s in bodies:
+        assert _read_all(s, 6).startswith(b"HTTP/1.1 408"), "a body that does not arrive gets 408"
+        s.close()
+    assert time.monotonic() - started < 8
+
+
+def test_a_client_that_hangs_up_leaves_no_traceback(webhook) -> None:
+    hook, ca = webhook
+    for _ in range(5):
+        with _tls(hook, ca) as s:
+            s.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    verify = ssl.create_default_context(cafile=str(ca))
+    assert httpx.post(hook.url + "/mutate", json=_review(), verify=verify).status_code == 200  # served after them
+    logs = hook.log_path.read_text()
+    assert "Traceback" not in logs and "ClientDisconnect" not in logs and "Exception in ASGI" not in logs, logs[-3000:]
+
+
+def test_a_class_created_just_before_its_pod_is_known_from_the_watch(tmp_path) -> None:
+    """The DeviceClass arrives through the watch: the pod asking for its resource is mutated at once, and
+    no /mutate lists DeviceClasses (it used to re-list inside the request, at most every 30 s)."""
+    ca, cert, key = make_certs(tmp_path)
+    api = FakeApi(DEMO)
+    hook = Webhook(api, cert, key)
+    verify = ssl.create_default_context(cafile=str(ca))
+    try:
+        hook.wait(ca)
+        wait_for(lambda: httpx.get(hook.url + "/readyz", verify=verify).status_code == 200, what="the DeviceClasses listed")
+        review = _review(object=_pod(_resources("example.com/fresh")))
+        before = httpx.post(hook.url + "/mutate", json=review, verify=verify).json()["response"]
+        assert "patch" not in before, "no class serves example.com/fresh yet"
+        mark = len(api.requests())
+        api.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "fresh"},
+                "spec": {"extendedResourceName": "example.com/fresh"},
+            }
+        )
+        # The watch event is on its way: ask until it is applied (milliseconds; the old cache took up to 30 s).
+        started = time.monotonic()
+        answer = wait_for(
+            lambda: httpx.post(hook.url + "/mutate", json=review, verify=verify).json()["response"].get("patch"),
+            timeout=5,
+            what="the new class's pod mutated",
+        )
+        print(f"mutated {time.monotonic() - started:.3f} s after the class was created")
+        assert json.loads(base64.b64decode(answer)) == [{"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER}]
+        lists = [r for r in api.requests(mark) if r["resource"] == "deviceclasses" and r["verb"] == "list"]
+        assert not lists, lists
+    finally:
+        hook.stop()
+        api.stop()
 
 
 def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> None:
