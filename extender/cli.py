@@ -459,7 +459,7 @@ def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadersh
 
 def _foreign_pods(
     args: argparse.Namespace, state: ClusterState, metrics: Metrics, events: EventRecorder, is_leader: Callable[[], bool]
-) -> ForeignSchedulerPods:
+) -> ForeignSchedulerPods | None:
     """Flags DRA pods of schedulers other than the profiles served (built before the source runs: it sees every pod)."""
     from extender.foreign_pods import ForeignSchedulerPods, profiles_from
     from tracker.leadership import SchedulerConfigError
@@ -468,6 +468,11 @@ def _foreign_pods(
         profiles = profiles_from(args)
     except SchedulerConfigError as e:
         raise UsageError(str(e)) from None
+    if profiles is None:
+        log.info(
+            "DRA pods of other schedulers are not checked: pass --scheduler-name or --scheduler-config to name this extender's profiles"
+        )
+        return None
     return ForeignSchedulerPods(state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace, is_leader=is_leader)
 
 
@@ -578,11 +583,13 @@ async def serve(args: argparse.Namespace) -> int:
         "starting dra-extender",
         extra={"source": source.description, "listen": args.listen, "probe_listen": args.probe_listen or ""},
     )
-    background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [("heartbeat", bridge.heartbeat), ("foreign-pods", foreign.run)]
+    background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [("heartbeat", bridge.heartbeat)]
     if leadership is not None:
         background.append(("leadership", leadership.run))
     if requeuer is not None:
         background.append(("requeue", requeuer.run))
+    if foreign is not None:
+        background.append(("foreign-pods", foreign.run))
     if eviction is not None:
         background.append(("eviction", eviction.run))
     return await _run_until_stopped(stop, lambda: source.run(state), http, background)

@@ -48,8 +48,8 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="a kube-scheduler profile this extender serves (repeatable; default: the profiles of --scheduler-config, "
-        "else default-scheduler); a DRA pod of any other scheduler is counted and gets a Warning Event",
+        help="a kube-scheduler profile this extender serves (repeatable; default: the profiles of --scheduler-config); "
+        "a DRA pod of any other scheduler is counted and gets a Warning Event (neither given: not checked)",
     )
     serve.add_argument(
         "--webhook-excluded-namespace",
@@ -61,8 +61,11 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def profiles_from(args: Any) -> frozenset[str]:
-    """--scheduler-name, else the schedulerNames of --scheduler-config's profiles (kube-scheduler's default filled in)."""
+def profiles_from(args: Any) -> frozenset[str] | None:
+    """--scheduler-name, else the schedulerNames of --scheduler-config's profiles (kube-scheduler's default filled in).
+
+    None when neither is given: the extender cannot tell its pods from another scheduler's.
+    """
     if args.scheduler_name:
         return frozenset(args.scheduler_name)
     if getattr(args, "scheduler_config", None):
@@ -73,7 +76,7 @@ def profiles_from(args: Any) -> frozenset[str]:
         if not isinstance(profiles, list) or not all(isinstance(p, dict) for p in profiles):
             raise SchedulerConfigError(f"--scheduler-config {args.scheduler_config}: profiles must be a list of mappings")
         return frozenset(str(p.get("schedulerName") or DEFAULT_PROFILE) for p in profiles)
-    return frozenset({DEFAULT_PROFILE})
+    return None
 
 
 class ForeignSchedulerPods:

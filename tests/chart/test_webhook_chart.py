@@ -32,20 +32,29 @@ def _webhook_objects(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objects(values) if "webhook" in o["metadata"]["name"]}
 
 
-# name -> (webhook values, failurePolicy, the extra namespace expression the values add)
-POLICIES: dict[str, tuple[dict[str, Any], str, list[dict[str, Any]]]] = {
-    "defaults": ({}, "Ignore", []),
+# name -> (webhook values, failurePolicy, the extra namespace expression the values add, the namespaces left out)
+POLICIES: dict[str, tuple[dict[str, Any], str, list[dict[str, Any]], list[str]]] = {
+    "defaults": ({}, "Ignore", [], [NAMESPACE, "kube-system"]),
     "fail closed, opted-in namespaces": (
         {"failurePolicy": "Fail", "namespaceSelector": {"matchExpressions": [{"key": "dra", "operator": "Exists"}]}},
         "Fail",
         [{"key": "dra", "operator": "Exists"}],
+        [NAMESPACE, "kube-system"],
     ),
+    "more namespaces left out": (
+        {"excludedNamespaces": ["kube-system", "monitoring"]},
+        "Ignore",
+        [],
+        [NAMESPACE, "kube-system", "monitoring"],
+    ),
+    "kube-system sent too": ({"excludedNamespaces": []}, "Ignore", [], [NAMESPACE]),
+    "the release namespace is always left out": ({"excludedNamespaces": [NAMESPACE, "batch"]}, "Ignore", [], [NAMESPACE, "batch"]),
 }
 
 
 @pytest.mark.parametrize("case", POLICIES)
 def test_webhook_configuration(case: str) -> None:
-    values, policy, extra = POLICIES[case]
+    values, policy, extra, excluded = POLICIES[case]
     objs = _webhook_objects({"webhook": {"enabled": True, **values}})
     [hook] = one(list(objs.values()), "MutatingWebhookConfiguration")["webhooks"]
     assert hook["failurePolicy"] == policy and hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
@@ -53,7 +62,7 @@ def test_webhook_configuration(case: str) -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}
     ]
     expressions = hook["namespaceSelector"]["matchExpressions"]
-    assert expressions[0] == {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]}
+    assert expressions[0] == {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}
     assert expressions[1:] == extra
     service = objs["Service"]
     assert hook["clientConfig"]["service"] == {"name": service["metadata"]["name"], "namespace": NAMESPACE, "path": "/mutate", "port": 443}
@@ -62,12 +71,28 @@ def test_webhook_configuration(case: str) -> None:
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     args = build_parser().parse_args(container["args"])
     assert args.command == "webhook" and args.scheduler_name == "dra-scheduler" and args.in_cluster
+    # The webhook leaves out what its namespaceSelector leaves out, and the extender names them when it flags a pod.
+    assert args.excluded_namespace == excluded
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    sidecar = _extender_container({"webhook": {"enabled": True, **values}})
+    serve = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in sidecar["args"]])
+    assert serve.webhook_excluded_namespace == excluded
     [mount] = container["volumeMounts"]
     assert args.tls_cert_file.startswith(mount["mountPath"]) and args.tls_key_file.startswith(mount["mountPath"])
     [volume] = deployment["spec"]["template"]["spec"]["volumes"]
     assert volume["secret"]["secretName"] == objs["Secret"]["metadata"]["name"]
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    assert objs["ClusterRole"]["rules"] == [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list"]}]
+    assert objs["ClusterRole"]["rules"] == [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list", "watch"]}]
+
+
+def _extender_container(values: dict[str, Any]) -> dict[str, Any]:
+    deployment = next(o for o in objects(values) if o["kind"] == "Deployment" and "webhook" not in o["metadata"]["name"])
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "dra-extender")
+
+
+def test_without_the_webhook_the_extender_names_no_exclusions() -> None:
+    serve = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in _extender_container({})["args"]])
+    assert serve.webhook_excluded_namespace == [] and serve.scheduler_config  # the profiles come from the scheduler's file
 
 
 def test_the_ca_bundle_verifies_the_serving_certificate_for_the_service_name(tmp_path) -> None:
@@ -110,6 +135,10 @@ def test_cert_manager_issues_and_injects_instead() -> None:
 def test_webhook_values_are_checked() -> None:
     with pytest.raises(helm().HelmValuesError, match="failurePolicy"):
         render({"webhook": {"enabled": True, "failurePolicy": "Sometimes"}})
+    with pytest.raises(helm().HelmValuesError, match="excludedNamespaces"):
+        render({"webhook": {"enabled": True, "excludedNamespaces": ["Kube_System"]}})
+    with pytest.raises(helm().HelmValuesError, match="excludedNamespaces"):
+        render({"webhook": {"enabled": True, "excludedNamespaces": "kube-system"}})
     assert yaml.safe_load(render(WEBHOOK)["dra-extender/templates/webhook.yaml"].split("---")[0])["kind"] == "Secret"
 
 

@@ -34,3 +34,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The namespaces the schedulerName webhook never sees: the release's own (its pods must start while the
+webhook is down) and webhook.excludedNamespaces. A JSON list: the webhook's namespaceSelector and both
+containers' flags read the same one. */}}
+{{- define "dra-extender.webhookExcludedNamespaces" -}}
+{{- uniq (prepend (.Values.webhook.excludedNamespaces | default list) .Release.Namespace) | toJson -}}
+{{- end -}}
