@@ -366,7 +366,6 @@ def test_a_class_created_just_before_its_pod_is_known_from_the_watch(tmp_path) -
     verify = ssl.create_default_context(cafile=str(ca))
     try:
         hook.wait(ca)
-        wait_for(lambda: httpx.get(hook.url + "/readyz", verify=verify).status_code == 200, what="the DeviceClasses listed")
         review = _review(object=_pod(_resources("example.com/fresh")))
         before = httpx.post(hook.url + "/mutate", json=review, verify=verify).json()["response"]
         assert "patch" not in before, "no class serves example.com/fresh yet"
@@ -390,6 +389,7 @@ def test_a_class_created_just_before_its_pod_is_known_from_the_watch(tmp_path) -
         assert json.loads(base64.b64decode(answer)) == [{"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER}]
         lists = [r for r in api.requests(mark) if r["resource"] == "deviceclasses" and r["verb"] == "list"]
         assert not lists, lists
+        assert httpx.get(hook.url + "/readyz", verify=verify).status_code == 200  # the probe the chart's readinessProbe reads
     finally:
         hook.stop()
         api.stop()
