@@ -135,3 +135,51 @@ def test_without_profiles_nothing_is_flagged_and_the_log_says_why() -> None:
     finally:
         ext.stop()
         api.stop()
+
+
+def test_a_default_scheduler_pod_beside_the_kube_scheduler_model_is_flagged() -> None:
+    """Row 7 end to end: the kube-scheduler model (profile dra-scheduler) schedules its pod through the extender,
+    while a pod of the same template left to the default scheduler (no webhook in its namespace) is flagged:
+    counted, one Warning Event, never scheduled by the model."""
+    import asyncio
+
+    from kubesim.scheduler import ClaimControllerConfig, SchedulerConfig, Workload
+    from kubesim.scheduler.api import Api
+    from kubesim.scheduler.config import NAMESPACE, SCHEDULER_NAME
+    from kubesim.scheduler.cycle import KubeSchedulerModel
+    from kubesim.scheduler.workloads import cluster_objects, pod_object
+
+    api = FakeApi()
+    api.control("POST", "objects", {"kind": "List", "items": cluster_objects(Workload("foreign", nodes=2, devices_per_node=1, pods=1))})
+    ext = cluster_extender(api, "--scheduler-name", SCHEDULER_NAME)
+    ours = pod_object(0)
+    theirs = pod_object(1)
+    theirs["spec"]["schedulerName"] = "default-scheduler"
+
+    async def drive() -> KubeSchedulerModel:
+        async with Api(api.url) as client:
+            model = KubeSchedulerModel(client, ext.url, SchedulerConfig(http_timeout=5.0, seed=1), ClaimControllerConfig(delay=0.1))
+            await model.start()
+            try:
+                for pod in (ours, theirs):
+                    status, body = await client.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+                    assert status == 201, body
+                deadline = asyncio.get_running_loop().time() + 20
+                while f"{NAMESPACE}/pod-0" not in model.bound_at or not _events(api, NAMESPACE, "pod-1"):
+                    assert asyncio.get_running_loop().time() < deadline, (model.bound_at, model.last_rejection)
+                    await asyncio.sleep(0.05)
+            finally:
+                await model.stop()
+            return model
+
+    try:
+        ext.wait_ready()
+        model = asyncio.run(drive())
+        assert f"{NAMESPACE}/pod-1" not in model.bound_at  # the model only schedules its own profile's pods
+        [event] = _events(api, NAMESPACE, "pod-1")
+        assert "'default-scheduler' (pending)" in event["message"] and "resourceClaims" in event["message"], event["message"]
+        assert not _events(api, NAMESPACE, "pod-0")
+        assert metric(ext, METRIC) == 1
+    finally:
+        ext.stop()
+        api.stop()
