@@ -473,7 +473,9 @@ def _foreign_pods(
             "DRA pods of other schedulers are not checked: pass --scheduler-name or --scheduler-config to name this extender's profiles"
         )
         return None
-    return ForeignSchedulerPods(state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace, is_leader=is_leader)
+    return ForeignSchedulerPods(
+        state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace or (), is_leader=is_leader
+    )
 
 
 def _apps(

@@ -46,7 +46,6 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--scheduler-name",
         action="append",
-        default=[],
         metavar="NAME",
         help="a kube-scheduler profile this extender serves (repeatable; default: the profiles of --scheduler-config); "
         "a DRA pod of any other scheduler is counted and gets a Warning Event (neither given: not checked)",
@@ -54,7 +53,6 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--webhook-excluded-namespace",
         action="append",
-        default=[],
         metavar="NAMESPACE",
         help="a namespace the schedulerName webhook leaves out (repeatable; the chart passes them): named in the startup "
         "warning and in the Event of a DRA pod there that another scheduler schedules",

@@ -38,7 +38,6 @@ def add_parser(sub: Any, hostport: Callable[[str, str], tuple[str, int]]) -> arg
     p.add_argument(
         "--excluded-namespace",
         action="append",
-        default=[],
         metavar="NAMESPACE",
         help="leave this namespace's pods alone, as the MutatingWebhookConfiguration's namespaceSelector does "
         "(repeatable; the chart passes its webhook.excludedNamespaces and the release namespace)",
@@ -108,7 +107,7 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     source = ApiSource(kubeconfig=args.kubeconfig, in_cluster=in_cluster)
     classes = DeviceClassNames()
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
-    excluded = sorted(set(args.excluded_namespace))
+    excluded = sorted(set(args.excluded_namespace or ()))
     app = create_webhook_app(args.scheduler_name, classes, limits=limits, excluded=excluded)
     config = uvicorn.Config(
         app,

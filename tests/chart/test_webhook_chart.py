@@ -92,7 +92,7 @@ def _extender_container(values: dict[str, Any]) -> dict[str, Any]:
 
 def test_without_the_webhook_the_extender_names_no_exclusions() -> None:
     serve = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in _extender_container({})["args"]])
-    assert serve.webhook_excluded_namespace == [] and serve.scheduler_config  # the profiles come from the scheduler's file
+    assert not serve.webhook_excluded_namespace and serve.scheduler_config  # the profiles come from the scheduler's file
 
 
 def test_the_ca_bundle_verifies_the_serving_certificate_for_the_service_name(tmp_path) -> None:
