@@ -9,7 +9,7 @@ and a client that hangs up is logged at debug, never as a traceback.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from fastapi import FastAPI, Request, Response
 from starlette.requests import ClientDisconnect
@@ -37,11 +37,24 @@ def create_webhook_app(
     limits: Limits | None = None,
     excluded: Collection[str] = (),
     class_wait: float = CLASS_WAIT_SECONDS,
+    stale: Callable[[], bool] = lambda: False,
 ) -> FastAPI:
-    """POST /mutate, GET /healthz (liveness) and GET /readyz (the DeviceClasses are listed)."""
+    """POST /mutate, GET /healthz (liveness) and GET /readyz (the DeviceClasses are listed and their watch is current).
+
+    `stale` tells when the DeviceClass watch has not been current for longer
+    than the source's staleness threshold: a class created meanwhile may be unknown.
+    """
     app = FastAPI(title="dra-extender webhook", docs_url=None, redoc_url=None, openapi_url=None)
     limits = limits if limits is not None else Limits()
     excluded = frozenset(excluded)
+
+    def unknown_classes() -> str | None:
+        """Why the DeviceClasses may be incomplete, or None."""
+        if not classes.ready:
+            return "DeviceClasses not listed yet"
+        if stale():
+            return "the DeviceClass watch is stale (no successful list or watch lately)"
+        return None
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -49,9 +62,8 @@ def create_webhook_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if classes.ready:
-            return text("ok")
-        return text("DeviceClasses not listed yet", 503)
+        problem = unknown_classes()
+        return text("ok") if problem is None else text(problem, 503)
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
@@ -70,12 +82,14 @@ def create_webhook_app(
         except wire.BadRequest as e:
             log.info("bad AdmissionReview", extra={"err": str(e)})
             return bad_request(e)
-        served = classes.served()
-        if rv.needs_class_list(review, served) and not await classes.wait_ready(class_wait):
-            # Fail closed: it may use a DRA-backed resource the webhook cannot see yet.
-            log.warning("DeviceClasses not listed yet; refusing the pod", extra={"pod": review.name})
-            message = "dra-extender webhook: DeviceClasses not listed yet, cannot tell whether the pod uses DRA; retry"
-            return json_response(rv.refusal(review, 503, message))
+        if rv.needs_class_list(review, classes.served()):
+            await classes.wait_ready(class_wait)
+            problem = unknown_classes()
+            if problem is not None:
+                # Fail closed: it may use a DRA-backed resource the webhook cannot see.
+                log.warning("refusing a pod: its resources may be DRA-backed", extra={"pod": review.name, "err": problem})
+                message = f"dra-extender webhook: {problem}, so it cannot tell whether the pod uses DRA devices; retry"
+                return json_response(rv.refusal(review, 503, message))
         patch, why = rv.decide(review, scheduler_name, classes.served(), excluded)
         if patch:
             log.info("set schedulerName", extra={"pod": review.name, "scheduler": scheduler_name, "why": why})

@@ -108,7 +108,13 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     classes = DeviceClassNames()
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     excluded = sorted(set(args.excluded_namespace or ()))
-    app = create_webhook_app(args.scheduler_name, classes, limits=limits, excluded=excluded)
+    app = create_webhook_app(
+        args.scheduler_name,
+        classes,
+        limits=limits,
+        excluded=excluded,
+        stale=lambda: any(st["stale"] for st in source.sync_status().values()),
+    )
     config = uvicorn.Config(
         app,
         log_config=None,

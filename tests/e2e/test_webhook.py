@@ -418,3 +418,32 @@ def test_a_renewed_certificate_is_served_without_a_restart(tmp_path) -> None:
     finally:
         hook.stop()
         api.stop()
+
+
+def test_without_the_device_classes_it_fails_closed(tmp_path) -> None:
+    """The DeviceClasses cannot be listed: not ready, and a pod whose resources may be DRA-backed is refused
+    (never admitted unchanged for the default scheduler); a pod with claims needs no class and is still sent."""
+    ca, cert, key = make_certs(tmp_path)
+    api = FakeApi(DEMO)
+    api.faults(error_rate=1.0, error_status=500, paths=["deviceclasses"])
+    hook = Webhook(api, cert, key)
+    verify = ssl.create_default_context(cafile=str(ca))
+    try:
+        hook.wait(ca)
+        ready = httpx.get(hook.url + "/readyz", verify=verify)
+        assert ready.status_code == 503 and "DeviceClasses not listed yet" in ready.text
+        maybe = httpx.post(hook.url + "/mutate", json=_review(object=_pod(_resources("example.com/gpu"))), verify=verify, timeout=10)
+        response = maybe.json()["response"]
+        assert maybe.status_code == 200 and response["allowed"] is False and response["status"]["code"] == 503, response
+        assert "cannot tell whether the pod uses DRA" in response["status"]["message"]
+        claims = httpx.post(
+            hook.url + "/mutate", json=_review(object=_pod({"resourceClaims": [{"name": "g", "resourceClaimName": "c"}]})), verify=verify
+        )
+        assert claims.json()["response"]["allowed"] is True and "patch" in claims.json()["response"]
+        api.clear_faults()
+        wait_for(lambda: httpx.get(hook.url + "/readyz", verify=verify).status_code == 200, what="ready once the list succeeds")
+        known = httpx.post(hook.url + "/mutate", json=_review(object=_pod(_resources("example.com/gpu"))), verify=verify).json()["response"]
+        assert known["allowed"] is True and "patch" not in known  # no class names example.com/gpu in the demo cluster
+    finally:
+        hook.stop()
+        api.stop()
