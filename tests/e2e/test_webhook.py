@@ -110,7 +110,7 @@ class Webhook:
         self.log.close()
 
 
-LIMITS = ("--max-body-bytes", "1048576", "--header-timeout", "1", "--body-timeout", "1")
+LIMITS = ("--max-body-bytes", "1048576", "--header-timeout", "2", "--body-timeout", "2")
 
 
 @pytest.fixture(scope="module")
@@ -328,7 +328,7 @@ def test_a_body_over_the_limit_is_413_without_being_read(webhook) -> None:
 
 
 def test_slow_clients_are_cut_off(webhook) -> None:
-    """--header-timeout 1 / --body-timeout 1 (LIMITS): trickled headers are closed, a body that stops gets 408."""
+    """--header-timeout 2 / --body-timeout 2 (LIMITS): trickled headers are closed, a body that stops gets 408."""
     hook, ca = webhook
     heads = [_tls(hook, ca) for _ in range(10)]
     for s in heads:
