@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.chart.api_calls import api_call
+from tests.chart.render import objects
 from tests.e2e.cluster import FakeApi, wait_for
 from tests.e2e.harness import DEMO, ROOT, free_port, stop_process
 
@@ -390,6 +392,17 @@ def test_a_class_created_just_before_its_pod_is_known_from_the_watch(tmp_path) -
         lists = [r for r in api.requests(mark) if r["resource"] == "deviceclasses" and r["verb"] == "list"]
         assert not lists, lists
         assert httpx.get(hook.url + "/readyz", verify=verify).status_code == 200  # the probe the chart's readinessProbe reads
+        # The chart's ClusterRole grants what the webhook asks the API server for: no more, no less.
+        made = {
+            (c.verb, c.group, c.resource)
+            for r in api.requests()
+            if not r["user_agent"].startswith("python-httpx") and (c := api_call(r["method"], r["path"], r["query"])) is not None
+        }
+        [role] = [
+            o for o in objects({"webhook": {"enabled": True}}) if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-webhook")
+        ]
+        granted = {(v, g, res) for rule in role["rules"] for g in rule["apiGroups"] for res in rule["resources"] for v in rule["verbs"]}
+        assert made == granted, (made, granted)
     finally:
         hook.stop()
         api.stop()
