@@ -17,6 +17,7 @@ from allocator.extended_resources import (
     class_mapping,
     create_requests_and_mappings,
     dra_resources,
+    dra_use,
 )
 from allocator.parse import parse_device_class, parse_node, parse_pod
 from allocator.types import DeviceClass
@@ -161,3 +162,39 @@ def test_one_device_plugin_one_dra_request_name() -> None:
     p = pod([container("c", {"example.com/a-plugin": 1, GPU: 1})])
     requests, _ = create_requests_and_mappings(p, frozenset({GPU}), MAPPING)
     assert [r.name for r in requests] == ["container-0-request-1"]
+
+
+def _with(**spec: Any) -> Any:
+    return parse_pod({"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c"}], **spec}})
+
+
+# name -> (the pod, why it needs a DRA allocator or None); the served names are MAPPING's
+DRA_USE: dict[str, tuple[Any, str | None]] = {
+    "resource claims": (_with(resourceClaims=[{"name": "g", "resourceClaimName": "c"}]), "resourceClaims"),
+    "a class's resource, as a limit only": (pod([{"name": "c", "resources": {"limits": {GPU: "1"}}}]), f"extended resource {GPU}"),
+    "a class's resource requested": (pod([container("c", {GPU: 1})]), f"extended resource {GPU}"),
+    "in an init container": (pod([container("c", {})], init=[container("i", {NIC: 2})]), f"extended resource {NIC}"),
+    "an implicit name, class not known (yet)": (
+        pod([container("c", {IMPLICIT_PREFIX + "later": 1})]),
+        f"extended resource {IMPLICIT_PREFIX}later",
+    ),
+    "a device-plugin resource": (pod([container("c", {"nvidia.com/gpu": 1})]), None),
+    "a zero request": (pod([container("c", {GPU: 0})]), None),
+    "nothing": (pod([container("c", {"cpu": "1"})]), None),
+    "a recorded extended-resource claim": (
+        parse_pod(
+            {
+                "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {"extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-x"}},
+            }
+        ),
+        "extended-resource claim p-extended-resources-x",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", DRA_USE)
+def test_dra_use(name: str) -> None:
+    the_pod, want = DRA_USE[name]
+    assert dra_use(the_pod, MAPPING) == want
