@@ -103,7 +103,7 @@ class ClusterState:
         self._versions: defaultdict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         self._changes = ChangeLog()
         self._problems = ProblemReporter(on_problem, self._uid_of)
-        self._ledger = AllocationLedger(self._device_changed)
+        self._ledger = AllocationLedger(self._device_changed, lookup=self._device_view, on_duplicate=self._duplicate_share)
         self._store = ObjectStore(self._ledger, self._changes, self._problems.report)
         self._views = DeviceViews(
             cel, self._ledger, self._changes, self._problems.report, release=self._tell_listeners, started=lambda: bool(self._synced)
@@ -191,6 +191,26 @@ class ClusterState:
 
     def _device_changed(self, did: DeviceID) -> None:
         self._views.device_changed(did)
+
+    def _device_view(self, did: DeviceID) -> DeviceView | None:
+        """The ledger records a held device's counter consumption from here (its current view)."""
+        return self._views.devices.get(did)
+
+    def _duplicate_share(self, claim_key: str, share_id: str, did: DeviceID, claims: tuple[str, ...]) -> None:
+        """Two allocation results with one shareID on one device: each counts as its own share; warn on the claim."""
+        log.warning(
+            "duplicate shareID on a shared device: counted once per allocation result",
+            extra={"claim": claim_key, "device": str(did), "share_id": share_id, "claims": ", ".join(claims)},
+        )
+        self.report(
+            Problem(
+                ev.RESOURCE_CLAIM,
+                ev.GROUP_RESOURCE,
+                claim_key,
+                f"status.allocation: shareID {share_id} of device {did} is used by {len(claims)} allocation results "
+                f"(claims {', '.join(claims)}); each is counted as its own share, only one allocator may manage a device pool",
+            )
+        )
 
     def _uid_of(self, kind: str, group: str, name: str) -> str:
         part = next((p for p in self._parts if p.handles(kind)), None)
