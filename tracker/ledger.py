@@ -26,9 +26,8 @@ from fractions import Fraction
 from types import MappingProxyType, TracebackType
 
 from allocator.allocated_state import Recorded
-from allocator.device_view import DeviceView
 from allocator.quantity import Quantity, format_quantity
-from allocator.types import AllocationResult, DeviceID, DeviceRequestAllocationResult
+from allocator.types import AllocationResult, CounterConsumption, DeviceID, DeviceRequestAllocationResult
 
 ShareHold = tuple[str, Mapping[str, Quantity] | None]  # (claim key, consumed capacity)
 # (device, share ID) -> what holds it; one claim reserves each share ID once
@@ -68,15 +67,15 @@ class Reservation:
         self.release()
 
 
-def _nothing(did: DeviceID) -> DeviceView | None:
+def _nothing(did: DeviceID) -> Recorded:
     return None
 
 
 class AllocationLedger:
     """`allocated` and `inflight` are read-only views: only the methods below change them.
 
-    `lookup` finds a device's current view (to record its counter
-    consumption); `on_duplicate` hears of a shareID two results use on one
+    `lookup` answers what a published device consumes of its pool's counters
+    (None: not published); `on_duplicate` hears of a shareID two results use on one
     device, once per claim involved.
     """
 
@@ -84,7 +83,7 @@ class AllocationLedger:
         self,
         on_change: Callable[[DeviceID], None] = lambda _did: None,
         *,
-        lookup: Callable[[DeviceID], DeviceView | None] = _nothing,
+        lookup: Callable[[DeviceID], Recorded] = _nothing,
         on_duplicate: DuplicateReporter | None = None,
     ) -> None:
         self._allocated: dict[DeviceID, str] = {}  # device -> claim key, from claim statuses
@@ -131,9 +130,9 @@ class AllocationLedger:
         for did in held:
             recorded = self._recorded.get(did)
             if recorded is None:
-                view = self._lookup(did)
-                if view is not None:  # published again (or at last): what it consumes is known from now on
-                    recorded = self._recorded[did] = view.consumes_counters
+                published = self._lookup(did)
+                if published is not None:  # published again (or at last): what it consumes is known from now on
+                    recorded = self._recorded[did] = published
                     if not recorded:
                         learned.append(did)
                         continue
@@ -239,15 +238,22 @@ class AllocationLedger:
                     del self._inflight_shares[did]
                 self._settle(did)
 
+    def learn(self, did: DeviceID, consumes: tuple[CounterConsumption, ...]) -> None:
+        """A device was published: if it is held and what it consumes was never seen, it is known from now on."""
+        if did in self._recorded and self._recorded[did] is None:
+            self._recorded[did] = consumes
+            if not consumes:
+                pool = self._pools.get((did.driver, did.pool))
+                if pool is not None:
+                    pool.discard(did)
+
     # ------------------------------------------------------------------ bookkeeping
 
     def _hold(self, did: DeviceID) -> None:
         """Record what `did` consumes of its pool's counters when it becomes held (kept until it is not)."""
         if did in self._recorded:
             return
-        view = self._lookup(did)
-        recorded = view.consumes_counters if view is not None else None
-        self._recorded[did] = recorded
+        recorded = self._recorded[did] = self._lookup(did)
         if recorded is None or recorded:
             self._pools.setdefault((did.driver, did.pool), set()).add(did)
 

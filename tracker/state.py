@@ -37,6 +37,7 @@ from allocator.device_view import DeviceView, SliceView
 from allocator.parse import ValidationError
 from allocator.types import (
     AllocationResult,
+    CounterConsumption,
     DeviceClass,
     DeviceID,
     DeviceTaintRule,
@@ -103,7 +104,7 @@ class ClusterState:
         self._versions: defaultdict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         self._changes = ChangeLog()
         self._problems = ProblemReporter(on_problem, self._uid_of)
-        self._ledger = AllocationLedger(self._device_changed, lookup=self._device_view, on_duplicate=self._duplicate_share)
+        self._ledger = AllocationLedger(self._device_changed, lookup=self._published_consumption, on_duplicate=self._duplicate_share)
         self._store = ObjectStore(self._ledger, self._changes, self._problems.report)
         self._views = DeviceViews(
             cel, self._ledger, self._changes, self._problems.report, release=self._tell_listeners, started=lambda: bool(self._synced)
@@ -192,9 +193,11 @@ class ClusterState:
     def _device_changed(self, did: DeviceID) -> None:
         self._views.device_changed(did)
 
-    def _device_view(self, did: DeviceID) -> DeviceView | None:
-        """The ledger records a held device's counter consumption from here (its current view)."""
-        return self._views.devices.get(did)
+    def _published_consumption(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
+        """What a published device consumes of its pool's counters (None: not published), for the ledger's records."""
+        s = self._views.slice_of(did)
+        device = next((d for d in s.devices if d.name == did.device), None) if s is not None else None
+        return device.consumes_counters if device is not None else None
 
     def _duplicate_share(self, claim_key: str, share_id: str, did: DeviceID, claims: tuple[str, ...]) -> None:
         """Two allocation results with one shareID on one device: each counts as its own share; warn on the claim."""

@@ -22,7 +22,7 @@ from allocator.cel import CelEnvironment
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_resource_slice
 from allocator.quantity import parse_quantity
-from allocator.types import AllocationResult, DeviceID, DeviceRequestAllocationResult, Node
+from allocator.types import AllocationResult, CounterConsumption, DeviceID, DeviceRequestAllocationResult, Node
 from tests.allocator.builders import claim, device_class, view
 from tracker.ledger import AllocationLedger
 
@@ -91,18 +91,22 @@ class Cluster:
     def __init__(self, slices: list[SliceView]) -> None:
         self.publish(slices)
         self.claims: dict[str, tuple[DeviceRequestAllocationResult, ...]] = {}
-        self.ledger = AllocationLedger(lookup=lambda did: self.devices.get(did))
+        self.ledger = AllocationLedger(lookup=self.published)
 
     def publish(self, slices: list[SliceView]) -> None:
         self.slices = slices
         self.devices: dict[DeviceID, DeviceView] = {d.id: d for s in slices for d in s.devices}
+
+    def published(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
+        d = self.devices.get(did)
+        return d.consumes_counters if d is not None else None
 
     def hold(self, key: str, results: tuple[DeviceRequestAllocationResult, ...]) -> None:
         self.claims[key] = results
         self.ledger.set_claim(key, results)
 
     def restart(self) -> None:
-        self.ledger = AllocationLedger(lookup=lambda did: self.devices.get(did))
+        self.ledger = AllocationLedger(lookup=self.published)
         for key, results in self.claims.items():
             self.ledger.set_claim(key, results)
 
@@ -249,7 +253,7 @@ SHARES = [
 def test_every_result_is_its_own_share(case: Shares) -> None:
     told: list[tuple[str, str, DeviceID, tuple[str, ...]]] = []
     cluster = Cluster(_slices([shared("gpu", "40Gi")]))
-    cluster.ledger = AllocationLedger(lookup=lambda did: cluster.devices.get(did), on_duplicate=lambda *a: told.append(a))
+    cluster.ledger = AllocationLedger(lookup=cluster.published, on_duplicate=lambda *a: told.append(a))
     for key, results in case.held.items():
         cluster.hold(key, tuple(results))
     got, why = cluster.allocate("new", share_of(case.ask))

@@ -25,7 +25,7 @@ from allocator.cel import CelEnvironment
 from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_resource_slice
 from allocator.quantity import parse_quantity
-from allocator.types import AllocationResult, DeviceID, Node
+from allocator.types import AllocationResult, CounterConsumption, DeviceID, Node
 from tests.allocator.builders import claim, device_class, view
 from tests.tiers import examples
 from tracker.ledger import AllocationLedger
@@ -167,9 +167,12 @@ class World:
         for did in list(self.promised):
             self._promise(did)
 
+    def published(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
+        d = self.devices.get(did)
+        return d.consumes_counters if d is not None else None
+
     def _new_ledger(self) -> AllocationLedger:
-        ledger = AllocationLedger(lookup=self.devices.get)  # bound at call time through self
-        ledger._lookup = lambda did: self.devices.get(did)
+        ledger = AllocationLedger(lookup=self.published)
         for key, alloc in self.claims.items():
             ledger.set_claim(key, alloc.results)
         return ledger
