@@ -294,7 +294,9 @@ class _Scan:
         if reported:
             self.rejected.counts[REASON_COUNTERS] += 1
             if len(self.rejected.counters_short) < 3:
-                self.rejected.counters_short.append(f"{device.id}: {describe_short(self.available, device.consumes_counters, self.counters.unknown(pool.name))}")
+                self.rejected.counters_short.append(
+                    f"{device.id}: {describe_short(self.available, device.consumes_counters, self.counters.unknown(pool.name))}"
+                )
         return False
 
     def alternative(self, device_class: DeviceClass) -> Alternative | Failure:

@@ -69,9 +69,7 @@ def cluster(draw):
         )
     negative = draw(st.sampled_from([None, "consumes", "capacity", "step"]))
     if negative == "consumes":  # a partition that would give counters back
-        devices.append(
-            {"name": "neg", "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": str(-40 * GI)}}}]}
-        )
+        devices.append({"name": "neg", "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": str(-40 * GI)}}}]})
     elif negative == "capacity":
         devices.append({"name": "neg", "allowMultipleAllocations": True, "capacity": {"memory": {"value": str(-40 * GI)}}})
     elif negative == "step":

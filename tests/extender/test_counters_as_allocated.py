@@ -31,7 +31,12 @@ def _slice(generation: int, devices: list[str]) -> list[dict[str, Any]]:
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
             "metadata": {"name": "node-a-counters"},
-            "spec": {"driver": D, "nodeName": "node-a", "pool": pool, "sharedCounters": [{"name": "gpu-0", "counters": {"mem": {"value": "2"}}}]},
+            "spec": {
+                "driver": D,
+                "nodeName": "node-a",
+                "pool": pool,
+                "sharedCounters": [{"name": "gpu-0", "counters": {"mem": {"value": "2"}}}],
+            },
         },
         {
             "apiVersion": "resource.k8s.io/v1",

@@ -129,7 +129,7 @@ def test_a_duplicate_share_id_counts_twice_and_warns_on_both_claims() -> None:
     for name in ("x", "y"):
         apply(state, ev.RESOURCE_CLAIM, f"default/{name}", _claim(name, {}, [held("gpu", **share)]))
     assert state.allocated_state.consumed_capacity(DeviceID(D, "p", "gpu"))[f"{D}/memory"].value == 40 * 1024**3  # type: ignore[index]
-    ok, why = _fits(state, _claim("z", {"capacity": {"requests": {"memory": "5Gi"}}}))
+    ok, _ = _fits(state, _claim("z", {"capacity": {"requests": {"memory": "5Gi"}}}))
     assert not ok, "a 5Gi share on a device whose 40Gi two results already consume"
     warned = sorted(p.name for p in problems if p.kind == ev.RESOURCE_CLAIM and "shareID" in p.message)
     assert warned == ["default/x", "default/y"], problems
@@ -150,6 +150,7 @@ def test_a_negative_step_refuses_only_its_device() -> None:
     assert not problems, "the slice is not refused whole"
     assert state.device(DeviceID(D, "p", "good")) is not None
     assert "validRange.step" in state.device(DeviceID(D, "p", "bad")).refused  # type: ignore[union-attr]
+    assert "validRange.step: -10Gi must be greater than zero" in state.sharing(DeviceID(D, "p", "bad"))["refused"]  # /debug/devices
     assert _fits(state, _claim("g", named("good")))[0]
     ok, why = _fits(state, _claim("b", named("bad")))
     assert not ok and "1 refused" in why and "validRange.step: -10Gi must be greater than zero" in why, why
