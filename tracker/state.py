@@ -60,11 +60,13 @@ from tracker.volumes import VolumeIndex
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
-__all__ = ["CHANGE_LOG_MAX", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "ClusterState", "Problem"]
+__all__ = ["CHANGE_LOG_MAX", "DUPLICATE_SHARE_ID", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "ClusterState", "Problem"]
 
 log = logging.getLogger("dra_extender.tracker")
 
 Listener = Callable[[ev.ObjectEvent], None]
+
+DUPLICATE_SHARE_ID = "DuplicateShareID"  # the Warning Event's reason on a claim whose shareID another result repeats
 
 
 class _Versions(Mapping[tuple[str, str], Mapping[str, str]]):
@@ -212,6 +214,7 @@ class ClusterState:
                 claim_key,
                 f"status.allocation: shareID {share_id} of device {did} is used by {len(claims)} allocation results "
                 f"(claims {', '.join(claims)}); each is counted as its own share, only one allocator may manage a device pool",
+                reason=DUPLICATE_SHARE_ID,
             )
         )
 

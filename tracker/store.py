@@ -53,6 +53,7 @@ class Problem:
     name: str  # namespace/name or name
     message: str
     uid: str = ""  # the object's, so the Event is found on it (kubectl describe matches involvedObject.uid)
+    reason: str = ""  # the Event's reason; "" for Invalid (or InvalidSelector)
 
 
 def _version_number(rv: Any) -> int | None:
@@ -183,7 +184,7 @@ class ProblemReporter:
         seen.add(token)
         if not problem.uid:
             uid = self._uid_of(problem.kind, problem.group, problem.name)
-            problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid)
+            problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid, problem.reason)
         if self._on_problem is not None:
             self._on_problem(problem)
 

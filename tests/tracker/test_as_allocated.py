@@ -15,7 +15,7 @@ from allocator.cel import CelEnvironment
 from allocator.parse import parse_resource_claim
 from allocator.types import DeviceID, Node
 from tracker import events as ev
-from tracker.state import ClusterState, Problem
+from tracker.state import DUPLICATE_SHARE_ID, ClusterState, Problem
 
 D = "gpu.example.com"
 NODE = {"metadata": {"name": "n1"}}
@@ -131,7 +131,7 @@ def test_a_duplicate_share_id_counts_twice_and_warns_on_both_claims() -> None:
     assert state.allocated_state.consumed_capacity(DeviceID(D, "p", "gpu"))[f"{D}/memory"].value == 40 * 1024**3  # type: ignore[index]
     ok, _ = _fits(state, _claim("z", {"capacity": {"requests": {"memory": "5Gi"}}}))
     assert not ok, "a 5Gi share on a device whose 40Gi two results already consume"
-    warned = sorted(p.name for p in problems if p.kind == ev.RESOURCE_CLAIM and "shareID" in p.message)
+    warned = sorted(p.name for p in problems if p.kind == ev.RESOURCE_CLAIM and p.reason == DUPLICATE_SHARE_ID)
     assert warned == ["default/x", "default/y"], problems
     assert all(p.uid for p in problems if p.kind == ev.RESOURCE_CLAIM), "the Warning Event names the claim's uid"
 
