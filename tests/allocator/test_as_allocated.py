@@ -338,3 +338,19 @@ def test_negative_amounts_are_refused_and_make_no_room(case: Negative) -> None:
     for i, (request, fits) in enumerate(case.then):
         got, why = cluster.allocate(f"then-{i}", request)
         assert (got is not None) == fits, why or got
+
+
+def test_an_inflight_partition_keeps_its_counters_through_a_republish() -> None:
+    """A /bind's reservation records what its device consumes; the record goes with the last holder."""
+    cluster = Cluster(_slices(GEN1, {"mem": "2"}))
+    c = claim("a", named("part-a"))
+    out = Allocator(CEL).allocate(NODE, [c], cluster.slices, CLASSES, cluster.ledger, pool_slices=lambda d, p: cluster.slices)
+    assert out.ok, out.failure
+    hold = cluster.ledger.reserve_results(out.allocations)  # in flight: the claim status is being written
+    cluster.publish(_slices([part("full", "2"), part("part-b", "1")], {"mem": "2"}, generation=2))
+    assert cluster.allocate("b", named("full"))[0] is None
+    cluster.hold(c.key, out.allocations[c.key].results)  # the write lands
+    hold.release()
+    assert cluster.allocate("b", named("full"))[0] is None
+    cluster.hold(c.key, ())  # deallocated
+    assert cluster.allocate("b", named("full"))[0] is not None
