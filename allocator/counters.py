@@ -25,7 +25,7 @@ Deliberate differences (docs/design.md, "Counters and shares as allocated"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 from allocator.allocated_state import AllocatedState
@@ -51,21 +51,30 @@ def _n(q: Quantity) -> Number:
     device is refused anyway, allocator/parse.py).
     """
     v = q.value
-    if v < 0:
-        return 0
-    return v.numerator if v.denominator == 1 else v
+    if v.denominator == 1:
+        n = v.numerator
+        return n if n > 0 else 0
+    return v if v > 0 else 0
 
 
-def _charges(consumption: tuple[CounterConsumption, ...], into: dict[tuple[str, str], Number]) -> None:
-    """Add a device's consumption to `into`, per (counter set, counter), keeping the larger of two claims on one."""
+def _sums(consumption: tuple[CounterConsumption, ...]) -> dict[tuple[str, str], Number]:
+    """A device's consumption per (counter set, counter)."""
     own: dict[tuple[str, str], Number] = {}
     for use in consumption:
         for name, q in use.counters.items():
             key = (use.counter_set, name)
             own[key] = own.get(key, 0) + _n(q)
-    for key, v in own.items():
-        if v > into.get(key, 0):
-            into[key] = v
+    return own
+
+
+def _subtract(tally: Tally, consumption: tuple[CounterConsumption, ...]) -> None:
+    for use in consumption:
+        left = tally.get(use.counter_set)
+        if left is None:
+            continue
+        for name, q in use.counters.items():
+            if name in left:
+                left[name] -= _n(q)
 
 
 class CounterTally:
@@ -84,7 +93,7 @@ class CounterTally:
         self._consumed: dict[str, dict[str, dict[str, Number]]] = {}
 
     def available(
-        self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Iterable[SliceView], driver: str = ""
+        self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Sequence[SliceView], driver: str = ""
     ) -> Tally:
         """The pool's counters left by allocated devices (computed once per pool name, as upstream).
 
@@ -96,27 +105,34 @@ class CounterTally:
         if known is not None:
             return known[0]
         tally: Tally = {name: {c: _value(q) for c, q in counters.items()} for name, counters in counter_sets.items()}
-        charged: dict[DeviceID, dict[tuple[str, str], Number]] = {}
+        current: dict[DeviceID, tuple[CounterConsumption, ...]] = {}
         is_allocated = self._state.is_allocated
         for s in slices:
             for device in s.devices:
                 if device.consumes_counters and is_allocated(device.id):
-                    _charges(device.consumes_counters, charged.setdefault(device.id, {}))
+                    current[device.id] = device.consumes_counters
+                    _subtract(tally, device.consumes_counters)
         unknown: list[DeviceID] = []
-        if counter_sets:
-            held = self._state.counters_held(driver, pool)
-            published = {d.id for s in slices for d in s.devices if d.id in held} if held else set()
-            for did, recorded in held.items():
-                if recorded is None:
+        held = self._state.counters_held(driver, pool) if counter_sets else {}
+        published: set[DeviceID] | None = None
+        for did, recorded in held.items():
+            now = current.get(did)
+            if recorded is None:
+                if now is None:
+                    if published is None:
+                        published = {d.id for s in slices for d in s.devices}
                     if did not in published:
                         unknown.append(did)
-                elif recorded:
-                    _charges(recorded, charged.setdefault(did, {}))
-        for charges in charged.values():
-            for (set_name, name), v in charges.items():
+                continue
+            if now is recorded or now == recorded:
+                continue  # the usual case: the slice still says what it said when allocated
+            # Charged the larger of both, per counter: add what the record holds beyond the current slice.
+            was, is_now = _sums(recorded), _sums(now or ())
+            for (set_name, name), v in was.items():
+                extra = v - is_now.get((set_name, name), 0)
                 left = tally.get(set_name)
-                if left is not None and name in left:
-                    left[name] -= v
+                if extra > 0 and left is not None and name in left:
+                    left[name] -= extra
         why = ""
         if unknown:
             names = ", ".join(str(d) for d in sorted(unknown, key=str)[:3])

@@ -94,8 +94,11 @@ class AllocationLedger:
         # device -> (claim key, share ID) -> share, chosen at /bind
         self._inflight_shares: dict[DeviceID, dict[tuple[str, str], _Share]] = {}
         self._capacity: dict[DeviceID, dict[str, Quantity]] = {}  # summed consumed capacity per shared device
-        self._recorded: dict[DeviceID, Recorded] = {}  # held devices -> counters consumed (None: never seen)
-        self._pools: dict[tuple[str, str], set[DeviceID]] = {}  # (driver, pool) -> held devices consuming counters or unknown
+        # Every held device (whole, shared, in flight) -> the counters it consumed (None: never seen)
+        self._recorded: dict[DeviceID, Recorded] = {}
+        # (driver, pool) -> its held devices that consume counters or whose consumption is unknown, and the unknown ones
+        self._pools: dict[tuple[str, str], dict[DeviceID, Recorded]] = {}
+        self._unknown: dict[tuple[str, str], set[DeviceID]] = {}
         self._on_change = on_change
         self._lookup = lookup
         self._on_duplicate = on_duplicate
@@ -116,30 +119,21 @@ class AllocationLedger:
         return did in self._allocated or did in self._inflight
 
     def is_allocated(self, did: DeviceID) -> bool:
-        return did in self._allocated or did in self._inflight or did in self._shares or did in self._inflight_shares
+        return did in self._recorded  # one lookup: the allocator asks this of every device of a pool with counters
 
     def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
         return self._capacity.get(did)
 
     def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
-        held = self._pools.get((driver, pool))
+        key = (driver, pool)
+        held = self._pools.get(key)
         if not held:
             return {}
-        out: dict[DeviceID, Recorded] = {}
-        learned: list[DeviceID] = []
-        for did in held:
-            recorded = self._recorded.get(did)
-            if recorded is None:
-                published = self._lookup(did)
-                if published is not None:  # published again (or at last): what it consumes is known from now on
-                    recorded = self._recorded[did] = published
-                    if not recorded:
-                        learned.append(did)
-                        continue
-            out[did] = recorded
-        for did in learned:
-            held.discard(did)
-        return out
+        for did in list(self._unknown.get(key, ())):
+            published = self._lookup(did)
+            if published is not None:  # published again (or at last): what it consumes is known from now on
+                self.learn(did, published)
+        return MappingProxyType(held)
 
     # ------------------------------------------------------------------ queries
 
@@ -241,32 +235,52 @@ class AllocationLedger:
     def learn(self, did: DeviceID, consumes: tuple[CounterConsumption, ...]) -> None:
         """A device was published: if it is held and what it consumes was never seen, it is known from now on."""
         if did in self._recorded and self._recorded[did] is None:
-            self._recorded[did] = consumes
-            if not consumes:
-                pool = self._pools.get((did.driver, did.pool))
-                if pool is not None:
-                    pool.discard(did)
+            self._record(did, consumes)
 
     # ------------------------------------------------------------------ bookkeeping
 
     def _hold(self, did: DeviceID) -> None:
         """Record what `did` consumes of its pool's counters when it becomes held (kept until it is not)."""
-        if did in self._recorded:
-            return
-        recorded = self._recorded[did] = self._lookup(did)
+        if did not in self._recorded:
+            self._record(did, self._lookup(did))
+
+    def _record(self, did: DeviceID, recorded: Recorded) -> None:
+        self._recorded[did] = recorded
+        key = (did.driver, did.pool)
+        unknown = self._unknown.get(key)
+        if recorded is None:
+            self._unknown.setdefault(key, set()).add(did)
+        elif unknown is not None:
+            unknown.discard(did)
+            if not unknown:
+                del self._unknown[key]
         if recorded is None or recorded:
-            self._pools.setdefault((did.driver, did.pool), set()).add(did)
+            self._pools.setdefault(key, {})[did] = recorded
+        else:
+            self._forget_in_pool(did)
+
+    def _forget_in_pool(self, did: DeviceID) -> None:
+        key = (did.driver, did.pool)
+        held = self._pools.get(key)
+        if held is not None and did in held:
+            del held[did]
+            if not held:
+                del self._pools[key]
+        unknown = self._unknown.get(key)
+        if unknown is not None:
+            unknown.discard(did)
+            if not unknown:
+                del self._unknown[key]
+
+    def _holds(self, did: DeviceID) -> bool:
+        return did in self._allocated or did in self._inflight or did in self._shares or did in self._inflight_shares
 
     def _settle(self, did: DeviceID) -> None:
         """After a change to `did`'s holders: sum its shares' capacity, forget its record if nothing holds it, tell."""
         self._recount(did)
-        if not self.is_allocated(did) and did in self._recorded:
+        if not self._holds(did) and did in self._recorded:
             del self._recorded[did]
-            pool = self._pools.get((did.driver, did.pool))
-            if pool is not None:
-                pool.discard(did)
-                if not pool:
-                    del self._pools[(did.driver, did.pool)]
+            self._forget_in_pool(did)
         self._on_change(did)
 
     def _recount(self, did: DeviceID) -> None:

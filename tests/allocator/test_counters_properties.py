@@ -278,6 +278,12 @@ def test_counters_and_capacity_never_over_committed(data) -> None:
         world.hold(c.key, result)
         _check_ledger(world.ledger, world.devices)
         world.check(result)
+    held = {r.device_id for alloc in world.claims.values() for r in alloc.results}
+    for did in {*world.devices, *held}:
+        assert world.ledger.is_allocated(did) == (did in held), f"{did}: the ledger and the claims disagree"
+    for key in list(world.claims):
+        world.free(key)
+    assert not world.ledger.counters_held(D, "p"), "every record goes with its last holder"
 
 
 def _check_ledger(ledger: AllocationLedger, devices) -> None:
