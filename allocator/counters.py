@@ -93,7 +93,7 @@ class CounterTally:
         self._consumed: dict[str, dict[str, dict[str, Number]]] = {}
 
     def available(
-        self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Sequence[SliceView], driver: str = ""
+        self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Sequence[SliceView], driver: str
     ) -> Tally:
         """The pool's counters left by allocated devices (computed once per pool name, as upstream).
 
