@@ -92,9 +92,7 @@ class CounterTally:
         self._available: Availability = shared if shared is not None else {}
         self._consumed: dict[str, dict[str, dict[str, Number]]] = {}
 
-    def available(
-        self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Sequence[SliceView], driver: str
-    ) -> Tally:
+    def available(self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Sequence[SliceView], driver: str) -> Tally:
         """The pool's counters left by allocated devices (computed once per pool name, as upstream).
 
         Each allocated device is charged the larger, per counter, of what its
