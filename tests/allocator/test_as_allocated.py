@@ -20,7 +20,7 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.device_view import DeviceView, SliceView
-from allocator.parse import parse_resource_slice
+from allocator.parse import ValidationError, parse_resource_slice, parse_resource_slice_patch
 from allocator.quantity import parse_quantity
 from allocator.types import AllocationResult, CounterConsumption, DeviceID, DeviceRequestAllocationResult, Node
 from tests.allocator.builders import claim, device_class, view
@@ -354,3 +354,13 @@ def test_an_inflight_partition_keeps_its_counters_through_a_republish() -> None:
     assert cluster.allocate("b", named("full"))[0] is None
     cluster.hold(c.key, ())  # deallocated
     assert cluster.allocate("b", named("full"))[0] is not None
+
+
+def test_a_patch_with_a_negative_capacity_is_invalid() -> None:
+    """A ResourceSlicePatch could otherwise give a shared device room below zero; the patch is refused, naming the field."""
+    raw = {
+        "metadata": {"name": "shrink"},
+        "spec": {"devices": {"filter": {"driver": D}, "capacity": {f"{D}/memory": {"value": "-40Gi"}}}},
+    }
+    with pytest.raises(ValidationError, match=r"spec\.devices\.capacity\.gpu\.example\.com/memory\.value: must not be negative"):
+        parse_resource_slice_patch(raw)
