@@ -4,6 +4,11 @@ Three questions, because consumable capacity lets several claims share one
 device: is a device held whole (dedicated), is it held at all (whole or a
 share: its counters are spent), and how much of its capacity do the shares
 use. Allocations in flight (a /bind writing them) count as held.
+
+A fourth, `counters_held`, answers what the held devices of a pool consume
+of its counters as recorded when they were allocated, so a driver that
+republishes its pool without an allocated device (or with another
+consumesCounters for it) cannot make its counters look free.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
 from allocator.quantity import Quantity
-from allocator.types import DeviceID
+from allocator.types import CounterConsumption, DeviceID
+
+# What a held device consumes of its pool's counters, recorded when it was allocated; None: never seen.
+Recorded = tuple[CounterConsumption, ...] | None
 
 
 @runtime_checkable
@@ -25,6 +33,9 @@ class AllocatedState(Protocol):
 
     def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
         """The capacity all shares of `did` consume together; None when no share records any."""
+
+    def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
+        """The pool's held devices that consume counters, or whose consumption is unknown (None)."""
 
 
 class DedicatedOnly:
@@ -44,6 +55,9 @@ class DedicatedOnly:
     def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
         return None
 
+    def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
+        return {}  # nothing recorded: the current slices say what allocated devices consume, as upstream
+
 
 class SharesFolded:
     """With DRAConsumableCapacity off upstream folds shared results into dedicated ones."""
@@ -61,3 +75,6 @@ class SharesFolded:
 
     def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
         return None
+
+    def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
+        return self._state.counters_held(driver, pool)

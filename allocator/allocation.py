@@ -164,6 +164,9 @@ class Allocator(Generic[SelectorT]):
                 disabled = _capacity_requests_disabled(claim)
                 if disabled is not None:
                     return disabled
+            negative = _negative_capacity_request(claim)
+            if negative is not None:
+                return negative
         return None
 
     def _search(
@@ -234,6 +237,23 @@ class Allocator(Generic[SelectorT]):
                     result.request,
                 )
         return None
+
+
+def _negative_capacity_request(claim: ResourceClaim) -> Failure | None:
+    """A capacity request below zero would make room on a shared device: refused (upstream accepts it)."""
+    for request in claim.requests:
+        for name, sub in ((request.name, request.exactly), *((f"{request.name}/{s.name}", s) for s in request.first_available)):
+            if sub is None:
+                continue
+            bad = cap.negative_request(sub.capacity_requests)
+            if bad:
+                return Failure(
+                    REASON_CLAIM_UNUSABLE,
+                    f"claim {claim.key}, request {name}: capacity.requests {bad} is negative; a request must not be below zero",
+                    claim.key,
+                    name,
+                )
+    return None
 
 
 def _capacity_requests_disabled(claim: ResourceClaim) -> Failure | None:

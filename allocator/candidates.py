@@ -25,6 +25,7 @@ from allocator.failures import (
     REASON_CAPACITY,
     REASON_CLASS_MISSING,
     REASON_COUNTERS,
+    REASON_DEVICE_REFUSED,
     REASON_FEATURE_DISABLED,
     REASON_NO_DEVICES,
     REASON_POOL_INCOMPLETE,
@@ -114,7 +115,7 @@ class Slot:
 
 
 # Which rejection names a count request's failure, most telling first.
-_SHORT_CODES = (REASON_TAINTED, REASON_ALLOCATED, REASON_COUNTERS, REASON_CAPACITY)
+_SHORT_CODES = (REASON_TAINTED, REASON_ALLOCATED, REASON_COUNTERS, REASON_CAPACITY, REASON_DEVICE_REFUSED)
 
 
 @dataclass(slots=True)
@@ -130,6 +131,7 @@ class Rejections:
     invalid_pools: list[str] = field(default_factory=list)
     counters_short: list[str] = field(default_factory=list)  # why, per device short of counters (first few)
     capacity_short: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # why, per refused device (first few)
 
     def describe(self) -> str:
         parts = []
@@ -146,6 +148,9 @@ class Rejections:
         if self.counts[REASON_CAPACITY]:
             why = "; ".join(self.capacity_short[:3])
             parts.append(f"{self.counts[REASON_CAPACITY]} without enough capacity left ({why})")
+        if self.counts[REASON_DEVICE_REFUSED]:
+            why = "; ".join(self.refused[:3])
+            parts.append(f"{self.counts[REASON_DEVICE_REFUSED]} refused ({why})")
         if self.counts[REASON_FEATURE_DISABLED]:
             parts.append(f"{self.counts[REASON_FEATURE_DISABLED]} consuming shared counters, but DRAPartitionableDevices is disabled")
         if self.incomplete_pools:
@@ -159,7 +164,7 @@ class Rejections:
         return f"no devices of class {self.class_name} reachable from this node"
 
     def all_mode_code(self) -> str:
-        for code in (REASON_TAINTED, REASON_ALLOCATED, REASON_FEATURE_DISABLED):
+        for code in (REASON_TAINTED, REASON_ALLOCATED, REASON_DEVICE_REFUSED, REASON_FEATURE_DISABLED):
             if self.counts[code]:
                 return code
         return REASON_NO_DEVICES
@@ -227,6 +232,12 @@ class _Scan:
             rejected.counts[REASON_SELECTOR] += 1
             return
         rejected.matched += 1
+        if device.refused:
+            # Never allocated (a mode All request then cannot have all); its slice's other devices stay usable.
+            rejected.counts[REASON_DEVICE_REFUSED] += 1
+            if len(rejected.refused) < 3:
+                rejected.refused.append(f"{device.id}: {device.refused}")
+            return
         shared = self.features.consumable_capacity and device.allow_multiple_allocations
         fits, amounts = self._capacity(device, shared)
         if not fits:
@@ -277,20 +288,27 @@ class _Scan:
         pool = self.pool
         assert pool is not None
         if self.available is None:
-            self.available = self.counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices])
+            self.available = self.counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices], pool.driver)
         if self.counters.would_fit_alone(pool.name, self.available, device.consumes_counters):
             return True
         if reported:
             self.rejected.counts[REASON_COUNTERS] += 1
             if len(self.rejected.counters_short) < 3:
-                self.rejected.counters_short.append(f"{device.id}: {describe_short(self.available, device.consumes_counters)}")
+                self.rejected.counters_short.append(
+                    f"{device.id}: {describe_short(self.available, device.consumes_counters, self.counters.unknown(pool.name))}"
+                )
         return False
 
     def alternative(self, device_class: DeviceClass) -> Alternative | Failure:
         """The scan's answer: the alternative, or why the node cannot satisfy the request."""
         req, rejected, candidates = self.req, self.rejected, self.candidates
         if self.all_mode:
-            bad = rejected.counts[REASON_TAINTED] + rejected.counts[REASON_ALLOCATED] + rejected.counts[REASON_FEATURE_DISABLED]
+            bad = (
+                rejected.counts[REASON_TAINTED]
+                + rejected.counts[REASON_ALLOCATED]
+                + rejected.counts[REASON_FEATURE_DISABLED]
+                + rejected.counts[REASON_DEVICE_REFUSED]
+            )
             if bad or not candidates:
                 why = rejected.describe() if rejected.matched or rejected.counts else "no matching devices on this node"
                 return self.fail(
@@ -331,6 +349,8 @@ class _FirstFit(Generic[SelectorT]):
     def take(self, device: DeviceView) -> bool | None:
         """Add `device` if usable (True), skip it (False), or None: give up, the full pass decides."""
         features, state = self.features, self.state
+        if device.refused:
+            return False
         single = self.req.count == 1
         shared = features.consumable_capacity and device.allow_multiple_allocations
         if not single and (device.consumes_counters or shared):
@@ -367,7 +387,7 @@ class _FirstFit(Generic[SelectorT]):
         if self.counters is None:
             self.counters = CounterTally(self.state, self.avail)
         if self.available is None:
-            self.available = self.counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices])
+            self.available = self.counters.available(pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices], pool.driver)
         return self.counters.charge(pool.name, self.available, device.consumes_counters)
 
 

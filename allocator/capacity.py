@@ -10,7 +10,7 @@ together stay within the capacity's value.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 
 from allocator.quantity import Quantity, format_quantity
@@ -45,6 +45,8 @@ def consumed_amount(requested: Quantity | None, value: Quantity, policy: Capacit
         if policy.valid_range_step is None:
             return requested.value
         req, step, base = _go_int(requested), _go_int(policy.valid_range_step), _go_int(low)
+        if step <= 0:
+            return requested.value  # such a device is refused (allocator/parse.py device_refusal); no rounding
         added = req - base
         n = int(added / step) if added >= 0 else -int(-added / step)
         if _go_rem(added, step) != 0:
@@ -68,6 +70,8 @@ def violates_policy(amount: Fraction, policy: CapacityRequestPolicy | None) -> b
         if policy.valid_range_max is not None and amount > policy.valid_range_max.value:
             return True
         if policy.valid_range_step is not None:
+            if policy.valid_range_step.value <= 0:
+                return True
             rounded = math.ceil(amount) if amount >= 0 else math.floor(amount)
             if _go_rem(rounded - _go_int(policy.valid_range_min), _go_int(policy.valid_range_step)) != 0:
                 return True
@@ -94,10 +98,14 @@ def fits(
     committed: Mapping[str, Quantity] | None,
     allocating: Mapping[str, Fraction] | None,
 ) -> bool:
-    """Upstream CmpRequestOverCapacity once the amounts are known."""
+    """Upstream CmpRequestOverCapacity once the amounts are known.
+
+    Unlike upstream, a negative amount never fits: it would make room for
+    other shares (docs/design.md, "Counters and shares as allocated").
+    """
     for name, value in capacity.items():
         amount = amounts[name]
-        if violates_policy(amount, policies.get(name)):
+        if amount < 0 or violates_policy(amount, policies.get(name)):
             return False
         total = amount
         if committed is not None and name in committed:
@@ -107,6 +115,14 @@ def fits(
         if total > value.value:
             return False
     return True
+
+
+def negative_request(requests: Iterable[tuple[str, Quantity]]) -> str:
+    """The first capacity request below zero, as `memory: -20Gi`, or "" (upstream accepts them and over-commits)."""
+    for name, q in requests:
+        if q.value < 0:
+            return f"{name}: {q}"
+    return ""
 
 
 def left(capacity: Mapping[str, Quantity], committed: Mapping[str, Quantity] | None) -> str:

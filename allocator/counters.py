@@ -11,27 +11,70 @@ kube-scheduler 1.36's in-tree plugin would say it does:
   counter of the pool is compared, so an over-committed pool refuses every
   device that consumes counters.
 - Both tallies are keyed by the pool's *name* only (not the driver).
+
+Deliberate differences (docs/design.md, "Counters and shares as allocated"):
+
+- An allocated device is charged what it consumed when it was allocated
+  (the allocated state's record), and the maximum of that and what its
+  current slice says per counter; upstream reads the current slices only, so
+  a pool republished without an allocated device frees its counters.
+- A held device whose consumption was never seen (not in the current slices,
+  nothing recorded) makes the pool refuse every counter-consuming device.
+- A negative consumption never makes room: it counts as zero.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 from allocator.allocated_state import AllocatedState
 from allocator.device_view import SliceView
 from allocator.quantity import Quantity, format_quantity
-from allocator.types import CounterConsumption
+from allocator.types import CounterConsumption, DeviceID
 
 Number = int | Fraction
 Tally = dict[str, dict[str, Number]]  # counter set -> counter -> value
-Availability = dict[str, tuple[Tally, bool]]  # pool name -> (counters left, some counter already below zero)
+# pool name -> (counters left, some counter already below zero, why the pool takes no counter-consuming device)
+Availability = dict[str, tuple[Tally, bool, str]]
+
+
+def _value(q: Quantity) -> Number:
+    v = q.value
+    return v.numerator if v.denominator == 1 else v
 
 
 def _n(q: Quantity) -> Number:
-    """Whole quantities (the usual case: bytes, cores) as ints, whose arithmetic is ~20x cheaper than Fraction's."""
+    """Whole quantities (the usual case: bytes, cores) as ints, whose arithmetic is ~20x cheaper than Fraction's.
+
+    A negative amount counts as zero: a consumption never makes room (such a
+    device is refused anyway, allocator/parse.py).
+    """
     v = q.value
-    return v.numerator if v.denominator == 1 else v
+    if v.denominator == 1:
+        n = v.numerator
+        return n if n > 0 else 0
+    return v if v > 0 else 0
+
+
+def _sums(consumption: tuple[CounterConsumption, ...]) -> dict[tuple[str, str], Number]:
+    """A device's consumption per (counter set, counter)."""
+    own: dict[tuple[str, str], Number] = {}
+    for use in consumption:
+        for name, q in use.counters.items():
+            key = (use.counter_set, name)
+            own[key] = own.get(key, 0) + _n(q)
+    return own
+
+
+def _subtract(tally: Tally, consumption: tuple[CounterConsumption, ...]) -> None:
+    for use in consumption:
+        left = tally.get(use.counter_set)
+        if left is None:
+            continue
+        for name, q in use.counters.items():
+            if name in left:
+                left[name] -= _n(q)
 
 
 class CounterTally:
@@ -49,28 +92,64 @@ class CounterTally:
         self._available: Availability = shared if shared is not None else {}
         self._consumed: dict[str, dict[str, dict[str, Number]]] = {}
 
-    def available(self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Iterable[SliceView]) -> Tally:
-        """The pool's counters left by allocated devices (computed once per pool name, as upstream)."""
+    def available(self, pool: str, counter_sets: Mapping[str, Mapping[str, Quantity]], slices: Sequence[SliceView], driver: str) -> Tally:
+        """The pool's counters left by allocated devices (computed once per pool name, as upstream).
+
+        Each allocated device is charged the larger, per counter, of what its
+        current slice says and what was recorded when it was allocated
+        (`counters_held` of the pool `driver`/`pool`).
+        """
         known = self._available.get(pool)
         if known is not None:
             return known[0]
-        tally: Tally = {name: {c: _n(q) for c, q in counters.items()} for name, counters in counter_sets.items()}
+        tally: Tally = {name: {c: _value(q) for c, q in counters.items()} for name, counters in counter_sets.items()}
+        current: dict[DeviceID, tuple[CounterConsumption, ...]] = {}
         is_allocated = self._state.is_allocated
         for s in slices:
             for device in s.devices:
                 if device.consumes_counters and is_allocated(device.id):
-                    for use in device.consumes_counters:
-                        left = tally.get(use.counter_set)
-                        if left is None:
-                            continue
-                        for name, q in use.counters.items():
-                            if name in left:
-                                left[name] -= _n(q)
-        self._available[pool] = (tally, any(v < 0 for counters in tally.values() for v in counters.values()))
+                    current[device.id] = device.consumes_counters
+                    _subtract(tally, device.consumes_counters)
+        unknown: list[DeviceID] = []
+        held = self._state.counters_held(driver, pool) if counter_sets else {}
+        published: set[DeviceID] | None = None
+        for did, recorded in held.items():
+            now = current.get(did)
+            if recorded is None:
+                if now is None:
+                    if published is None:
+                        published = {d.id for s in slices for d in s.devices}
+                    if did not in published:
+                        unknown.append(did)
+                continue
+            if now is recorded or now == recorded:
+                continue  # the usual case: the slice still says what it said when allocated
+            # Charged the larger of both, per counter: add what the record holds beyond the current slice.
+            was, is_now = _sums(recorded), _sums(now or ())
+            for (set_name, name), v in was.items():
+                extra = v - is_now.get((set_name, name), 0)
+                left = tally.get(set_name)
+                if extra > 0 and left is not None and name in left:
+                    left[name] -= extra
+        why = ""
+        if unknown:
+            names = ", ".join(str(d) for d in sorted(unknown, key=str)[:3])
+            why = (
+                f"allocated device {names} is no longer published and what it consumes was never seen: "
+                f"pool {pool} takes no device that consumes counters until it is deallocated"
+            )
+        self._available[pool] = (tally, any(v < 0 for counters in tally.values() for v in counters.values()), why)
         return tally
+
+    def unknown(self, pool: str) -> str:
+        """Why the pool takes no counter-consuming device (an allocated device's consumption is unknown), or ""."""
+        known = self._available.get(pool)
+        return known[2] if known is not None else ""
 
     def charge(self, pool: str, available: Tally, consumption: tuple[CounterConsumption, ...]) -> bool:
         """Add a candidate's consumption; undo it and answer False if any counter of the pool is then short."""
+        if self.unknown(pool):
+            return False
         consumed = self._consumed.setdefault(pool, {})
         for use in consumption:
             counters = consumed.setdefault(use.counter_set, {})
@@ -99,7 +178,7 @@ class CounterTally:
         `available` must come from `available(pool, ...)` of this tally.
         """
         known = self._available.get(pool)
-        if known is not None and known[1]:
+        if known is not None and (known[1] or known[2]):
             return False  # every counter of the pool is compared: an over-committed one refuses all
         if len(consumption) == 1:
             use = consumption[0]
@@ -112,8 +191,10 @@ class CounterTally:
         return all(key[0] not in available or key[1] not in available[key[0]] or available[key[0]][key[1]] >= v for key, v in own.items())
 
 
-def describe_short(available: Tally, consumption: tuple[CounterConsumption, ...]) -> str:
+def describe_short(available: Tally, consumption: tuple[CounterConsumption, ...], unknown: str = "") -> str:
     """`counter set gpu-0: memory 0 of ... left`: the counters a device needs that are short."""
+    if unknown:
+        return unknown
     parts = []
     for use in consumption:
         left = available.get(use.counter_set, {})

@@ -25,6 +25,7 @@ REASON_COUNTERS = "counters_exhausted"
 REASON_CAPACITY = "capacity_exhausted"
 REASON_POOL_INVALID = "pool_invalid"
 REASON_FEATURE_DISABLED = "feature_disabled"
+REASON_DEVICE_REFUSED = "device_refused"  # a device with a field that would over-commit (Device.refused)
 
 
 @dataclass(frozen=True, slots=True)

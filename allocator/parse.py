@@ -392,6 +392,7 @@ def _parse_device(
     allow_multiple = r.boolean(body.get("allowMultipleAllocations"), f"{bpath}.allowMultipleAllocations")
     if policies and not allow_multiple:
         raise r.fail(f"{bpath}.capacity.{next(iter(policies)).rpartition('/')[2]}.requestPolicy", "allowMultipleAllocations must be true")
+    consumes = _parse_consumptions(r, body.get("consumesCounters"), f"{bpath}.consumesCounters")
     return Device(
         name=r.string(d.get("name"), f"{path}.name", required=True),
         attributes=attributes,
@@ -400,13 +401,47 @@ def _parse_device(
         node_name=r.string(body.get("nodeName"), f"{bpath}.nodeName") or None,
         node_selector=parse_node_selector(r, node_selector, f"{bpath}.nodeSelector") if node_selector else None,
         all_nodes=r.boolean(body.get("allNodes"), f"{bpath}.allNodes"),
-        consumes_counters=_parse_consumptions(r, body.get("consumesCounters"), f"{bpath}.consumesCounters"),
+        consumes_counters=consumes,
         allow_multiple_allocations=allow_multiple,
         capacity_policies=policies,
         binds_to_node=r.boolean(body.get("bindsToNode"), f"{bpath}.bindsToNode"),
         binding_conditions=_strings(r, body.get("bindingConditions"), f"{bpath}.bindingConditions"),
         binding_failure_conditions=_strings(r, body.get("bindingFailureConditions"), f"{bpath}.bindingFailureConditions"),
+        refused=device_refusal(bpath, capacity, policies, consumes),
     )
+
+
+def device_refusal(
+    path: str, capacity: Mapping[str, Quantity], policies: Mapping[str, CapacityRequestPolicy], consumes: Sequence[CounterConsumption]
+) -> str:
+    """Why a device must never be allocated, naming the field; "" if it may be.
+
+    A negative capacity, policy amount or counter consumption would make room
+    for other allocations (the 1.36 API server accepts them and the in-tree
+    allocator over-commits); a validRange.step not above zero has no rounding.
+    Only the device is refused: the rest of its slice stays usable.
+    """
+    for name, q in capacity.items():
+        short = name.rpartition("/")[2]
+        if q.value < 0:
+            return f"{path}.capacity.{short}.value: {q} is negative"
+        policy = policies.get(name)
+        if policy is None:
+            continue
+        ppath = f"{path}.capacity.{short}.requestPolicy"
+        step = policy.valid_range_step
+        if step is not None and step.value <= 0:
+            return f"{ppath}.validRange.step: {step} must be greater than zero"
+        named = [("default", policy.default), ("validRange.min", policy.valid_range_min), ("validRange.max", policy.valid_range_max)]
+        named += [(f"validValues[{i}]", v) for i, v in enumerate(policy.valid_values)]
+        for field_name, v in named:
+            if v is not None and v.value < 0:
+                return f"{ppath}.{field_name}: {v} is negative"
+    for i, use in enumerate(consumes):
+        for name, q in use.counters.items():
+            if q.value < 0:
+                return f"{path}.consumesCounters[{i}].counters.{name}.value: {q} is negative"
+    return ""
 
 
 def _strings(r: _Reader, raw: Any, path: str) -> tuple[str, ...]:
@@ -483,9 +518,8 @@ def _parse_request_policy(r: _Reader, raw: Any, path: str, value: Quantity) -> C
             raise r.fail(f"{path}.validRange.min", "required")
         low = _parse_quantity(r, vr.get("min"), f"{path}.validRange.min")
         high = _parse_quantity(r, vr.get("max"), f"{path}.validRange.max") if vr.get("max") is not None else None
+        # A step not above zero refuses the device only (device_refusal), not the whole slice.
         step = _parse_quantity(r, vr.get("step"), f"{path}.validRange.step") if vr.get("step") is not None else None
-        if step is not None and step.value <= 0:
-            raise r.fail(f"{path}.validRange.step", "must be greater than zero")
         if high is not None and high < low:
             raise r.fail(f"{path}.validRange.max", "must not be less than min")
         if default is not None and (default < low or (high is not None and default > high)):
@@ -942,6 +976,8 @@ def parse_resource_slice_patch(raw: Mapping[str, Any]) -> ResourceSlicePatch:
         if "/" not in name:
             raise r.fail(cp, "capacity names must be fully qualified (domain/name)")
         capacity[name] = _parse_quantity(r, r.mapping(value, cp, required=True).get("value"), f"{cp}.value")
+        if capacity[name].value < 0:
+            raise r.fail(f"{cp}.value", "must not be negative (it would make room on a shared device)")
     return ResourceSlicePatch(
         meta,
         patch_filter,

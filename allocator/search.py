@@ -73,6 +73,7 @@ class Search:
         self.exhaustive = counters_in_play
         self.constraint_blocked = 0
         self.counter_blocked = 0
+        self.counter_unknown = ""  # why a pool took no counter-consuming device (an allocated one's consumption is unknown)
         self.capacity_blocked = 0
         self.shortage: tuple[Slot, Alternative] | None = None
         self.exhausted = False
@@ -143,10 +144,11 @@ class Search:
             available = self.available.get(id(pool))
             if available is None:
                 available = self.available[id(pool)] = self.counters.available(
-                    pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices]
+                    pool.name, pool.counter_sets, [*pool.slices, *pool.other_slices], pool.driver
                 )
             if not self.counters.charge(pool.name, available, device.consumes_counters):
                 self.counter_blocked += 1
+                self.counter_unknown = self.counter_unknown or self.counters.unknown(pool.name)
                 return None
             charged = True
         if candidate.blocked:
@@ -226,6 +228,8 @@ class Search:
         if self.counter_blocked:
             code = REASON_COUNTERS
             why = f"the shared counters of their pools do not cover {alt.count} of them together with the other picks of this pod"
+            if self.counter_unknown:
+                why = f"{why} ({self.counter_unknown})"
         elif self.capacity_blocked:
             code = REASON_CAPACITY
             why = f"not enough capacity is left on them for {alt.count} together with the other picks of this pod"

@@ -232,6 +232,8 @@ class Device:
     binds_to_node: bool = False
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
+    # Why the device is never allocated (a field that would over-commit, e.g. a negative amount); "" if usable.
+    refused: str = ""
 
 
 @dataclass(frozen=True, slots=True)

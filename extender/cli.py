@@ -424,10 +424,12 @@ def _bind_sockets(listen: tuple[str, int], probe: tuple[str, int] | None) -> lis
 def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metrics, events: EventRecorder) -> ClusterState:
     """The tracker's state, counting its events and logging device changes; a faulty object is counted, logged and told."""
     from extender.logs import device_change_logger
-    from tracker.state import ClusterState
+    from tracker.state import DUPLICATE_SHARE_ID, ClusterState
 
     def on_problem(problem: Problem) -> None:
         metrics.object_problems.labels(problem.kind).inc()
+        if problem.reason == DUPLICATE_SHARE_ID:
+            metrics.duplicate_share_ids.inc()
         log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
         events.problem(problem)
 

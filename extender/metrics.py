@@ -113,6 +113,11 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.duplicate_share_ids = Counter(
+            "dra_extender_duplicate_share_ids",
+            "Claims whose allocation repeats a shareID another result uses on the same device (each counts as its own share).",
+            registry=r,
+        )
 
     def _declare_waits(self) -> None:
         """The waits of /filter and the nudges that requeue pods."""

@@ -68,12 +68,15 @@ class DeviceQueries:
 
         `countersLeft`: its pool's counter sets minus what allocated devices
         (in flight included) consume; `shares`: share ID -> claim;
-        `capacityLeft`: its capacity minus what the shares consume.
+        `capacityLeft`: its capacity minus what the shares consume;
+        `refused`: why the device is never allocated, if it is not.
         """
         view = self._builder.devices.get(did)
         if view is None:
             return {}
         out: dict[str, Any] = {}
+        if view.refused:
+            out["refused"] = view.refused  # never allocated: the field at fault (allocator/parse.py device_refusal)
         if view.consumes_counters:
             out.update(self._counters(did, view))
         if view.allow_multiple_allocations:
@@ -87,7 +90,7 @@ class DeviceQueries:
     def _counters(self, did: DeviceID, view: DeviceView) -> dict[str, Any]:
         views = self.pool_slices(did.driver, did.pool)
         sets = {cs.name: cs.counters for v in views for cs in v.shared_counters}
-        left = CounterTally(self._ledger).available(did.pool, sets, views)
+        left = CounterTally(self._ledger).available(did.pool, sets, views, did.driver)
         return {
             "consumesCounters": {u.counter_set: {k: str(q) for k, q in u.counters.items()} for u in view.consumes_counters},
             "countersLeft": {

@@ -36,13 +36,15 @@ class ProblemLike(Protocol):
     def message(self) -> str: ...
     @property
     def uid(self) -> str: ...
+    @property
+    def reason(self) -> str: ...  # the Event's reason; "" for Invalid (or InvalidSelector)
 
 
 def problem_event(problem: ProblemLike, api_version: str) -> dict[str, Any]:
     """The Warning Event about one faulty object (docs/design.md#faulty-objects-and-warning-events)."""
     return {
         "type": "Warning",
-        "reason": "InvalidSelector" if "selector" in problem.message else "Invalid",
+        "reason": problem.reason or ("InvalidSelector" if "selector" in problem.message else "Invalid"),
         "message": problem.message,
         "involvedObject": {
             "kind": problem.kind,

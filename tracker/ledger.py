@@ -5,26 +5,43 @@ allocateddevices.go and its in-flight claims play the same part), so every
 change can be reported to whoever caches answers that depend on it.
 
 A device that allows multiple allocations (consumable capacity) is held in
-*shares*: each result with a `shareID` is one, with the capacity it consumes.
-The ledger answers the allocator's three questions (allocator.allocated_state):
-held whole, held at all, and the capacity the shares consume together.
+*shares*. As upstream, every allocation result on the device is one share
+with the capacity it consumes, whatever its `shareID`: two results that carry
+the same shareID (a foreign allocator's fault) are two shares, reported, and
+never free each other's capacity. A negative consumedCapacity counts as zero.
+
+While a device is held (whole, in a share, or in flight) the ledger keeps
+what it consumed of its pool's counters, read from the device's slice when
+it was first held (or, if no slice had it then, the first time one does),
+so a pool republished without it (or with another consumesCounters) cannot
+make its counters look free. The ledger answers the allocator's questions
+(allocator.allocated_state): held whole, held at all, the capacity the
+shares consume together, and the counters a pool's held devices consume.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from types import MappingProxyType, TracebackType
 
+from allocator.allocated_state import Recorded
 from allocator.quantity import Quantity, format_quantity
-from allocator.types import AllocationResult, DeviceID
+from allocator.types import AllocationResult, CounterConsumption, DeviceID, DeviceRequestAllocationResult
+
+ShareHold = tuple[str, Mapping[str, Quantity] | None]  # (claim key, consumed capacity)
+# (device, share ID) -> what holds it; one claim reserves each share ID once
+InflightShares = Mapping[tuple[DeviceID, str], ShareHold]
+# (claim key, share ID of the claim's results, the share's device) -> the claims sharing the ID on the device
+DuplicateReporter = Callable[[str, str, DeviceID, tuple[str, ...]], None]
 
 
 class _Share:
-    __slots__ = ("claim_key", "consumed")
+    __slots__ = ("claim_key", "consumed", "share_id")
 
-    def __init__(self, claim_key: str, consumed: Mapping[str, Quantity] | None) -> None:
+    def __init__(self, claim_key: str, share_id: str, consumed: Mapping[str, Quantity] | None) -> None:
         self.claim_key = claim_key
+        self.share_id = share_id
         self.consumed = consumed
 
 
@@ -33,12 +50,7 @@ class Reservation:
 
     __slots__ = ("_ledger", "devices", "shares")
 
-    def __init__(
-        self,
-        ledger: AllocationLedger,
-        devices: Mapping[DeviceID, str],
-        shares: Mapping[tuple[DeviceID, str], tuple[str, Mapping[str, Quantity] | None]],
-    ) -> None:
+    def __init__(self, ledger: AllocationLedger, devices: Mapping[DeviceID, str], shares: InflightShares) -> None:
         self._ledger = ledger
         self.devices = dict(devices)
         self.shares = dict(shares)
@@ -55,17 +67,41 @@ class Reservation:
         self.release()
 
 
-class AllocationLedger:
-    """`allocated` and `inflight` are read-only views: only the methods below change them."""
+def _nothing(did: DeviceID) -> Recorded:
+    return None
 
-    def __init__(self, on_change: Callable[[DeviceID], None] = lambda _did: None) -> None:
+
+class AllocationLedger:
+    """`allocated` and `inflight` are read-only views: only the methods below change them.
+
+    `lookup` answers what a published device consumes of its pool's counters
+    (None: not published); `on_duplicate` hears of a shareID two results use on one
+    device, once per claim involved.
+    """
+
+    def __init__(
+        self,
+        on_change: Callable[[DeviceID], None] = lambda _did: None,
+        *,
+        lookup: Callable[[DeviceID], Recorded] = _nothing,
+        on_duplicate: DuplicateReporter | None = None,
+    ) -> None:
         self._allocated: dict[DeviceID, str] = {}  # device -> claim key, from claim statuses
         self._inflight: dict[DeviceID, str] = {}  # device -> claim key, chosen at /bind, not in the view yet
-        # device -> share ID -> share, allocated and in flight alike (a share ID is unique)
-        self._shares: dict[DeviceID, dict[str, _Share]] = {}
-        self._inflight_shares: set[tuple[DeviceID, str]] = set()
+        self._claims: dict[str, tuple[DeviceRequestAllocationResult, ...]] = {}  # claim key -> its results that hold devices
+        # device -> (claim key, index of the result in the claim) -> share: one per allocation result
+        self._shares: dict[DeviceID, dict[tuple[str, int], _Share]] = {}
+        # device -> (claim key, share ID) -> share, chosen at /bind
+        self._inflight_shares: dict[DeviceID, dict[tuple[str, str], _Share]] = {}
         self._capacity: dict[DeviceID, dict[str, Quantity]] = {}  # summed consumed capacity per shared device
+        # Every held device (whole, shared, in flight) -> the counters it consumed (None: never seen)
+        self._recorded: dict[DeviceID, Recorded] = {}
+        # (driver, pool) -> its held devices that consume counters or whose consumption is unknown, and the unknown ones
+        self._pools: dict[tuple[str, str], dict[DeviceID, Recorded]] = {}
+        self._unknown: dict[tuple[str, str], set[DeviceID]] = {}
         self._on_change = on_change
+        self._lookup = lookup
+        self._on_duplicate = on_duplicate
         self._allocated_view = MappingProxyType(self._allocated)
         self._inflight_view = MappingProxyType(self._inflight)
 
@@ -83,10 +119,21 @@ class AllocationLedger:
         return did in self._allocated or did in self._inflight
 
     def is_allocated(self, did: DeviceID) -> bool:
-        return did in self._allocated or did in self._inflight or did in self._shares
+        return did in self._recorded  # one lookup: the allocator asks this of every device of a pool with counters
 
     def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
         return self._capacity.get(did)
+
+    def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
+        key = (driver, pool)
+        held = self._pools.get(key)
+        if not held:
+            return {}
+        for did in list(self._unknown.get(key, ())):
+            published = self._lookup(did)
+            if published is not None:  # published again (or at last): what it consumes is known from now on
+                self.learn(did, published)
+        return MappingProxyType(held)
 
     # ------------------------------------------------------------------ queries
 
@@ -94,69 +141,75 @@ class AllocationLedger:
         held = self._allocated.get(did) or self._inflight.get(did)
         if held is not None:
             return held
-        shares = self._shares.get(did)
-        return ", ".join(sorted({s.claim_key for s in shares.values()})) if shares else None
+        keys = {s.claim_key for s in self._shares.get(did, {}).values()} | {k for k, _ in self._inflight_shares.get(did, {})}
+        return ", ".join(sorted(keys)) if keys else None
 
     def shares(self, did: DeviceID) -> Mapping[str, str]:
-        """share ID -> claim key, for a device held in shares."""
-        return {sid: s.claim_key for sid, s in self._shares.get(did, {}).items()}
+        """share ID -> claim key(s), for a device held in shares (a duplicated ID lists every claim using it)."""
+        by_id: dict[str, set[str]] = {}
+        for s in (*self._shares.get(did, {}).values(), *self._inflight_shares.get(did, {}).values()):
+            by_id.setdefault(s.share_id, set()).add(s.claim_key)
+        return {sid: ", ".join(sorted(keys)) for sid, keys in by_id.items()}
 
-    def shared_devices(self) -> Mapping[DeviceID, Mapping[str, Quantity]]:
-        """Every device held in shares, with the capacity they consume (empty if none is recorded)."""
-        return {did: self._capacity.get(did, {}) for did in self._shares}
+    def recorded_counters(self, did: DeviceID) -> Recorded:
+        """What a held device consumes of its pool's counters as recorded (None: held but never seen, or not held)."""
+        return self._recorded.get(did)
 
     # ------------------------------------------------------------------ changes
 
-    def allocate(self, did: DeviceID, claim_key: str) -> None:
-        if self._allocated.get(did) != claim_key:
-            self._allocated[did] = claim_key
-            self._on_change(did)
+    def set_claim(self, claim_key: str, results: Iterable[DeviceRequestAllocationResult]) -> None:
+        """What the claim's status allocates now (nothing once deallocated or deleted); admin access takes nothing.
 
-    def free(self, did: DeviceID, claim_key: str) -> None:
-        """Forget `claim_key`'s allocation of `did` (another claim's is left alone)."""
-        if self._allocated.get(did) == claim_key:
-            del self._allocated[did]
-            self._on_change(did)
-
-    def allocate_share(self, did: DeviceID, share_id: str, claim_key: str, consumed: Mapping[str, Quantity] | None) -> None:
-        shares = self._shares.setdefault(did, {})
-        old = shares.get(share_id)
-        if old is not None and old.claim_key == claim_key and old.consumed == consumed:
-            self._inflight_shares.discard((did, share_id))  # the in-flight share has landed
+        Devices the claim keeps keep their recorded counter consumption.
+        """
+        old = self._claims.pop(claim_key, ())
+        new = tuple(r for r in results if not r.admin_access)
+        if new:
+            self._claims[claim_key] = new
+        if old == new:
             return
-        shares[share_id] = _Share(claim_key, consumed)
-        self._inflight_shares.discard((did, share_id))
-        self._recount(did)
+        touched: set[DeviceID] = set()
+        for i, r in enumerate(old):
+            did = r.device_id
+            if r.share_id is None:
+                if self._allocated.get(did) == claim_key:
+                    del self._allocated[did]
+                    touched.add(did)
+            else:
+                shares = self._shares.get(did)
+                if shares is not None and shares.pop((claim_key, i), None) is not None:
+                    touched.add(did)
+                    if not shares:
+                        del self._shares[did]
+        for i, r in enumerate(new):
+            did = r.device_id
+            self._hold(did)
+            if r.share_id is None:
+                self._allocated[did] = claim_key
+            else:
+                self._shares.setdefault(did, {})[(claim_key, i)] = _Share(claim_key, r.share_id, r.consumed_capacity)
+            touched.add(did)
+        for did in touched:
+            self._settle(did)
+        self._report_duplicates(claim_key, new)
 
-    def free_share(self, did: DeviceID, share_id: str, claim_key: str) -> None:
-        shares = self._shares.get(did)
-        if shares is None or (did, share_id) in self._inflight_shares:
-            return
-        share = shares.get(share_id)
-        if share is not None and share.claim_key == claim_key:
-            del shares[share_id]
-            self._recount(did)
-
-    def reserve(
-        self,
-        devices: Mapping[DeviceID, str],
-        shares: Mapping[tuple[DeviceID, str], tuple[str, Mapping[str, Quantity] | None]] | None = None,
-    ) -> Reservation:
+    def reserve(self, devices: Mapping[DeviceID, str], shares: InflightShares | None = None) -> Reservation:
         """Hold `devices` (device -> claim key) and `shares` ((device, share ID) -> (claim key, capacity))
         until the reservation is released."""
         for did, claim_key in devices.items():
+            self._hold(did)
             self._inflight[did] = claim_key
             self._on_change(did)
         for (did, share_id), (claim_key, consumed) in (shares or {}).items():
-            self._shares.setdefault(did, {})[share_id] = _Share(claim_key, consumed)
-            self._inflight_shares.add((did, share_id))
-            self._recount(did)
+            self._hold(did)
+            self._inflight_shares.setdefault(did, {})[(claim_key, share_id)] = _Share(claim_key, share_id, consumed)
+            self._settle(did)
         return Reservation(self, devices, shares or {})
 
     def reserve_results(self, allocations: Mapping[str, AllocationResult]) -> Reservation:
         """Hold what an allocation decision takes: whole devices and shares (admin access takes nothing)."""
         devices: dict[DeviceID, str] = {}
-        shares: dict[tuple[DeviceID, str], tuple[str, Mapping[str, Quantity] | None]] = {}
+        shares: dict[tuple[DeviceID, str], ShareHold] = {}
         for claim_key, alloc in allocations.items():
             for r in alloc.results:
                 if r.admin_access:
@@ -167,35 +220,89 @@ class AllocationLedger:
                     devices[r.device_id] = claim_key
         return self.reserve(devices, shares)
 
-    def _release(
-        self,
-        devices: Mapping[DeviceID, str],
-        shares: Mapping[tuple[DeviceID, str], tuple[str, Mapping[str, Quantity] | None]],
-    ) -> None:
+    def _release(self, devices: Mapping[DeviceID, str], shares: InflightShares) -> None:
         for did, claim_key in devices.items():
             if self._inflight.get(did) == claim_key:
                 del self._inflight[did]
-                self._on_change(did)
-        for did, share_id in shares:
-            if (did, share_id) not in self._inflight_shares:
-                continue  # landed: the claim's allocation holds it now
-            self._inflight_shares.discard((did, share_id))
-            held = self._shares.get(did)
-            if held is not None and held.pop(share_id, None) is not None:
-                self._recount(did)
+                self._settle(did)
+        for (did, share_id), (claim_key, _consumed) in shares.items():
+            held = self._inflight_shares.get(did)
+            if held is not None and held.pop((claim_key, share_id), None) is not None:
+                if not held:
+                    del self._inflight_shares[did]
+                self._settle(did)
+
+    def learn(self, did: DeviceID, consumes: tuple[CounterConsumption, ...]) -> None:
+        """A device was published: if it is held and what it consumes was never seen, it is known from now on."""
+        if did in self._recorded and self._recorded[did] is None:
+            self._record(did, consumes)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _hold(self, did: DeviceID) -> None:
+        """Record what `did` consumes of its pool's counters when it becomes held (kept until it is not)."""
+        if did not in self._recorded:
+            self._record(did, self._lookup(did))
+
+    def _record(self, did: DeviceID, recorded: Recorded) -> None:
+        self._recorded[did] = recorded
+        key = (did.driver, did.pool)
+        unknown = self._unknown.get(key)
+        if recorded is None:
+            self._unknown.setdefault(key, set()).add(did)
+        elif unknown is not None:
+            unknown.discard(did)
+            if not unknown:
+                del self._unknown[key]
+        if recorded is None or recorded:
+            self._pools.setdefault(key, {})[did] = recorded
+        else:
+            self._forget_in_pool(did)
+
+    def _forget_in_pool(self, did: DeviceID) -> None:
+        key = (did.driver, did.pool)
+        held = self._pools.get(key)
+        if held is not None and did in held:
+            del held[did]
+            if not held:
+                del self._pools[key]
+        unknown = self._unknown.get(key)
+        if unknown is not None:
+            unknown.discard(did)
+            if not unknown:
+                del self._unknown[key]
+
+    def _holds(self, did: DeviceID) -> bool:
+        return did in self._allocated or did in self._inflight or did in self._shares or did in self._inflight_shares
+
+    def _settle(self, did: DeviceID) -> None:
+        """After a change to `did`'s holders: sum its shares' capacity, forget its record if nothing holds it, tell."""
+        self._recount(did)
+        if not self._holds(did) and did in self._recorded:
+            del self._recorded[did]
+            self._forget_in_pool(did)
+        self._on_change(did)
 
     def _recount(self, did: DeviceID) -> None:
-        shares = self._shares.get(did)
-        if not shares:
-            self._shares.pop(did, None)
-            self._capacity.pop(did, None)
+        allocated = self._shares.get(did, {})
+        landed = {(s.claim_key, s.share_id) for s in allocated.values()}
+        # An in-flight share whose claim status has it already counts once (it has landed).
+        shares = [*allocated.values(), *(s for k, s in self._inflight_shares.get(did, {}).items() if k not in landed)]
+        total: dict[str, Fraction] = {}
+        for share in shares:
+            for name, q in (share.consumed or {}).items():
+                total[name] = total.get(name, Fraction(0)) + max(q.value, Fraction(0))  # a negative amount never makes room
+        if total:
+            self._capacity[did] = {name: Quantity(v, format_quantity(v)) for name, v in total.items()}
         else:
-            total: dict[str, Fraction] = {}
-            for share in shares.values():
-                for name, q in (share.consumed or {}).items():
-                    total[name] = total.get(name, Fraction(0)) + q.value
-            if total:
-                self._capacity[did] = {name: Quantity(v, format_quantity(v)) for name, v in total.items()}
-            else:
-                self._capacity.pop(did, None)  # as upstream: shares without capacity record none
-        self._on_change(did)
+            self._capacity.pop(did, None)  # as upstream: shares without capacity record none
+
+    def _report_duplicates(self, claim_key: str, results: tuple[DeviceRequestAllocationResult, ...]) -> None:
+        if self._on_duplicate is None:
+            return
+        for did, share_id in {(r.device_id, r.share_id) for r in results if r.share_id is not None}:
+            users = [s.claim_key for s in self._shares.get(did, {}).values() if s.share_id == share_id]
+            if len(users) > 1:
+                claims = tuple(sorted(set(users)))
+                for key in claims:
+                    self._on_duplicate(key, share_id, did, claims)

@@ -54,7 +54,8 @@ class NodeChanges:
         s = self._slices.get(name) if name is not None else None
         node = s.node_name if s is not None else None
         view = self._devices.get(did)
-        if s is not None and view is not None and view.consumes_counters:
+        # A held device may consume counters it no longer says it does (kept as allocated): any pool with counters.
+        if s is not None and ((view is not None and view.consumes_counters) or self._index.has_counters(s.driver, s.pool)):
             for other in self._index.pool_nodes(s.driver, s.pool, also=node):
                 self._changes.changed(other)
         else:
@@ -73,7 +74,13 @@ class NodeChanges:
                     del self._taken_local[node]
 
     def slice_added(self, s: ResourceSlice) -> None:
-        """A node-local slice's devices may be taken already (a claim listed before its slice)."""
+        """A node-local slice's devices may be taken already (a claim listed before its slice).
+
+        The ledger learns what a held device consumes of its pool's counters
+        if it had never seen the device published.
+        """
+        for device in s.devices:
+            self._ledger.learn(DeviceID(s.driver, s.pool, device.name), device.consumes_counters)
         if s.node_name is not None:
             for device in s.devices:
                 self.track_taken(s.node_name, DeviceID(s.driver, s.pool, device.name))

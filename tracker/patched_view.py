@@ -68,6 +68,7 @@ def original_view(slice_: ResourceSlice, device: Device, version: int) -> Device
         binds_to_node=device.binds_to_node,
         binding_conditions=device.binding_conditions,
         binding_failure_conditions=device.binding_failure_conditions,
+        refused=device.refused,
     )
 
 
@@ -219,6 +220,7 @@ def _patched_view(
         binds_to_node=original.binds_to_node,
         binding_conditions=original.binding_conditions,
         binding_failure_conditions=original.binding_failure_conditions,
+        refused=original.refused,
     )
 
 
@@ -240,4 +242,5 @@ def _with_taints(patched: DeviceView, taints: tuple[DeviceTaint, ...], sources: 
         binds_to_node=patched.binds_to_node,
         binding_conditions=patched.binding_conditions,
         binding_failure_conditions=patched.binding_failure_conditions,
+        refused=patched.refused,
     )

@@ -37,6 +37,7 @@ from allocator.device_view import DeviceView, SliceView
 from allocator.parse import ValidationError
 from allocator.types import (
     AllocationResult,
+    CounterConsumption,
     DeviceClass,
     DeviceID,
     DeviceTaintRule,
@@ -59,11 +60,13 @@ from tracker.volumes import VolumeIndex
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
-__all__ = ["CHANGE_LOG_MAX", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "ClusterState", "Problem"]
+__all__ = ["CHANGE_LOG_MAX", "DUPLICATE_SHARE_ID", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "ClusterState", "Problem"]
 
 log = logging.getLogger("dra_extender.tracker")
 
 Listener = Callable[[ev.ObjectEvent], None]
+
+DUPLICATE_SHARE_ID = "DuplicateShareID"  # the Warning Event's reason on a claim whose shareID another result repeats
 
 
 class _Versions(Mapping[tuple[str, str], Mapping[str, str]]):
@@ -103,7 +106,7 @@ class ClusterState:
         self._versions: defaultdict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         self._changes = ChangeLog()
         self._problems = ProblemReporter(on_problem, self._uid_of)
-        self._ledger = AllocationLedger(self._device_changed)
+        self._ledger = AllocationLedger(self._device_changed, lookup=self._published_consumption, on_duplicate=self._duplicate_share)
         self._store = ObjectStore(self._ledger, self._changes, self._problems.report)
         self._views = DeviceViews(
             cel, self._ledger, self._changes, self._problems.report, release=self._tell_listeners, started=lambda: bool(self._synced)
@@ -191,6 +194,29 @@ class ClusterState:
 
     def _device_changed(self, did: DeviceID) -> None:
         self._views.device_changed(did)
+
+    def _published_consumption(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
+        """What a published device consumes of its pool's counters (None: not published), for the ledger's records."""
+        s = self._views.slice_of(did)
+        device = next((d for d in s.devices if d.name == did.device), None) if s is not None else None
+        return device.consumes_counters if device is not None else None
+
+    def _duplicate_share(self, claim_key: str, share_id: str, did: DeviceID, claims: tuple[str, ...]) -> None:
+        """Two allocation results with one shareID on one device: each counts as its own share; warn on the claim."""
+        log.warning(
+            "duplicate shareID on a shared device: counted once per allocation result",
+            extra={"claim": claim_key, "device": str(did), "share_id": share_id, "claims": ", ".join(claims)},
+        )
+        self.report(
+            Problem(
+                ev.RESOURCE_CLAIM,
+                ev.GROUP_RESOURCE,
+                claim_key,
+                f"status.allocation: shareID {share_id} of device {did} is used by {len(claims)} allocation results "
+                f"(claims {', '.join(claims)}); each is counted as its own share, only one allocator may manage a device pool",
+                reason=DUPLICATE_SHARE_ID,
+            )
+        )
 
     def _uid_of(self, kind: str, group: str, name: str) -> str:
         part = next((p for p in self._parts if p.handles(kind)), None)

@@ -53,6 +53,7 @@ class Problem:
     name: str  # namespace/name or name
     message: str
     uid: str = ""  # the object's, so the Event is found on it (kubectl describe matches involvedObject.uid)
+    reason: str = ""  # the Event's reason; "" for Invalid (or InvalidSelector)
 
 
 def _version_number(rv: Any) -> int | None:
@@ -183,7 +184,7 @@ class ProblemReporter:
         seen.add(token)
         if not problem.uid:
             uid = self._uid_of(problem.kind, problem.group, problem.name)
-            problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid)
+            problem = Problem(problem.kind, problem.group, problem.name, problem.message, uid, problem.reason)
         if self._on_problem is not None:
             self._on_problem(problem)
 
@@ -307,9 +308,9 @@ class ObjectStore:
             # going back would make allocated devices look free.
             return
         if old is not None:
-            self._release_allocation(old)
             self._unindex_generated(event.key)
         if event.type == "DELETED":
+            self._ledger.set_claim(event.key, ())
             self.claims.pop(event.key, None)
             self.claim_statuses.pop(event.key, None)
             return
@@ -327,14 +328,15 @@ class ObjectStore:
         self._record_allocation(claim)
 
     def _record_allocation(self, claim: ResourceClaim) -> None:
-        """The claim's devices in the ledger (warning when two allocators hand out one device)."""
+        """The claim's devices in the ledger (warning when two allocators hand out one device).
+
+        The ledger diffs the claim's results with what it held: devices it
+        keeps keep the counter consumption recorded when they were allocated.
+        """
         if claim.allocation is not None:
             for result in claim.allocation.results:
-                if result.admin_access:
-                    continue  # admin access does not take a device from others (as upstream)
-                if result.share_id is not None:
-                    self._ledger.allocate_share(result.device_id, result.share_id, claim.key, result.consumed_capacity)
-                    continue
+                if result.admin_access or result.share_id is not None:
+                    continue  # admin access does not take a device from others (as upstream); shares are counted per result
                 holder = self._ledger.inflight.get(result.device_id)
                 if holder is not None and holder != claim.key:
                     log.warning(
@@ -347,7 +349,7 @@ class ObjectStore:
                         "device is allocated to two claims: only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "other": other},
                     )
-                self._ledger.allocate(result.device_id, claim.key)
+        self._ledger.set_claim(claim.key, claim.allocation.results if claim.allocation is not None else ())
 
     def _unindex_generated(self, key: str) -> None:
         owner, extended_owner = self._claim_owners.pop(key, (None, None))
@@ -360,15 +362,6 @@ class ObjectStore:
             del by_name[owner[1]]
             if not by_name:
                 del self.generated_claims[owner[0]]
-
-    def _release_allocation(self, claim: ResourceClaim) -> None:
-        if claim.allocation is None:
-            return
-        for result in claim.allocation.results:
-            if result.share_id is not None:
-                self._ledger.free_share(result.device_id, result.share_id, claim.key)
-            else:
-                self._ledger.free(result.device_id, claim.key)
 
     def _on_template(self, event: ev.ObjectEvent) -> None:
         if event.type == "DELETED":

@@ -90,6 +90,7 @@ def view(s: ResourceSlice, extra_taints: dict[str, list[DeviceTaint]] | None = N
                 binds_to_node=d.binds_to_node,
                 binding_conditions=d.binding_conditions,
                 binding_failure_conditions=d.binding_failure_conditions,
+                refused=d.refused,
             )
         )
     return SliceView(

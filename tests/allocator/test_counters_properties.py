@@ -1,14 +1,19 @@
-"""Property: over random allocations and deallocations on pools with shared counters and
-shared devices, no counter and no capacity is ever over-committed, and every result
-follows upstream's rules (a device whole or in shares, never both; a share never above
-what the device's policy allows).
+"""Property: over random allocations, deallocations, pool republishes, restarts, foreign
+claims reusing a shareID and negative amounts, on pools with shared counters and shared
+devices, no counter and no capacity is ever over-committed by an allocation of ours, and
+every result follows upstream's rules (a device whole or in shares, never both; a share
+never above what the device's policy allows; a device with a negative amount never taken).
 
+What a held device consumes is what its slice said when it was allocated, or what its
+slice says now, whichever is more (docs/design.md, "Counters and shares as allocated").
 The allocated state is the tracker's own ledger (tracker.ledger), fed with the results
 as the claim watch would feed it.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -17,8 +22,10 @@ from hypothesis import strategies as st
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
+from allocator.device_view import DeviceView, SliceView
 from allocator.parse import parse_resource_slice
-from allocator.types import DeviceID, Node
+from allocator.quantity import parse_quantity
+from allocator.types import AllocationResult, CounterConsumption, DeviceID, Node
 from tests.allocator.builders import claim, device_class, view
 from tests.tiers import examples
 from tracker.ledger import AllocationLedger
@@ -32,7 +39,7 @@ GI = 1024**3
 
 @st.composite
 def cluster(draw):
-    """One pool: a counter set per GPU, partitions of it (some shared), and plain shared devices."""
+    """One pool: a counter set per GPU, partitions of it (some shared), plain shared devices, maybe a negative one."""
     gpus = draw(st.integers(1, 2))
     counters = {f"gpu-{g}": {"memory": {"value": str(draw(st.sampled_from([40, 80])) * GI)}} for g in range(gpus)}
     devices: list[dict[str, Any]] = []
@@ -60,6 +67,24 @@ def cluster(draw):
                 },
             }
         )
+    negative = draw(st.sampled_from([None, "consumes", "capacity", "step"]))
+    if negative == "consumes":  # a partition that would give counters back
+        devices.append({"name": "neg", "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": str(-40 * GI)}}}]})
+    elif negative == "capacity":
+        devices.append({"name": "neg", "allowMultipleAllocations": True, "capacity": {"memory": {"value": str(-40 * GI)}}})
+    elif negative == "step":
+        devices.append(
+            {
+                "name": "neg",
+                "allowMultipleAllocations": True,
+                "capacity": {
+                    "memory": {
+                        "value": str(40 * GI),
+                        "requestPolicy": {"default": str(10 * GI), "validRange": {"min": str(10 * GI), "step": str(-10 * GI)}},
+                    }
+                },
+            }
+        )
     slices = [
         {
             "metadata": {"name": "devices"},
@@ -78,11 +103,16 @@ def cluster(draw):
     ops = draw(
         st.lists(
             st.one_of(
-                st.tuples(st.just("alloc"), st.integers(1, 2), st.sampled_from([None, 5, 10, 15, 20, 30])),
+                st.tuples(st.just("alloc"), st.integers(1, 2), st.sampled_from([None, 5, 10, 15, 20, 30, -20])),
                 st.tuples(st.just("free"), st.integers(0, 50), st.none()),
+                # drop devices (bit mask) and scale every remaining partition's consumption (x1/2, x1, x2)
+                st.tuples(st.just("republish"), st.integers(0, 255), st.sampled_from([1, 2, 4])),
+                st.tuples(st.just("restart"), st.none(), st.none()),
+                # a foreign claim taking another share of a shared device under an existing shareID
+                st.tuples(st.just("duplicate"), st.integers(0, 50), st.sampled_from([5, 10, 20])),
             ),
             min_size=1,
-            max_size=12,
+            max_size=14,
         )
     )
     return slices, ops
@@ -95,61 +125,171 @@ def _claim(i: int, count: int, memory: int | None):
     return claim(f"c{i}", {"name": "r", "exactly": exactly})
 
 
-@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _republish(raw: list[dict], generation: int, drop: int, scale: int) -> list[dict]:
+    """The pool at a new generation without the devices whose bit is set in `drop`, partitions consuming x scale/2."""
+    out = copy.deepcopy(raw)
+    for s in out:
+        s["spec"]["pool"]["generation"] = generation
+    spec = out[0]["spec"]
+    kept = []
+    for i, d in enumerate(spec["devices"]):
+        if drop & (1 << (i % 8)):
+            continue
+        for use in d.get("consumesCounters", []):
+            for c in use["counters"].values():
+                c["value"] = str(int(c["value"]) * scale // 2)
+        kept.append(d)
+    spec["devices"] = kept
+    return out
+
+
+class World:
+    """The published pool, the claims held, and the ledger that reads the published views."""
+
+    def __init__(self, raw: list[dict]) -> None:
+        self.raw = raw
+        self.generation = 0
+        self.claims: dict[str, AllocationResult] = {}  # claim key -> allocation (ours and foreign)
+        # device -> the largest consumption (counter set, counter) -> amount any of its published versions
+        # had while it was held: what the allocator must assume it takes
+        self.promised: dict[DeviceID, dict[tuple[str, str], Fraction]] = {}
+        self.publish(raw)
+        self.ledger = self._new_ledger()
+
+    def publish(self, raw: list[dict]) -> None:
+        self.raw = raw
+        self.parsed = [parse_resource_slice(s) for s in raw]
+        self.views: list[SliceView] = [view(s) for s in self.parsed]
+        self.devices: dict[DeviceID, DeviceView] = {d.id: d for v in self.views for d in v.devices}
+        self.counter_sets = {cs.name: {k: q.value for k, q in cs.counters.items()} for s in self.parsed for cs in s.shared_counters}
+        for did in list(self.promised):
+            self._promise(did)
+
+    def published(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
+        d = self.devices.get(did)
+        return d.consumes_counters if d is not None else None
+
+    def _new_ledger(self) -> AllocationLedger:
+        ledger = AllocationLedger(lookup=self.published)
+        for key, alloc in self.claims.items():
+            ledger.set_claim(key, alloc.results)
+        return ledger
+
+    def restart(self) -> None:
+        self.ledger = self._new_ledger()
+
+    def hold(self, key: str, alloc: AllocationResult) -> None:
+        self.claims[key] = alloc
+        self.ledger.set_claim(key, alloc.results)
+        for r in alloc.results:
+            self._promise(r.device_id)
+
+    def free(self, key: str) -> None:
+        self.claims.pop(key)
+        self.ledger.set_claim(key, ())
+        held = {r.device_id for a in self.claims.values() for r in a.results}
+        for did in list(self.promised):
+            if did not in held:
+                del self.promised[did]
+
+    def _promise(self, did: DeviceID) -> None:
+        seen = self.promised.setdefault(did, {})
+        d = self.devices.get(did)
+        for use in d.consumes_counters if d is not None else ():
+            for name, q in use.counters.items():
+                key = (use.counter_set, name)
+                seen[key] = max(seen.get(key, Fraction(0)), q.value)
+
+    def capacity_used(self) -> dict[DeviceID, dict[str, Fraction]]:
+        """What every result on a device consumes, summed (a duplicated shareID counts twice), negatives as zero."""
+        per_device: dict[DeviceID, dict[str, Fraction]] = {}
+        for alloc in self.claims.values():
+            for r in alloc.results:
+                for name, q in (r.consumed_capacity or {}).items():
+                    used = per_device.setdefault(r.device_id, {})
+                    used[name] = used.get(name, Fraction(0)) + max(q.value, Fraction(0))
+        return per_device
+
+    def check(self, ours: AllocationResult) -> None:
+        """After an allocation of ours: nothing it touches over-committed, counting each held device at its largest.
+
+        (A republish or a foreign claim may over-commit a pool by itself; an allocation of ours never adds to it.)
+        """
+        used: dict[tuple[str, str], Fraction] = {}
+        for amounts in self.promised.values():
+            for key, v in amounts.items():
+                used[key] = used.get(key, Fraction(0)) + v
+        touched = {key for r in ours.results for key in self.promised.get(r.device_id, {})}
+        for set_name, name in touched:
+            total = used[(set_name, name)]
+            assert total <= self.counter_sets[set_name][name], f"counter {set_name}/{name} over-committed: {total}"
+        per_device = self.capacity_used()
+        for did in {r.device_id for r in ours.results if r.consumed_capacity}:
+            dev = self.devices[did]
+            for name, total in per_device.get(did, {}).items():
+                assert total <= dev.capacity[name].value, f"{did}: {name} over-committed: {total} of {dev.capacity[name]}"
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cluster())
 def test_counters_and_capacity_never_over_committed(data) -> None:
     raw_slices, ops = data
-    parsed = [parse_resource_slice(s) for s in raw_slices]
-    views = [view(s) for s in parsed]
-    devices = {d.id: d for v in views for d in v.devices}
-    counter_sets = {cs.name: {k: q.value for k, q in cs.counters.items()} for s in parsed for cs in s.shared_counters}
-    ledger = AllocationLedger()
-    live: dict[str, Any] = {}  # claim key -> allocation
+    world = World(raw_slices)
     allocator = Allocator(CEL)
     for i, (op, a, b) in enumerate(ops):
         if op == "free":
-            if live:
-                key = sorted(live)[a % len(live)]
-                for r in live.pop(key).results:
-                    if r.share_id:
-                        ledger.free_share(r.device_id, r.share_id, key)
-                    else:
-                        ledger.free(r.device_id, key)
+            if world.claims:
+                world.free(sorted(world.claims)[a % len(world.claims)])
+            continue
+        if op == "republish":
+            world.generation += 1
+            world.publish(_republish(raw_slices, world.generation, a, b))
+            continue
+        if op == "restart":
+            world.restart()
+            continue
+        if op == "duplicate":
+            shares = [(k, r) for k, alloc in sorted(world.claims.items()) for r in alloc.results if r.share_id]
+            if shares:
+                _key, r = shares[a % len(shares)]
+                consumed = {name: parse_quantity(str(b * GI)) for name in (r.consumed_capacity or {})}
+                foreign = replace(r, consumed_capacity=consumed or None)  # the same shareID, another claim's result
+                world.hold(f"foreign-{i}", AllocationResult(results=(foreign,)))
             continue
         c = _claim(i, a, b)
-        out = allocator.allocate(NODE, [c], views, CLASSES, ledger, pool_slices=lambda d, p: views)
+        views = world.views
+        out = allocator.allocate(NODE, [c], views, CLASSES, world.ledger, pool_slices=lambda d, p, views=views: views)
+        if b is not None and b < 0:
+            assert not out.ok, "a negative capacity request was allocated"
+            continue
         if not out.ok:
             continue
         result = out.allocations[c.key]
         picked = [r.device_id for r in result.results]
         assert len(picked) == len(set(picked)) or all(r.share_id for r in result.results), "one request took a device twice"
         for r in result.results:
-            dev = devices[r.device_id]
+            dev = world.devices[r.device_id]
+            assert not dev.refused, f"{r.device_id} is refused ({dev.refused}) but was allocated"
             if r.share_id:
                 assert dev.allow_multiple_allocations
-                ledger.allocate_share(r.device_id, r.share_id, c.key, r.consumed_capacity)
             else:
                 assert not dev.allow_multiple_allocations
-                assert not ledger.is_allocated(r.device_id), f"{r.device_id} allocated twice"
-                ledger.allocate(r.device_id, c.key)
-        live[c.key] = result
-        _check(ledger, devices, counter_sets)
+                assert not world.ledger.is_allocated(r.device_id), f"{r.device_id} allocated twice"
+        world.hold(c.key, result)
+        _check_ledger(world.ledger, world.devices)
+        world.check(result)
+    held = {r.device_id for alloc in world.claims.values() for r in alloc.results}
+    for did in {*world.devices, *held}:
+        assert world.ledger.is_allocated(did) == (did in held), f"{did}: the ledger and the claims disagree"
+    for key in list(world.claims):
+        world.free(key)
+    assert not world.ledger.counters_held(D, "p"), "every record goes with its last holder"
 
 
-def _check(ledger: AllocationLedger, devices, counter_sets) -> None:
-    used: dict[tuple[str, str], Fraction] = {}
-    for did, dev in devices.items():
-        if not ledger.is_allocated(did):
-            continue
-        assert not (ledger.is_taken(did) and ledger.shares(did)), f"{did} is held whole and in shares"
-        for use in dev.consumes_counters:
-            for name, q in use.counters.items():
-                used[(use.counter_set, name)] = used.get((use.counter_set, name), Fraction(0)) + q.value
-        consumed = ledger.consumed_capacity(did) or {}
-        for name, q in consumed.items():
-            assert q.value <= dev.capacity[name].value, f"{did}: {name} over-committed: {q} of {dev.capacity[name]}"
-    for (set_name, name), total in used.items():
-        assert total <= counter_sets[set_name][name], f"counter {set_name}/{name} over-committed: {total}"
+def _check_ledger(ledger: AllocationLedger, devices) -> None:
+    for did in devices:
+        if ledger.is_allocated(did):
+            assert not (ledger.is_taken(did) and ledger.shares(did)), f"{did} is held whole and in shares"
 
 
 def test_shares_are_counted_once_per_device() -> None:
@@ -169,8 +309,7 @@ def test_shares_are_counted_once_per_device() -> None:
         c = claim(f"c{i}", {"name": "r", "exactly": {"deviceClassName": "gpu", "capacity": {"requests": {"memory": "1"}}}})
         out = Allocator(CEL).allocate(NODE, [c], views, CLASSES, ledger)
         assert out.ok, out.failure
-        r = out.allocations[c.key].results[0]
-        ledger.allocate_share(r.device_id, r.share_id, c.key, r.consumed_capacity)  # type: ignore[arg-type]
+        ledger.set_claim(c.key, out.allocations[c.key].results)
     third = claim("c2", {"name": "r", "exactly": {"deviceClassName": "gpu", "capacity": {"requests": {"memory": "1"}}}})
     assert not Allocator(CEL).allocate(NODE, [third], views, CLASSES, ledger).ok
     assert ledger.consumed_capacity(DeviceID(D, "p", "d"))["gpu.example.com/memory"].value == 2  # type: ignore[index]

@@ -91,6 +91,9 @@ class State:
     def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
         return self.shares.get(did) or None
 
+    def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, None]:
+        return {}  # nothing recorded: the current slices say what allocated devices consume
+
 
 @dataclass
 class Case:
