@@ -87,6 +87,9 @@ class AllocationLedger:
         on_duplicate: DuplicateReporter | None = None,
     ) -> None:
         self._allocated: dict[DeviceID, str] = {}  # device -> claim key, from claim statuses
+        # device -> further claims whose status also holds it whole (two allocators at fault): the device stays
+        # held until the last of them lets it go
+        self._also_allocated: dict[DeviceID, set[str]] = {}
         self._inflight: dict[DeviceID, str] = {}  # device -> claim key, chosen at /bind, not in the view yet
         self._claims: dict[str, tuple[DeviceRequestAllocationResult, ...]] = {}  # claim key -> its results that hold devices
         # device -> (claim key, index of the result in the claim) -> share: one per allocation result
@@ -172,8 +175,7 @@ class AllocationLedger:
         for i, r in enumerate(old):
             did = r.device_id
             if r.share_id is None:
-                if self._allocated.get(did) == claim_key:
-                    del self._allocated[did]
+                if self._drop_whole(did, claim_key):
                     touched.add(did)
             else:
                 shares = self._shares.get(did)
@@ -185,7 +187,8 @@ class AllocationLedger:
             did = r.device_id
             self._hold(did)
             if r.share_id is None:
-                self._allocated[did] = claim_key
+                if self._allocated.setdefault(did, claim_key) != claim_key:
+                    self._also_allocated.setdefault(did, set()).add(claim_key)
             else:
                 self._shares.setdefault(did, {})[(claim_key, i)] = _Share(claim_key, r.share_id, r.consumed_capacity)
             touched.add(did)
@@ -271,6 +274,23 @@ class AllocationLedger:
             unknown.discard(did)
             if not unknown:
                 del self._unknown[key]
+
+    def _drop_whole(self, did: DeviceID, claim_key: str) -> bool:
+        """`claim_key` no longer holds `did` whole; another claim that also holds it keeps it held."""
+        also = self._also_allocated.get(did)
+        if also is not None and claim_key in also:
+            also.discard(claim_key)
+        elif self._allocated.get(did) == claim_key:
+            if also:
+                self._allocated[did] = min(also)
+                also.discard(self._allocated[did])
+            else:
+                del self._allocated[did]
+        else:
+            return False
+        if also is not None and not also:
+            del self._also_allocated[did]
+        return True
 
     def _holds(self, did: DeviceID) -> bool:
         return did in self._allocated or did in self._inflight or did in self._shares or did in self._inflight_shares

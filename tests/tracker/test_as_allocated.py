@@ -154,3 +154,20 @@ def test_a_negative_step_refuses_only_its_device() -> None:
     assert _fits(state, _claim("g", named("good")))[0]
     ok, why = _fits(state, _claim("b", named("bad")))
     assert not ok and "1 refused" in why and "validRange.step: -10Gi must be greater than zero" in why, why
+
+
+@pytest.mark.parametrize("first", ["x", "y"], ids=["first-holder-freed-first", "second-holder-freed-first"])
+def test_a_device_two_claims_hold_whole_stays_held_until_both_let_go(first: str) -> None:
+    """Two allocators gave one device to two claims: freeing one must not make it look free."""
+    state = _state([])
+    apply(state, ev.RESOURCE_SLICE, "devices", _slice("devices", 1, 1, devices=[{"name": "gpu"}]))
+    for name in ("x", "y"):
+        apply(state, ev.RESOURCE_CLAIM, f"default/{name}", _claim(name, {}, [held("gpu")]))
+    second = "y" if first == "x" else "x"
+    apply(state, ev.RESOURCE_CLAIM, f"default/{first}", _claim(first, {}, None, rv="2"))
+    assert state.allocated.get(DeviceID(D, "p", "gpu")) == f"default/{second}"
+    ok, _ = _fits(state, _claim("z", {}))
+    assert not ok, f"{second} still holds gpu: z must not get it"
+    apply(state, ev.RESOURCE_CLAIM, f"default/{second}", _claim(second, {}, None, rv="2"))
+    ok, why = _fits(state, _claim("z", {}))
+    assert ok, why
