@@ -33,6 +33,7 @@ from allocator.extended_resources import (
 )
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
+from allocator.pod_claims import being_deleted
 from allocator.types import AllocationResult, Node, Pod, ResourceClaim
 from extender.background import BackgroundTasks
 from extender.bind_undo import BindUndo
@@ -41,6 +42,7 @@ from extender.binding_wait import BindingWait
 from extender.claim_writes import BIND_ATTEMPTS, BindFailed, ClaimWrites, Extended, ForeignAllocations, Written
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
+from extender.pod_owners import BINDING, PodOwners
 from extender.wire import BindingArgs
 from tracker import events as ev
 from tracker.ledger import Reservation
@@ -86,9 +88,10 @@ class Binder:
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         background = BackgroundTasks()
+        self.owners = PodOwners()  # a pod's claims: bound by its /bind or deallocated, never both at once
         self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, is_leader), timeout)
         self.undo = BindUndo(source, self.claims, background, self._release)
-        self.binding = BindingWait(state, source, self.claims, metrics, background, timeout=binding_timeout)
+        self.binding = BindingWait(state, source, self.claims, metrics, background, self.owners, timeout=binding_timeout)
 
     # ------------------------------------------------------------------ entry point
 
@@ -139,6 +142,18 @@ class Binder:
     # ------------------------------------------------------------------ decide, then write
 
     async def _bind_with_claims(self, pod: Pod, uid: str, args: BindingArgs, deadline: float) -> str:
+        """The pod's claims are this bind's alone until it and the undo of its writes are done (extender/pod_owners.py)."""
+        busy = self.owners.take(uid, BINDING)
+        if busy is not None:
+            self.metrics.binds.labels("claims_busy").inc()
+            return f"pod {pod.key}: not bound now, {busy}; the pod is scheduled again"
+        undos: list[asyncio.Future[Any]] = []
+        try:
+            return await self._decide_and_write(pod, uid, args, deadline, undos)
+        finally:
+            self.owners.release_after(uid, BINDING, undos)
+
+    async def _decide_and_write(self, pod: Pod, uid: str, args: BindingArgs, deadline: float, undos: list[asyncio.Future[Any]]) -> str:
         for attempt in range(BIND_ATTEMPTS):
             await self.claims.fetch_missing(pod, deadline)
             async with self.lock:
@@ -161,16 +176,16 @@ class Binder:
                 await self.claims.refresh(pod, deadline)
             except TimeoutError:
                 self.metrics.binds.labels("timeout").inc()
-                await self.undo.within(deadline, pod, uid, args.node, written, hold)
+                undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
                 return f"binding pod {pod.key} to {args.node}: timed out after {self.timeout:g}s; its claim writes are being undone"
             except SourceError as e:
                 binding = isinstance(e, _BindingFailed)
                 self.metrics.binds.labels("binding_failed" if binding else "write_failed").inc()
-                await self.undo.within(deadline, pod, uid, args.node, written, hold)
+                undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
                 what = "creating the Binding" if binding else "writing its claims"
                 return f"binding pod {pod.key} to {args.node}: {what}: {e.message}"
             except BaseException:
-                self.undo.in_background(pod, uid, args.node, written, hold)
+                undos.append(self.undo.in_background(pod, uid, args.node, written, hold))
                 raise
         self.metrics.binds.labels("conflict").inc()
         return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
@@ -218,6 +233,10 @@ class Binder:
         if problem is not None:
             self.metrics.binds.labels("claims_unresolved").inc()
             raise BindFailed(problem)
+        deleted = being_deleted(claims)
+        if deleted is not None:
+            self.metrics.binds.labels("unschedulable").inc()
+            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {deleted}")
         node = self.state.node(node_name) or Node(node_name)
         claims, extended = self._extended_claim(pod, claims, node)
         outcome = self.allocator.allocate(
@@ -287,9 +306,11 @@ class Binder:
 
     # ------------------------------------------------------------------ binding conditions (for /filter)
 
-    def binding_failed_in_background(self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness) -> None:
-        """A failure condition or the timeout seen by /filter: deallocate in the background (once per pod)."""
-        self.binding.failed_in_background(pod, uid, claims, bad)
+    def binding_failed_in_background(
+        self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness, *, keep_ready: bool = True
+    ) -> None:
+        """A failure condition or the timeout seen by /filter: deallocate in the background, unless the pod's claims have an owner."""
+        self.binding.failed_in_background(pod, uid, claims, bad, keep_ready=keep_ready)
 
     def binding_readiness(self, claims: list[ResourceClaim]) -> Readiness | None:
         """The worst readiness of claims with pending binding conditions; None when all are ready."""
