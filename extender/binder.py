@@ -207,13 +207,19 @@ class Binder:
         if left <= 0:
             raise TimeoutError
         async with asyncio.timeout(left):
+            extended_key = ""
             for claim in claims:
                 allocation = allocations.get(claim.key)
                 if extended is not None and claim is extended.claim:
-                    claim = await self.claims.create_extended(pod, extended, written)
+                    if not extended.exists:
+                        created = await self.claims.create_extended(pod, extended, written)
+                        self._hold_as(hold, allocations, claim.key, created.key)
+                        claim = created
+                    extended_key = claim.key
                 await self.claims.write(claim, allocation, pod, uid, written)
             if extended is not None:
-                await self.claims.record_extended(pod, extended, written[-1].key)
+                # Also for a claim allocated before a restart: the kubelet takes the claim and the mapping from here.
+                await self.claims.record_extended(pod, extended, extended_key)
             self._release(hold)  # the view holds the allocations now
             keys = list(dict.fromkeys([*(w.key for w in written), *(c.key for c in claims)]))
             if self.features.binding_conditions:
@@ -266,16 +272,51 @@ class Binder:
         if not self.features.extended_resources or not pod.containers:
             return claims, None
         existing = next((c for c in claims if is_extended_claim(c)), None)
-        if existing is not None and existing.allocation is not None:
-            return claims, None
-        own = [c for c in claims if c is not existing]
         mapping = class_mapping(self.state.classes)
+        if existing is not None and existing.allocation is not None:
+            if pod.extended_claim_name == existing.meta.name:
+                return claims, None
+            # Allocated, but the pod's status does not name it yet (the extender stopped between the two writes).
+            return claims, self._recorded(pod, existing, mapping, node)
+        own = [c for c in claims if c is not existing]
         resources = dra_resources(pod, mapping, node)
         if not resources:
             return own, None
         requests, mappings = create_requests_and_mappings(pod, resources, mapping)
         claim = in_memory_claim(pod, requests)
         return [*own, claim], Extended(claim, mappings, existing)
+
+    def _recorded(self, pod: Pod, claim: ResourceClaim, mapping: dict[str, str], node: Node) -> Extended:
+        """The mapping to write for an extended-resource claim allocated earlier: rebuilt from the pod, checked against the claim.
+
+        The requests are made from the pod and the classes the same way each
+        time, so their names are the claim's; a claim without one of them
+        (a class changed meanwhile) cannot serve the pod, and the bind fails
+        rather than write a mapping the kubelet cannot follow.
+        """
+        _requests, mappings = create_requests_and_mappings(pod, dra_resources(pod, mapping, node), mapping)
+        names = {r.name for r in claim.requests}
+        missing = sorted({m.request_name for m in mappings} - names)
+        if not mappings or missing:
+            self.metrics.binds.labels("unschedulable").inc()
+            raise BindFailed(
+                f"pod {pod.key}: its extended-resource claim {claim.key} is allocated but has no request "
+                f"{', '.join(missing) or 'for its extended resources'} the pod needs on node {node.name}; delete the claim to have a new one made"
+            )
+        return Extended(claim, mappings, exists=True)
+
+    def _hold_as(self, hold: Reservation, allocations: dict[str, AllocationResult], memory_key: str, created_key: str) -> None:
+        """From now on the in-flight devices of the extended-resource claim are held under the name the API server gave it.
+
+        The allocation this bind writes next arrives under that name; held
+        under the in-memory one, the tracker would take this process's own
+        write for another allocator's (docs/operator-guide.md). Release and
+        reserve again with no await between: no decision sees the devices free.
+        """
+        hold.release()
+        renamed = self.state.reserve({created_key if key == memory_key else key: alloc for key, alloc in allocations.items()})
+        hold.devices, hold.shares = renamed.devices, renamed.shares
+        self.metrics.inflight.set(len(self.state.inflight))
 
     def _release(self, hold: Reservation) -> None:
         hold.release()
