@@ -133,28 +133,28 @@ def test_binding_conditions_pods_bound_only_after_ready_failed_ones_rescheduled(
 
 
 def test_devices_ready_at_the_binding_timeout_never_leave_a_pod_bound_to_a_deallocated_claim() -> None:
-    """The driver reports ready around the extender's binding timeout (2 s), and claim status writes take 300 ms.
+    """The driver reports ready around the extender's binding timeout (2 s), and claim status writes take 500 ms.
 
     A deallocation decided just before the ready report is still on its way
     when the scheduler's /bind sees the device ready: the extender must
     either keep the now-ready claim or refuse the bind, never both bind the
-    pod and deallocate its claim (on main: 7 of 40 pods ended bound with a
-    deallocated claim). Every pod is bound in the end, each with its claim.
+    pod and deallocate its claim (before the fix: 7 of these 60 pods ended
+    bound with a deallocated claim). Every pod is bound in the end, each with its claim.
     """
     w = Workload(
         "e2e-binding-timeout",
         nodes=10,
         devices_per_node=10,
-        pods=40,
+        pods=60,
         timeout=60,
         settle=2,
-        binding_delay=1.0,
-        api_faults={"latency_ms": 300, "verbs": ["patch"], "paths": [r"/resourceclaims/[^/]+/status$"]},
+        binding_delay=0.45,
+        api_faults={"latency_ms": 500, "verbs": ["patch"], "paths": [r"/resourceclaims/[^/]+/status$"]},
     )
     cmd = [*default_extender_cmd(), "--binding-timeout", "2"]
     r = run_workload(w, cmd, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=4), claims=ClaimControllerConfig(delay=0.2), progress=0)
     rb = r["readback"]
     assert rb["bound_pods_without_allocated_claim"] == 0, rb
     assert rb["devices_allocated_twice"] == 0, rb
-    assert r["pods_bound"] == 40 and rb["pods_bound"] == 40, (r["unbound_last_rejections"], r["bind_errors"])
+    assert r["pods_bound"] == 60 and rb["pods_bound"] == 60, (r["unbound_last_rejections"], r["bind_errors"])
     assert r["binding_conditions"]["pods_bound_before_ready"] == 0, r["binding_conditions"]
