@@ -99,7 +99,9 @@ class ApiCluster:
 
         def same() -> bool:
             for kind, group in (("ResourceClaim", "resource.k8s.io"), ("Pod", "")):
-                want = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in self.api.list(kind)}
+                want = {
+                    f"{o['metadata']['namespace']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in self.api.list(kind)
+                }
                 have = self.state.versions.get((kind, group), {})
                 if kind == "Pod":
                     want = {k: v for k, v in want.items() if k in have}
@@ -132,7 +134,9 @@ def node(name: str) -> dict[str, Any]:
 
 
 def node_slice(name: str, devices: int, *, binding_conditions: bool = False) -> dict[str, Any]:
-    extra: dict[str, Any] = {"bindsToNode": True, "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]} if binding_conditions else {}
+    extra: dict[str, Any] = (
+        {"bindsToNode": True, "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]} if binding_conditions else {}
+    )
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
