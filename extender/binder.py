@@ -213,7 +213,7 @@ class Binder:
                 if extended is not None and claim is extended.claim:
                     if not extended.exists:
                         created = await self.claims.create_extended(pod, extended, written)
-                        self._hold_as(hold, allocations, claim.key, created.key)
+                        self._hold_as(hold, allocations, claim.key, created.key, written)
                         claim = created
                     extended_key = claim.key
                 await self.claims.write(claim, allocation, pod, uid, written)
@@ -305,16 +305,24 @@ class Binder:
             )
         return Extended(claim, mappings, exists=True)
 
-    def _hold_as(self, hold: Reservation, allocations: dict[str, AllocationResult], memory_key: str, created_key: str) -> None:
+    def _hold_as(
+        self, hold: Reservation, allocations: dict[str, AllocationResult], memory_key: str, created_key: str, written: list[Written]
+    ) -> None:
         """From now on the in-flight devices of the extended-resource claim are held under the name the API server gave it.
 
         The allocation this bind writes next arrives under that name; held
         under the in-memory one, the tracker would take this process's own
         write for another allocator's (docs/operator-guide.md). Release and
-        reserve again with no await between: no decision sees the devices free.
+        reserve again with no await between: no decision sees the devices
+        free. Claims whose allocation has landed already are held by the
+        view, and are not held again (a share held again would be dropped
+        with the hold).
         """
+        landed = {w.key for w in written if w.allocated and w.reserved}
         hold.release()
-        renamed = self.state.reserve({created_key if key == memory_key else key: alloc for key, alloc in allocations.items()})
+        renamed = self.state.reserve(
+            {created_key if key == memory_key else key: alloc for key, alloc in allocations.items() if key not in landed}
+        )
         hold.devices, hold.shares = renamed.devices, renamed.shares
         self.metrics.inflight.set(len(self.state.inflight))
 
