@@ -136,6 +136,9 @@ class Allocator(Generic[SelectorT]):
         for claim in claims:
             if claim.allocation is None:
                 continue
+            if claim.meta.deletion_timestamp:
+                # Never reserved for another pod: its devices are about to be released.
+                return Outcome(Failure(REASON_CLAIM_UNUSABLE, f"claim {claim.key} is being deleted", claim.key))
             failure = self._check_allocated(node, claim, lookup, used)
             if failure is not None:
                 return Outcome(failure)

@@ -9,10 +9,12 @@ last.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from allocator.types import Pod
+from allocator.extended_resources import is_extended_claim
+from allocator.types import Pod, ResourceClaim
 
 NAMED: Final = "named"
 TEMPLATE: Final = "template"
@@ -52,3 +54,21 @@ def claim_refs(pod: Pod) -> list[ClaimRef]:
 def claim_names(pod: Pod) -> list[str]:
     """Names of the pod's claims known from its spec and status."""
     return [r.name for r in claim_refs(pod) if r.name is not None]
+
+
+def being_deleted(claims: Sequence[ResourceClaim]) -> str | None:
+    """Why the pod cannot use its claims when one of them is being deleted (upstream's PreFilter), else None.
+
+    Upstream refuses the pod, unschedulable on every node, for any claim with
+    a deletionTimestamp, allocated or not: reserving it for another pod would
+    hand out devices that are about to be released. The pod's own
+    extended-resource claim is refused only while allocated: an unallocated
+    one is stale and replaced at /bind anyway.
+    """
+    for claim in claims:
+        if not claim.meta.deletion_timestamp:
+            continue
+        if is_extended_claim(claim) and claim.allocation is None:
+            continue
+        return f'resourceclaim "{claim.meta.name}" is being deleted'
+    return None

@@ -38,17 +38,21 @@ class BindUndo:
     def in_background(self, pod: Pod, uid: str, node: str, written: list[Written], hold: Reservation) -> asyncio.Future[Any]:
         return self.background.spawn(self.run(pod, uid, node, written, hold))
 
-    async def within(self, deadline: float, pod: Pod, uid: str, node: str, written: list[Written], hold: Reservation) -> None:
-        """Undo before answering while the budget lasts; past it, finish in the background.
+    async def within(
+        self, deadline: float, pod: Pod, uid: str, node: str, written: list[Written], hold: Reservation
+    ) -> asyncio.Future[Any]:
+        """Undo before answering while the budget lasts; past it, finish in the background. Returns the undo's task.
 
         The scheduler's httpTimeout does not wait for clean-up, and the
-        in-flight devices stay held until the undo is done either way.
+        in-flight devices stay held until the undo is done either way (so
+        does the pod's ownership of its claims, extender/pod_owners.py).
         """
         task = self.in_background(pod, uid, node, written, hold)
         left = deadline - time.monotonic()
         if left > 0:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), left)
+        return task
 
     async def run(self, pod: Pod, uid: str, node: str, written: list[Written], hold: Reservation) -> None:
         """Take back this bind's reservations, allocations and finalizers; then free its devices.

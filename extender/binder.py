@@ -33,6 +33,7 @@ from allocator.extended_resources import (
 )
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
+from allocator.pod_claims import being_deleted
 from allocator.types import AllocationResult, Node, Pod, ResourceClaim
 from extender.background import BackgroundTasks
 from extender.bind_undo import BindUndo
@@ -41,6 +42,7 @@ from extender.binding_wait import BindingWait
 from extender.claim_writes import BIND_ATTEMPTS, BindFailed, ClaimWrites, Extended, ForeignAllocations, Written
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
+from extender.pod_owners import BINDING, PodOwners
 from extender.wire import BindingArgs
 from tracker import events as ev
 from tracker.ledger import Reservation
@@ -86,9 +88,10 @@ class Binder:
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         background = BackgroundTasks()
+        self.owners = PodOwners()  # a pod's claims: bound by its /bind or deallocated, never both at once
         self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, is_leader), timeout)
         self.undo = BindUndo(source, self.claims, background, self._release)
-        self.binding = BindingWait(state, source, self.claims, metrics, background, timeout=binding_timeout)
+        self.binding = BindingWait(state, source, self.claims, metrics, background, self.owners, timeout=binding_timeout)
 
     # ------------------------------------------------------------------ entry point
 
@@ -139,6 +142,18 @@ class Binder:
     # ------------------------------------------------------------------ decide, then write
 
     async def _bind_with_claims(self, pod: Pod, uid: str, args: BindingArgs, deadline: float) -> str:
+        """The pod's claims are this bind's alone until it and the undo of its writes are done (extender/pod_owners.py)."""
+        busy = self.owners.take(uid, BINDING)
+        if busy is not None:
+            self.metrics.binds.labels("claims_busy").inc()
+            return f"pod {pod.key}: not bound now, {busy}; the pod is scheduled again"
+        undos: list[asyncio.Future[Any]] = []
+        try:
+            return await self._decide_and_write(pod, uid, args, deadline, undos)
+        finally:
+            self.owners.release_after(uid, BINDING, undos)
+
+    async def _decide_and_write(self, pod: Pod, uid: str, args: BindingArgs, deadline: float, undos: list[asyncio.Future[Any]]) -> str:
         for attempt in range(BIND_ATTEMPTS):
             await self.claims.fetch_missing(pod, deadline)
             async with self.lock:
@@ -161,16 +176,16 @@ class Binder:
                 await self.claims.refresh(pod, deadline)
             except TimeoutError:
                 self.metrics.binds.labels("timeout").inc()
-                await self.undo.within(deadline, pod, uid, args.node, written, hold)
+                undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
                 return f"binding pod {pod.key} to {args.node}: timed out after {self.timeout:g}s; its claim writes are being undone"
             except SourceError as e:
                 binding = isinstance(e, _BindingFailed)
                 self.metrics.binds.labels("binding_failed" if binding else "write_failed").inc()
-                await self.undo.within(deadline, pod, uid, args.node, written, hold)
+                undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
                 what = "creating the Binding" if binding else "writing its claims"
                 return f"binding pod {pod.key} to {args.node}: {what}: {e.message}"
             except BaseException:
-                self.undo.in_background(pod, uid, args.node, written, hold)
+                undos.append(self.undo.in_background(pod, uid, args.node, written, hold))
                 raise
         self.metrics.binds.labels("conflict").inc()
         return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
@@ -192,13 +207,19 @@ class Binder:
         if left <= 0:
             raise TimeoutError
         async with asyncio.timeout(left):
+            extended_key = ""
             for claim in claims:
                 allocation = allocations.get(claim.key)
                 if extended is not None and claim is extended.claim:
-                    claim = await self.claims.create_extended(pod, extended, written)
+                    if not extended.exists:
+                        created = await self.claims.create_extended(pod, extended, written)
+                        self._hold_as(hold, allocations, claim.key, created.key, written)
+                        claim = created
+                    extended_key = claim.key
                 await self.claims.write(claim, allocation, pod, uid, written)
             if extended is not None:
-                await self.claims.record_extended(pod, extended, written[-1].key)
+                # Also for a claim allocated before a restart: the kubelet takes the claim and the mapping from here.
+                await self.claims.record_extended(pod, extended, extended_key)
             self._release(hold)  # the view holds the allocations now
             keys = list(dict.fromkeys([*(w.key for w in written), *(c.key for c in claims)]))
             if self.features.binding_conditions:
@@ -218,6 +239,10 @@ class Binder:
         if problem is not None:
             self.metrics.binds.labels("claims_unresolved").inc()
             raise BindFailed(problem)
+        deleted = being_deleted(claims)
+        if deleted is not None:
+            self.metrics.binds.labels("unschedulable").inc()
+            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {deleted}")
         node = self.state.node(node_name) or Node(node_name)
         claims, extended = self._extended_claim(pod, claims, node)
         outcome = self.allocator.allocate(
@@ -247,16 +272,59 @@ class Binder:
         if not self.features.extended_resources or not pod.containers:
             return claims, None
         existing = next((c for c in claims if is_extended_claim(c)), None)
-        if existing is not None and existing.allocation is not None:
-            return claims, None
-        own = [c for c in claims if c is not existing]
         mapping = class_mapping(self.state.classes)
+        if existing is not None and existing.allocation is not None:
+            if pod.extended_claim_name == existing.meta.name:
+                return claims, None
+            # Allocated, but the pod's status does not name it yet (the extender stopped between the two writes).
+            return claims, self._recorded(pod, existing, mapping, node)
+        own = [c for c in claims if c is not existing]
         resources = dra_resources(pod, mapping, node)
         if not resources:
             return own, None
         requests, mappings = create_requests_and_mappings(pod, resources, mapping)
         claim = in_memory_claim(pod, requests)
         return [*own, claim], Extended(claim, mappings, existing)
+
+    def _recorded(self, pod: Pod, claim: ResourceClaim, mapping: dict[str, str], node: Node) -> Extended:
+        """The mapping to write for an extended-resource claim allocated earlier: rebuilt from the pod, checked against the claim.
+
+        The requests are made from the pod and the classes the same way each
+        time, so their names are the claim's; a claim without one of them
+        (a class changed meanwhile) cannot serve the pod, and the bind fails
+        rather than write a mapping the kubelet cannot follow.
+        """
+        _requests, mappings = create_requests_and_mappings(pod, dra_resources(pod, mapping, node), mapping)
+        names = {r.name for r in claim.requests}
+        missing = sorted({m.request_name for m in mappings} - names)
+        if not mappings or missing:
+            self.metrics.binds.labels("unschedulable").inc()
+            raise BindFailed(
+                f"pod {pod.key}: its extended-resource claim {claim.key} is allocated but has no request "
+                f"{', '.join(missing) or 'for its extended resources'} the pod needs on node {node.name}; delete the claim to have a new one made"
+            )
+        return Extended(claim, mappings, exists=True)
+
+    def _hold_as(
+        self, hold: Reservation, allocations: dict[str, AllocationResult], memory_key: str, created_key: str, written: list[Written]
+    ) -> None:
+        """From now on the in-flight devices of the extended-resource claim are held under the name the API server gave it.
+
+        The allocation this bind writes next arrives under that name; held
+        under the in-memory one, the tracker would take this process's own
+        write for another allocator's (docs/operator-guide.md). Release and
+        reserve again with no await between: no decision sees the devices
+        free. Claims whose allocation has landed already are held by the
+        view, and are not held again (a share held again would be dropped
+        with the hold).
+        """
+        landed = {w.key for w in written if w.allocated and w.reserved}
+        hold.release()
+        renamed = self.state.reserve(
+            {created_key if key == memory_key else key: alloc for key, alloc in allocations.items() if key not in landed}
+        )
+        hold.devices, hold.shares = renamed.devices, renamed.shares
+        self.metrics.inflight.set(len(self.state.inflight))
 
     def _release(self, hold: Reservation) -> None:
         hold.release()
@@ -287,9 +355,11 @@ class Binder:
 
     # ------------------------------------------------------------------ binding conditions (for /filter)
 
-    def binding_failed_in_background(self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness) -> None:
-        """A failure condition or the timeout seen by /filter: deallocate in the background (once per pod)."""
-        self.binding.failed_in_background(pod, uid, claims, bad)
+    def binding_failed_in_background(
+        self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness, *, keep_ready: bool = True
+    ) -> None:
+        """A failure condition or the timeout seen by /filter: deallocate in the background, unless the pod's claims have an owner."""
+        self.binding.failed_in_background(pod, uid, claims, bad, keep_ready=keep_ready)
 
     def binding_readiness(self, claims: list[ResourceClaim]) -> Readiness | None:
         """The worst readiness of claims with pending binding conditions; None when all are ready."""

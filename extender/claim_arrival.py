@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from allocator.pod_claims import TEMPLATE, claim_refs
+from allocator.pod_claims import TEMPLATE, being_deleted, claim_refs
 from allocator.types import Pod, ResourceClaim
 from extender.metrics import Metrics
 from tracker import events as ev
@@ -28,10 +28,13 @@ class ClaimArrival:
             self._changed.set()
 
     def claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
-        """The pod's claims, or why they cannot be used (not created yet, not found, reserved for too many)."""
+        """The pod's claims, or why they cannot be used (not created yet, not found, being deleted, reserved for too many)."""
         claims, problem = self.state.pod_claims(pod)
         if problem is not None:
             return claims, problem
+        deleted = being_deleted(claims)
+        if deleted is not None:
+            return claims, deleted
         for claim in claims:
             if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
                 return claims, f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"

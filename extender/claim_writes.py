@@ -48,11 +48,12 @@ class Written:
 
 @dataclass(slots=True)
 class Extended:
-    """The pod's extended-resource claim to create at this bind, and which containers use which request."""
+    """The pod's extended-resource claim to create at this bind (or allocated already), and which containers use which request."""
 
-    claim: ResourceClaim  # in memory, not created yet
+    claim: ResourceClaim  # in memory, not created yet; or, with `exists`, the allocated claim the pod's status does not name
     mappings: tuple[RequestMapping, ...]
     stale: ResourceClaim | None = None  # an unallocated one left by an earlier bind: deleted first
+    exists: bool = False  # allocated before (by a bind cut short): only the pod's status is left to write
 
 
 class ForeignAllocations:

@@ -258,9 +258,9 @@ class Service:
         """The nodes the claims fit on, less those a pod being bound may take the devices of; expected to bind on one of them."""
         passed, failed, fits = self.fit.fit(claims, names, nodes, deadline, budget)
         if waiting and not passed:
-            # Ready, but the allocated node was not sent or no longer fits: give the devices back.
+            # Ready, but the allocated node was not sent or no longer fits: give the devices back (ready or not).
             self.binder.binding_failed_in_background(
-                pod, pod.meta.uid, waiting, _readiness_gone(waiting[0].key, allocated_node(waiting[0]))
+                pod, pod.meta.uid, waiting, _readiness_gone(waiting[0].key, allocated_node(waiting[0])), keep_ready=False
             )
         to_allocate = tuple(c.key for c in claims if c.allocation is None)
         if passed and to_allocate:

@@ -274,6 +274,8 @@ def run_workload(
                     content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
                     headers={"Content-Type": "application/json"},
                 ).raise_for_status()
+            if w.api_faults:
+                http.post("/_fake/faults", json=w.api_faults).raise_for_status()
         port = free_port()
         fmt = {"kubeconfig": str(kubeconfig), "listen": f"127.0.0.1:{port}", "port": str(port), "api": api_url}
         cmd = [part.format(**fmt) for part in cmd_template]

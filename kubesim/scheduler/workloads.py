@@ -29,6 +29,8 @@ class Workload:
     extended_resources: bool = False  # pods ask for `example.com/device: 1` in their limits instead of a claim
     binding_delay: float | None = None  # devices have binding conditions; a fake driver sets them this long after allocation
     binding_failure_every: int = 0  # every Nth allocation the driver reports the failure condition instead (0: never)
+    # Fake API server faults for the whole run (POST /_fake/faults), e.g. latency on claim status writes.
+    api_faults: dict[str, Any] | None = None
     # Steady state (scheduler_perf's SteadyStateClusterResourceClaimTemplate): this share of the
     # devices is held by bound pods before the run; each pod created replaces the oldest bound pod,
     # deleted just before, whose claim the claim controller stand-in deallocates and deletes.

@@ -8,9 +8,11 @@ plugin cases named per test.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
@@ -261,3 +263,61 @@ def test_stale_claim_is_replaced(cluster) -> None:
     (claim,) = claims_of(api, "er-stale-pod")
     assert claim["metadata"]["name"] != stale["metadata"]["name"]
     assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "er-stale"
+
+
+def test_restart_between_the_claim_allocation_and_the_pod_status_patch_still_writes_the_mapping() -> None:
+    """The extender is killed (SIGKILL: nothing undone) after the claim it made is allocated, before the pod's status is patched.
+
+    The restarted extender reuses the allocated claim and must still write
+    `status.extendedResourceClaimStatus`: the kubelet takes the claim and the
+    container -> request mapping from it.
+    """
+    api = FakeApi()
+    api.create(device_class("gpu", RESOURCE))
+    api.create(node("rs-a"))
+    api.create(node_slice("rs-a", 1))
+    first = cluster_extender(api, "--placement-wait", "0")
+    second = None
+    try:
+        first.wait_ready()
+        p = api.create(er_pod("rs-pod", {RESOURCE: 1}))
+        wait_converged(api, first)
+        # The pod's status patch is held at the API server until the extender's connection goes (then dropped).
+        api.faults(latency_ms=60_000, verbs=["patch"], paths=[r"/pods/rs-pod/status$"])
+        answers: list[str] = []
+
+        def bind_until_killed() -> None:
+            try:
+                answers.append(bind(first, p, "rs-a"))
+            except httpx.TransportError as e:
+                answers.append(f"connection lost: {e}")
+
+        binding = threading.Thread(target=bind_until_killed)
+        binding.start()
+        wait_for(lambda: any((c.get("status") or {}).get("allocation") for c in claims_of(api, "rs-pod")), what="the claim allocated")
+        first.proc.kill()
+        first.proc.wait(10)
+        binding.join(15)
+        assert answers and answers[0].startswith("connection lost"), answers
+        api.clear_faults()
+        (claim,) = claims_of(api, "rs-pod")
+        assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "rs-pod", "uid": p["metadata"]["uid"]}]
+        assert "extendedResourceClaimStatus" not in (api.get("Pod", "default", "rs-pod").get("status") or {})
+
+        second = cluster_extender(api, "--placement-wait", "0")
+        second.wait_ready()
+        wait_converged(api, second)
+        assert filter_pod(second, p, ["rs-a"])["NodeNames"] == ["rs-a"]
+        assert bind(second, p, "rs-a") == ""
+        bound = api.get("Pod", "default", "rs-pod")
+        assert bound["spec"]["nodeName"] == "rs-a"
+        assert bound["status"].get("extendedResourceClaimStatus") == {
+            "requestMappings": [{"containerName": "main", "resourceName": RESOURCE, "requestName": "container-0-request-0"}],
+            "resourceClaimName": claim["metadata"]["name"],
+        }
+        assert [c["metadata"]["name"] for c in claims_of(api, "rs-pod")] == [claim["metadata"]["name"]]  # reused, not made again
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()
+        api.stop()
