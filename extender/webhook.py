@@ -171,6 +171,7 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
 
     from extender.http_thread import BindError, bind_socket
     from tracker.api_source import ApiSource
+    from tracker.kubeconfig import KubeconfigError
 
     host, port = hostport(args.listen, "--listen")
     try:
@@ -185,6 +186,10 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     except BindError as e:
         raise usage_error(str(e)) from None
     source = ApiSource(kubeconfig=args.kubeconfig, in_cluster=in_cluster)
+    try:
+        await source.connect("--kubeconfig")
+    except KubeconfigError as e:
+        raise usage_error(str(e)) from None
 
     async def list_classes() -> list[dict[str, Any]]:
         status, body = await source.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")
