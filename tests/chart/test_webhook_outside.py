@@ -17,6 +17,8 @@ def test_the_outside_webhook_configuration_differs_from_the_charts_only_where_it
     assert url.startswith("https://") and url.endswith("/mutate") and "service" not in example["clientConfig"]
     assert chart["clientConfig"]["service"]["path"] == "/mutate"
     # No release namespace outside a cluster: only kube-system is left out.
-    assert example["namespaceSelector"] == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}
+    assert example["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+    }
     skip = ("clientConfig", "namespaceSelector")
     assert {k: v for k, v in example.items() if k not in skip} == {k: v for k, v in chart.items() if k not in skip}

@@ -58,7 +58,18 @@ def _serve(path: str, _: Path) -> list[str]:
 
 def _webhook(path: str, tmp: Path) -> list[str]:
     _, cert, key = make_certs(tmp)
-    return ["extender.cli", "webhook", "--kubeconfig", path, "--listen", f"127.0.0.1:{free_port()}", "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+    return [
+        "extender.cli",
+        "webhook",
+        "--kubeconfig",
+        path,
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--tls-cert-file",
+        str(cert),
+        "--tls-key-file",
+        str(key),
+    ]
 
 
 def _kubectl_dra(path: str, _: Path) -> list[str]:

@@ -34,7 +34,9 @@ def test_read_only_answers_filter_and_never_writes() -> None:
             ext.wait_ready()
             wait_converged(api, ext)
             assert "read-only (--read-only)" in ext.logs()
-            filtered = ext.post("filter", b'{"Pod": {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}, "NodeNames": ["node-a"]}')
+            filtered = ext.post(
+                "filter", b'{"Pod": {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}, "NodeNames": ["node-a"]}'
+            )
             assert filtered.status_code == 200 and filtered.json()["NodeNames"] == ["node-a"], filtered.text
             assert ext.post("bind", b'{"PodName": "victim", "PodNamespace": "default", "PodUID": "x", "Node": "node-a"}').json() == {
                 "Error": "not leader"
@@ -43,7 +45,9 @@ def test_read_only_answers_filter_and_never_writes() -> None:
             writes = [
                 (r["method"], r["path"])
                 for r in api.requests()[seen:]
-                if r["method"] not in ("GET", "HEAD") and not r["path"].startswith("/_fake") and not r["user_agent"].startswith("python-httpx")
+                if r["method"] not in ("GET", "HEAD")
+                and not r["path"].startswith("/_fake")
+                and not r["user_agent"].startswith("python-httpx")
             ]
             assert writes == [], writes
             assert api.list("Event") == []
