@@ -28,4 +28,5 @@ COPY --from=build /opt/venv /opt/venv
 USER 65532:65532
 EXPOSE 8888 8889
 ENTRYPOINT ["dra-extender"]
-CMD ["serve", "--in-cluster"]
+# Without arguments: its own Lease, so however many replicas run, one allocates (the chart passes --scheduler-config).
+CMD ["serve", "--in-cluster", "--leader-elect"]

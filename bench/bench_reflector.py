@@ -461,7 +461,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
         log_path = tmp / "extender.log"
         cpu = Cpu({"fakeapi": api_proc.pid})
         started = time.perf_counter()
-        ext, client = start_extender(["--kubeconfig", str(kubeconfig), "--log-format", "json"], port, log_path)
+        ext, client = start_extender(["--kubeconfig", str(kubeconfig), "--standalone", "--log-format", "json"], port, log_path)
         cpu.pids["extender"] = ext.pid
         cpu.start["extender"] = 0.0  # its CPU since it started
         ready_s = time.perf_counter() - started

@@ -1,7 +1,7 @@
 """The kube-scheduler model (kubesim.scheduler) as a benchmark: its runs, the no-op reference beside each, and the report.
 
     .venv/bin/python -m bench.kube_scheduler_model [--workloads small,100x10,...]
-        [--extender-cmd 'dra-extender serve --kubeconfig {kubeconfig} --listen {listen}']
+        [--extender-cmd 'dra-extender serve --kubeconfig {kubeconfig} --standalone --listen {listen}']
         [--no-reference] [--http-timeout 5] [--percentage-of-nodes-to-score N]
         [--claim-delay 0.5] [--claim-qps 100] [--claim-burst 200] [--name NAME] [--out DIR]
     .venv/bin/python -m bench.kube_scheduler_model noop-extender --kubeconfig K --listen HOST:PORT
@@ -215,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--extender-cmd",
         default=None,
-        help="the extender to measure; placeholders {kubeconfig} {listen} {port} {api} (default: dra-extender serve --kubeconfig {kubeconfig} --listen {listen})",
+        help="the extender to measure; placeholders {kubeconfig} {listen} {port} {api} (default: dra-extender serve --kubeconfig {kubeconfig} --standalone --listen {listen})",
     )
     p.add_argument("--no-reference", action="store_true", help="skip the no-op extender runs")
     p.add_argument("--http-timeout", type=float, default=5.0)

@@ -184,6 +184,17 @@ def _add_leadership_flags(serve: argparse.ArgumentParser) -> None:
         help="the co-located kube-scheduler's KubeSchedulerConfiguration: follow the Lease its leaderElection names "
         "(kube-scheduler's defaults kube-system/kube-scheduler filled in; always leader if leaderElect is false)",
     )
+    lead.add_argument(
+        "--standalone",
+        action="store_true",
+        help="always leader, without a Lease: this process is the only one allocating and evicting for the cluster",
+    )
+    lead.add_argument(
+        "--read-only",
+        action="store_true",
+        help="never write to the cluster: /filter, /prioritize and /debug answer, /bind refuses (not leader), no "
+        "eviction, no Events, no requeue patches (to look at a cluster from a workstation)",
+    )
 
 
 def _add_profile_flags(serve: argparse.ArgumentParser) -> None:
@@ -389,7 +400,7 @@ def _pick_source(args: argparse.Namespace) -> PickedSource:
         from tracker.api_source import ApiSource
     except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
         raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
-    cluster = ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold)
+    cluster = ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold, read_only=args.read_only)
     return PickedSource(cluster, cluster)
 
 
@@ -421,8 +432,8 @@ def _bind_sockets(listen: tuple[str, int], probe: tuple[str, int] | None) -> lis
     return sockets
 
 
-def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metrics, events: EventRecorder) -> ClusterState:
-    """The tracker's state, counting its events and logging device changes; a faulty object is counted, logged and told."""
+def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metrics, events: EventRecorder | None) -> ClusterState:
+    """The tracker's state, counting its events and logging device changes; a faulty object is counted, logged and told (events None: --read-only, not told)."""
     from extender.logs import device_change_logger
     from tracker.state import DUPLICATE_SHARE_ID, ClusterState
 
@@ -431,7 +442,8 @@ def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metri
         if problem.reason == DUPLICATE_SHARE_ID:
             metrics.duplicate_share_ids.inc()
         log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
-        events.problem(problem)
+        if events is not None:
+            events.problem(problem)
 
     state = ClusterState(cel, on_problem=on_problem)
     state.subscribe(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
@@ -439,8 +451,28 @@ def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metri
     return state
 
 
+LEADERSHIP_CHOICE = (
+    "pass --scheduler-config PATH or --follow-scheduler-lease NAMESPACE/NAME (sidecar of a kube-scheduler), "
+    "--leader-elect (several replicas), --read-only (look without writing, e.g. from a workstation) or "
+    "--standalone (this process is the cluster's only allocator)"
+)
+
+
+def _check_leadership_choice(args: argparse.Namespace, cluster: ApiSource | None) -> None:
+    """Cluster mode needs a leadership choice: an unconfigured process would silently be a second allocator and evictor."""
+    if cluster is None:
+        return
+    if args.leader_elect or args.follow_scheduler_lease or args.scheduler_config or args.standalone or args.read_only:
+        return
+    raise UsageError(
+        "no leadership choice: against a cluster this process would allocate at /bind and evict beside any other "
+        f"dra-extender (e.g. the chart's); {LEADERSHIP_CHOICE}"
+    )
+
+
 def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadership | None:
     """Leader election or a followed Lease when a lease flag asks for one (a cluster only)."""
+    _check_leadership_choice(args, cluster)
     if not (args.leader_elect or args.follow_scheduler_lease or args.scheduler_config):
         return None
     from tracker.leadership import Leadership
@@ -478,6 +510,24 @@ def _foreign_pods(
     return ForeignSchedulerPods(
         state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace or (), is_leader=is_leader
     )
+
+
+async def _connect(cluster: ApiSource, args: argparse.Namespace) -> None:
+    """The kubeconfig (or the pod's configuration) loaded now: a fault is a usage error naming the flag and the file."""
+    from tracker.kubeconfig import KubeconfigError
+
+    where = "--kubeconfig" if args.kubeconfig else ("$KUBECONFIG" if os.environ.get("KUBECONFIG") else "default kubeconfig")
+    try:
+        await cluster.connect(where)
+    except KubeconfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def _is_leader(args: argparse.Namespace, leadership: Leadership | None) -> Callable[[], bool]:
+    """--read-only: never; a Lease: while it is held; --standalone and --source: always."""
+    if args.read_only:
+        return lambda: False
+    return leadership.is_leader if leadership is not None else lambda: True
 
 
 def _apps(
@@ -533,10 +583,12 @@ async def serve(args: argparse.Namespace) -> int:
     sockets = _bind_sockets(*addresses)
     metrics = Metrics(version())
     cel = CelEnvironment()
-    events = EventRecorder(source)
+    events = None if args.read_only else EventRecorder(source)  # --read-only tells nobody
     state = _cluster_state(args, cel, metrics, events)
     leadership = _leadership(args, cluster)
-    is_leader = leadership.is_leader if leadership is not None else lambda: True  # single replica / --source: always leader
+    if cluster is not None:
+        await _connect(cluster, args)
+    is_leader = _is_leader(args, leadership)
     features = features_from(args)
     service = Service(
         state,
@@ -552,7 +604,9 @@ async def serve(args: argparse.Namespace) -> int:
         offer_nodes=args.offer_nodes,
     )
     eviction = None
-    if not args.no_eviction:
+    if args.read_only:
+        log.info("read-only (--read-only): no allocation at /bind, no evictions, no Events, no requeue patches")
+    elif not args.no_eviction:
         from extender.eviction import EvictionController, Ownership, Settings
 
         # Built before the source runs, so it sees every object's first event.
@@ -566,9 +620,9 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         log.info("NoExecute evictions off (--no-eviction)")
 
-    foreign = _foreign_pods(args, state, metrics, events, is_leader)
+    foreign = _foreign_pods(args, state, metrics, events, is_leader) if events is not None else None
     requeuer = None
-    if cluster is not None:  # cluster mode: there is a kube-scheduler whose queue to wake
+    if cluster is not None and not args.read_only:  # cluster mode: there is a kube-scheduler whose queue to wake
         from extender.requeue import Requeuer
 
         requeuer = service.requeuer = Requeuer(state, cluster.patch_pod, metrics, is_leader=is_leader)

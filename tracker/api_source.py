@@ -29,7 +29,7 @@ from tracker.discovery import DiscoveryUnknown, discover_upstream_rules, served
 from tracker.events import EventSink
 from tracker.reflector import BACKOFF_INITIAL, Freshness, Reflector, WatchResponse
 from tracker.resources import CORE_RESOURCES, OPTIONAL_KINDS, OWN_PATCHES, OWN_RULES, Resource
-from tracker.source import Source, status_error
+from tracker.source import Source, SourceError, status_error
 from tracker.writes import ApiWrites
 
 log = logging.getLogger("dra_extender.source")
@@ -70,8 +70,11 @@ class ApiSource(ApiWrites):
         optional_recheck_seconds: float = OPTIONAL_RECHECK_SECONDS,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         stale_threshold: float = STALE_THRESHOLD,
+        read_only: bool = False,
     ) -> None:
         self.kubeconfig = kubeconfig
+        # --read-only: every write is refused here, whatever asks for it, so the promise holds in one place.
+        self.read_only = read_only
         self.in_cluster = in_cluster
         self.context = context
         self.description = "in-cluster API server" if in_cluster else f"API server from kubeconfig {kubeconfig}"
@@ -92,6 +95,20 @@ class ApiSource(ApiWrites):
         return self.freshness.status()
 
     # ------------------------------------------------------------------ client
+
+    async def connect(self, where: str = "--kubeconfig") -> None:
+        """Load the kubeconfig (or the pod's configuration) now: a fault is a one-line KubeconfigError naming WHERE and the file, not a traceback at the first request."""
+        from kubernetes_asyncio.config.config_exception import ConfigException
+
+        from tracker.kubeconfig import KubeconfigError, check
+
+        if not self.in_cluster and self.kubeconfig:
+            check(self.kubeconfig, where, self.context)
+        try:
+            await self._client()
+        except (ConfigException, OSError, ValueError, KeyError, TypeError) as e:
+            label = "--in-cluster" if self.in_cluster else f"{where} {self.kubeconfig}"
+            raise KubeconfigError(f"{label}: {' '.join(str(e).split()) or type(e).__name__}") from None
 
     async def _client(self) -> Any:
         if self._api is not None:
@@ -118,6 +135,7 @@ class ApiSource(ApiWrites):
         content_type: str | None = None,
         timeout: float | None = 30.0,
     ) -> tuple[int, bytes]:
+        self._refuse_if_read_only(method, path)
         api = await self._client()
         headers = {"Accept": "application/json"}
         if content_type:
@@ -163,6 +181,7 @@ class ApiSource(ApiWrites):
         byte-wise on update, so a re-serialized spec reads as a change to an
         immutable field. Sending compact bytes ourselves avoids that.
         """
+        self._refuse_if_read_only(method, path)
         api = await self._client()
         headers = {"Accept": "application/json", "Content-Type": content_type}
         headers.update(api.default_headers)
@@ -178,6 +197,10 @@ class ApiSource(ApiWrites):
             proxy=api.rest_client.proxy or None,
         ) as resp:
             return resp.status, await resp.read()
+
+    def _refuse_if_read_only(self, method: str, path: str) -> None:
+        if self.read_only and method.upper() not in ("GET", "HEAD"):
+            raise SourceError(f"read-only (--read-only): {method} {path} not sent")
 
     async def close(self) -> None:
         if self._api is not None:

@@ -115,6 +115,52 @@ def lease_from_scheduler_config(path: str) -> tuple[str, str] | None:
     )
 
 
+IN_TREE_ALLOCATOR = "DynamicResources"
+
+
+def _named(entries: Any) -> set[str]:
+    return {str(e.get("name")) for e in entries or [] if isinstance(e, dict)}
+
+
+def keeps_in_tree_allocator(profile: dict[str, Any]) -> bool:
+    """Whether kube-scheduler would run DynamicResources in this profile (k8s.io/kube-scheduler v1's plugin merge).
+
+    1.36's defaults enable it under multiPoint; `multiPoint.disabled` (by name
+    or "*") removes it there, and any `enabled` list (multiPoint or one
+    extension point) brings it back. Disabling it at single extension points
+    only is counted as on: it still runs at the others.
+    """
+    plugins = profile.get("plugins") or {}
+    if not isinstance(plugins, dict):
+        return True
+    multi = plugins.get("multiPoint") or {}
+    disabled = _named(multi.get("disabled")) if isinstance(multi, dict) else set()
+    if not disabled & {IN_TREE_ALLOCATOR, "*"}:
+        return True
+    return any(isinstance(point, dict) and IN_TREE_ALLOCATOR in _named(point.get("enabled")) for point in plugins.values())
+
+
+def refuse_in_tree_allocator(path: str) -> None:
+    """SchedulerConfigError when a profile of this kube-scheduler keeps DynamicResources on.
+
+    The extenders of a KubeSchedulerConfiguration serve every profile, so
+    every profile must leave allocation to the extender: two allocators
+    would manage the same devices (one allocator per device pool). A file
+    without profiles gets kube-scheduler's default profile, which has it on.
+    """
+    config = load_scheduler_config(path)
+    profiles = config.get("profiles") or [{"schedulerName": "default-scheduler"}]
+    if not isinstance(profiles, list):
+        raise SchedulerConfigError(f"--scheduler-config {path}: profiles must be a list")
+    on = [str(p.get("schedulerName") or "default-scheduler") for p in profiles if not isinstance(p, dict) or keeps_in_tree_allocator(p)]
+    if on:
+        raise SchedulerConfigError(
+            f"--scheduler-config {path}: profile {', '.join(on)} keeps the in-tree {IN_TREE_ALLOCATOR} plugin on, so two "
+            f"allocators would manage the same devices; add {{name: {IN_TREE_ALLOCATOR}}} to plugins.multiPoint.disabled "
+            "of every profile (the extender serves them all)"
+        )
+
+
 def lease_expired(spec: dict[str, Any], now: datetime) -> bool:
     renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds") or LEASE_DURATION
@@ -157,6 +203,7 @@ class Leadership:
         """None when --scheduler-config names a scheduler that does not elect (a single one: always leader)."""
         hostname = os.environ.get("HOSTNAME") or socket.gethostname()
         if getattr(args, "scheduler_config", None):
+            refuse_in_tree_allocator(args.scheduler_config)
             lease = lease_from_scheduler_config(args.scheduler_config)
             if lease is None:
                 return None

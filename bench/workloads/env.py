@@ -94,7 +94,7 @@ class Env:
                     "/_fake/objects", content=orjson.dumps({"kind": "List", "items": self.objects[i : i + 2000]})
                 ).raise_for_status()
             self.api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
-            args = ["--kubeconfig", str(kubeconfig)]
+            args = ["--kubeconfig", str(kubeconfig), "--standalone"]
         self.seed_s = time.perf_counter() - t
         self.objects = []  # not needed any more (memory of the bench client)
         gc.collect()

@@ -88,6 +88,7 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     from extender.webhook.classes import DeviceClassNames
     from tracker import events as ev
     from tracker.api_source import ApiSource
+    from tracker.kubeconfig import KubeconfigError
     from tracker.resources import KIND_RESOURCES
 
     host, port = hostport(args.listen, "--listen")
@@ -105,6 +106,10 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     except BindError as e:
         raise usage_error(str(e)) from None
     source = ApiSource(kubeconfig=args.kubeconfig, in_cluster=in_cluster)
+    try:
+        await source.connect("--kubeconfig")
+    except KubeconfigError as e:
+        raise usage_error(str(e)) from None
     classes = DeviceClassNames()
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
     excluded = sorted(set(args.excluded_namespace or ()))

@@ -28,7 +28,7 @@ from kubesim.scheduler.workloads import Workload, cluster_objects, pod_object, t
 
 
 def default_extender_cmd() -> list[str]:
-    return [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", "{kubeconfig}", "--listen", "{listen}"]
+    return [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", "{kubeconfig}", "--standalone", "--listen", "{listen}"]
 
 
 def noop_extender_cmd() -> list[str]:

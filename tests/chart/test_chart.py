@@ -12,7 +12,7 @@ from allocator.parse import parse_pod
 from extender.cli import build_parser
 from extender.metrics import Metrics
 from tests.chart.render import CHART, IMAGE, NAMESPACE, crds, helm, objects, one, render
-from tracker.leadership import lease_from_scheduler_config
+from tracker.leadership import lease_from_scheduler_config, refuse_in_tree_allocator
 from tracker.manifest_schema import check_metadata_limits, check_object_name
 
 # (apiVersion, kind) -> namespaced: what a 1.34+ cluster (plus prometheus-operator) serves.
@@ -147,6 +147,7 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar(tmp_path) -> None:
     config_path = tmp_path / "config.yaml"
     config_path.write_text(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
     assert lease_from_scheduler_config(str(config_path)) == (NAMESPACE, "dra-scheduler")
+    refuse_in_tree_allocator(str(config_path))  # every profile leaves allocation to the sidecar: it starts
     assert args.no_debug and args.in_cluster and not args.no_eviction
     assert args.bind_timeout < 5, "the bind budget must end before kube-scheduler's httpTimeout"
     scheduler = _container(deployment, "kube-scheduler")

@@ -41,9 +41,16 @@ def _flags(parser: argparse.ArgumentParser) -> list[str]:
             choices = "\\|".join(map(str, action.choices))  # a table cell: escape the pipes
             name = ", ".join(f"`{o} {choices}`" for o in action.option_strings)
         default = "" if action.default in (None, False, argparse.SUPPRESS) else f"`{action.default}`"
-        text = (action.help or "").replace("%(default)s", str(action.default)).replace("|", "\\|")
+        text = _expanded_help(parser, action).replace("|", "\\|")
         lines.append(f"| {name} | {default} | {text} |")
     return lines
+
+
+def _expanded_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help as `--help` prints it: every %(...)s placeholder filled in by argparse itself."""
+    if not action.help:
+        return ""
+    return parser._get_formatter()._expand_help(action)  # type: ignore[attr-defined]  # argparse's own expansion, private
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -21,3 +21,9 @@ def test_every_flag_and_metric_is_in_the_reference() -> None:
                 assert f"`{option}" in text, f"flag {option} missing from docs/reference.md"
     for family in Metrics().registry.collect():
         assert f"`{family.name}" in text, f"metric {family.name} missing from docs/reference.md"
+
+
+def test_no_help_placeholder_is_left_unexpanded() -> None:
+    """argparse fills %(default)s, %(choices)s, %(prog)s in --help; the reference must say the same words, not the placeholder."""
+    for n, line in enumerate(render().splitlines(), 1):
+        assert "%(" not in line, f"docs/reference.md line {n}: an unexpanded argparse placeholder: {line}"

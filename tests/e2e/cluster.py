@@ -251,8 +251,13 @@ def wait_converged(api: FakeApi, ext: Extender, timeout: float = 10.0) -> float:
         time.sleep(0.1)
 
 
+LEADERSHIP_FLAGS = ("--leader-elect", "--follow-scheduler-lease", "--scheduler-config", "--standalone", "--read-only")
+
+
 def cluster_extender(api: FakeApi, *args: str, env: dict[str, str] | None = None) -> Extender:
-    return Extender("--kubeconfig", str(api.kubeconfig), *args, env=env)
+    """`serve --kubeconfig` against `api`; --standalone (the only allocator) unless ARGS make a leadership choice."""
+    chosen = any(a.split("=")[0] in LEADERSHIP_FLAGS for a in args)
+    return Extender("--kubeconfig", str(api.kubeconfig), *(() if chosen else ("--standalone",)), *args, env=env)
 
 
 @contextmanager

@@ -803,7 +803,7 @@ def test_non_leader_filters_but_does_not_bind(binding) -> None:
 def test_no_source_flag_uses_the_kubeconfig_from_the_environment(live) -> None:
     """docs/design.md#where-the-cluster-comes-from: without a source flag and outside a pod, $KUBECONFIG names the cluster."""
     api, cluster, _ = live
-    ext = Extender(env={"KUBECONFIG": str(api.kubeconfig), "KUBERNETES_SERVICE_HOST": ""})
+    ext = Extender("--standalone", env={"KUBECONFIG": str(api.kubeconfig), "KUBERNETES_SERVICE_HOST": ""})
     try:
         ext.wait_ready()
         assert f"kubeconfig {api.kubeconfig}" in ext.logs()

@@ -28,6 +28,7 @@ def test_a_lease_nobody_renews_shows_in_log_metric_and_readyz(tmp_path) -> None:
     config.write_text(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
         "leaderElection: {leaderElect: true, resourceNamespace: dra-system, resourceName: dra-scheduler}\n"
+        "profiles:\n- schedulerName: dra-scheduler\n  plugins: {multiPoint: {disabled: [{name: DynamicResources}]}}\n"
     )
     api = FakeApi(DEMO)
     try:

@@ -35,15 +35,33 @@ def test_walkthrough_outputs_match_the_server(tmp_path) -> None:
     directory = tmp_path / "demo"
     shutil.copytree(DEMO, directory)
     ext = Extender("--source", str(directory))
+    printed: dict[str, list[str]] = {}
     try:
         ext.wait_ready()
         for request, verb, expected in STEPS:
             body = (REQUESTS / f"{request}.json").read_bytes()
-            got = ext.post(verb, body).json()
+            response = ext.post(verb, body)
+            got = response.json()
+            printed.setdefault(request, []).append(response.text)  # in walkthrough order, as the README shows them
             want = json.loads((EXPECTED / f"{expected}.json").read_text())
             assert got == want, f"{request} ({verb}) differs from examples/requests/expected/{expected}.json"
     finally:
         ext.stop()
+    _readme_shows_what_curl_prints(printed)
+
+
+def _readme_shows_what_curl_prints(printed: dict[str, list[str]]) -> None:
+    """Each `curl ... @examples/requests/R.json` block is followed by exactly what that command prints: the body as
+    the server sends it, or as `python3 -m json.tool` (4-space indent, ASCII escapes) re-prints it when piped."""
+    readme = (ROOT / "README.md").read_text()
+    pairs = re.findall(r"```sh\n(curl [^\n]*@examples/requests/([\w-]+)\.json[^\n]*)\n```\n```json\n(.*?)\n```", readme, re.S)
+    assert pairs, "no curl example followed by its output in the README"
+    for command, request, shown in pairs:
+        if not printed.get(request):
+            continue
+        raw = printed[request].pop(0)
+        want = json.dumps(json.loads(raw), indent=4) if "json.tool" in command else raw
+        assert shown == want, f"README: the output shown after `{command}` is not what it prints:\n{want}"
 
 
 def test_readme_shows_the_expected_outputs() -> None:

@@ -10,6 +10,7 @@ import yaml
 
 from extender.app import create_app
 from tests.e2e.harness import ROOT, sample
+from tracker.leadership import refuse_in_tree_allocator
 
 CONFIG = ROOT / "examples" / "kube-scheduler-config.yaml"
 
@@ -32,6 +33,7 @@ def test_profile_hands_devices_to_the_extender() -> None:
     assert extender["nodeCacheCapable"] is True
     assert extender["weight"] >= 1 and extender["httpTimeout"]
     assert extender.get("ignorable", False) is False
+    refuse_in_tree_allocator(str(CONFIG))  # `serve --scheduler-config` accepts it
 
 
 async def test_every_configured_verb_is_served(demo_service) -> None:

@@ -203,3 +203,23 @@ def test_the_lease_comes_from_the_schedulers_own_configuration(case: str, tmp_pa
 def test_a_missing_scheduler_config_is_named() -> None:
     with pytest.raises(leadership.SchedulerConfigError, match=r"/nonexistent/config\.yaml: No such file"):
         leadership.lease_from_scheduler_config("/nonexistent/config.yaml")
+
+
+# name -> (a profile's plugins, whether kube-scheduler keeps DynamicResources on in it)
+PROFILES: dict[str, tuple[dict, bool]] = {
+    "defaults": ({}, True),
+    "disabled under multiPoint": ({"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}, False),
+    "all disabled under multiPoint": ({"multiPoint": {"disabled": [{"name": "*"}]}}, False),
+    "disabled at filter only": ({"filter": {"disabled": [{"name": "DynamicResources"}]}}, True),
+    "re-enabled at reserve": (
+        {"multiPoint": {"disabled": [{"name": "*"}]}, "reserve": {"enabled": [{"name": "DynamicResources"}]}},
+        True,
+    ),
+    "another plugin disabled": ({"multiPoint": {"disabled": [{"name": "NodeResourcesFit"}]}}, True),
+}
+
+
+@pytest.mark.parametrize("case", PROFILES)
+def test_the_in_tree_allocator_is_seen_as_kube_scheduler_merges_plugins(case: str) -> None:
+    plugins, on = PROFILES[case]
+    assert leadership.keeps_in_tree_allocator({"schedulerName": "s", "plugins": plugins}) is on
