@@ -358,8 +358,12 @@ class Binder:
     def binding_failed_in_background(
         self, pod: Pod, uid: str, claims: list[ResourceClaim], bad: Readiness, *, keep_ready: bool = True
     ) -> None:
-        """A failure condition or the timeout seen by /filter: deallocate in the background, unless the pod's claims have an owner."""
-        self.binding.failed_in_background(pod, uid, claims, bad, keep_ready=keep_ready)
+        """A failure condition or the timeout seen by /filter: deallocate in the background, unless the pod's claims have an owner.
+
+        Only the leader writes: a standby replica's /filter answers the same, and leaves the claims to the leader.
+        """
+        if self.is_leader():
+            self.binding.failed_in_background(pod, uid, claims, bad, keep_ready=keep_ready)
 
     def binding_readiness(self, claims: list[ResourceClaim]) -> Readiness | None:
         """The worst readiness of claims with pending binding conditions; None when all are ready."""

@@ -103,3 +103,27 @@ async def test_ready_at_the_timeout_never_leaves_the_pod_bound_to_a_deallocated_
     assert bound["spec"].get("nodeName") == "bc-a"
     assert status.get("allocation"), f"{name}: the pod is bound, its claim was deallocated"
     assert [r["uid"] for r in status.get("reservedFor") or []] == [uid]
+
+
+async def test_a_standby_replicas_filter_never_deallocates(cluster: ApiCluster) -> None:
+    """A replica that is not leader answers /filter as the leader would, but never writes a claim."""
+    leading = [True]
+    cluster.service_args["is_leader"] = lambda: leading[0]
+    api = cluster.api
+    api.create(claim("c1"))
+    pod = api.create(pod_with_claim("p1", "c1"))
+    service = await cluster.start()
+    await cluster.caught_up()
+    clock = FakeClock()
+    service.binder.binding.clock = clock
+    pending = await cluster.bind(pod, "bc-a")
+    assert "waiting for binding conditions" in pending, pending
+    await cluster.caught_up()
+
+    leading[0] = False  # leadership moved on; this replica's /filter still sees the timed-out claim
+    clock.t += TIMEOUT + 60
+    passed, failed = await cluster.filter(pod, ["bc-a"])
+    assert passed == [] and "device binding timeout" in failed["bc-a"], failed
+    assert not service.binder.binding.background.running(f"dealloc/{pod['metadata']['uid']}")
+    status = api.get("resourceclaims", "default", "c1", group="resource.k8s.io")["status"]
+    assert status.get("allocation"), "a standby replica deallocated the leader's claim"
