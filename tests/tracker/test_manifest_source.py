@@ -751,7 +751,9 @@ AGREEMENT = [
         ),
         True,
     ),
-    (_rule({"taint": {**_TAINT, "effect": "FutureEffect"}}), True),
+    (_rule({"taint": {**_TAINT, "effect": "FutureEffect"}}), False),  # our CRD's enum: it ships with the extender that reads it
+    (_rule({"taint": {**_TAINT, "effect": "NoExecuted"}}), False),
+    (_rule({"taint": {**_TAINT, "effect": "NoExecute"}}), True),
     (_rule({"taint": {**_TAINT, "key": "no/two/slashes"}}), False),
     (_rule({"taint": {**_TAINT, "key": "Upper.Case/k"}}), False),
     (_rule({"taint": {**_TAINT, "key": "x" * 64}}), False),
