@@ -214,6 +214,12 @@ async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[s
     spec = parse_taint(args.taint)
     res = await cluster.rule_resource(args.upstream)
     obj = rule_object(args, spec, f"{res.group}/{res.version}")
+    if (
+        args.device_class
+        and args.dry_run != "client"
+        and await _get(cluster, KIND_RESOURCES[ev.DEVICE_CLASS].item("", args.device_class)) is None
+    ):
+        raise UsageError(f"--device-class {args.device_class}: no such DeviceClass (the rule would taint no device)")
     query = {"dryRun": "All"} if args.dry_run == "server" else None
     existing = await _get(cluster, res.item("", args.name)) if args.name else None
     if existing is not None:

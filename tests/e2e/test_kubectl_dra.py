@@ -290,6 +290,24 @@ def test_a_selector_the_extender_cannot_compile_is_refused_before_anything_is_wr
     assert mine == [] and api.get("DeviceTaintRule", None, f"refused-{case}", group=CRD_GROUP) is None
 
 
+@pytest.mark.parametrize("dry_run", ["none", "server"])
+def test_a_device_class_that_does_not_exist_is_refused(live, dry_run: str) -> None:
+    api, _ = live
+    r = dra(
+        api,
+        "taint",
+        "example.com/x:NoSchedule",
+        "--device-class",
+        "gpu.exmaple.com",
+        "--name",
+        "no-class",
+        f"--dry-run={dry_run}",
+        ok=False,
+    )
+    assert r.returncode == 2 and "--device-class gpu.exmaple.com: no such DeviceClass" in r.stderr, r.stderr
+    assert api.get("DeviceTaintRule", None, "no-class", group=CRD_GROUP) is None
+
+
 def test_devices_and_explain_rule_flag_a_rule_that_does_not_compile(live) -> None:
     """A rule written by hand (kubectl apply) with a CEL typo: the API server takes it, the extender selects no device with it."""
     api, _ = live
