@@ -14,12 +14,11 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
-from kubectl_dra.rule_checks import selector_errors
 from kubectl_dra.taint_spec import (
     EFFECTS,
     TaintSpec,
@@ -30,6 +29,9 @@ from kubectl_dra.taint_spec import (
 from tracker import events as ev
 from tracker.resources import KIND_RESOURCES
 from tracker.timestamps import rfc3339
+
+if TYPE_CHECKING:
+    from tracker.state import ClusterState
 
 EXAMPLES = {
     "taint": """examples:
@@ -391,7 +393,7 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
     return 0
 
 
-def _warn_rule_problems(state: Any) -> None:
+def _warn_rule_problems(state: ClusterState) -> None:
     """Rules that taint no device (a selector that does not compile) or act on none (an unknown effect), on stderr as kubectl's warnings."""
     from kubectl_dra.rule_checks import problem_rules
     from kubectl_dra.views import source_label
@@ -476,14 +478,15 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         for n in sorted(n for n, r in reasons.items() if r is None):
             out(f"node/{n}")
         return 0
+    node_name = (raw.get("spec") or {}).get("nodeName")
+    waits = "was placed by" if node_name else "waits for"
     if ours:
-        out(f"pod {namespace}/{args.pod} waits for scheduler {scheduler}, the dra-extender profile: its /filter answers below")
+        out(f"pod {namespace}/{args.pod} {waits} scheduler {scheduler}, the dra-extender profile: its /filter answers below")
     else:
         out(
-            f"pod {namespace}/{args.pod} waits for scheduler {scheduler}, not the dra-extender profile {args.scheduler_name} "
+            f"pod {namespace}/{args.pod} {waits} scheduler {scheduler}, not the dra-extender profile {args.scheduler_name} "
             "(--scheduler-name): the extender is never asked about it; below is what it would answer"
         )
-    node_name = (raw.get("spec") or {}).get("nodeName")
     if node_name:
         out(f"pod {namespace}/{args.pod} is bound to {node_name}; the reasons below are what a new pod like it would get")
     if not (raw.get("spec") or {}).get("resourceClaims"):
@@ -618,6 +621,8 @@ def kubeconfig_path(args: argparse.Namespace) -> str:
 
 async def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     if args.command == "taint":
+        from kubectl_dra.rule_checks import selector_errors
+
         parse_taint(args.taint)  # syntax errors before any request
         refused = selector_errors(args.selector or ())  # the extender's CEL engine: compile, cost, length
         if refused:
