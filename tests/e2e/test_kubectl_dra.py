@@ -608,6 +608,24 @@ def test_why_a_pod_waits_for_binding_conditions_is_filters_answer(live) -> None:
     assert "waits for scheduler dra-scheduler, the dra-extender profile" in text, text
     assert api.get("ResourceClaim", "default", "fabric-pod")["status"].get("allocation"), "why deallocates nothing"
 
+    # The driver reports failure: /filter would deallocate the claim; `why` says so and leaves it allocated.
+    def failed(obj: dict[str, Any]) -> None:
+        cond = {
+            "type": "failed",
+            "status": "True",
+            "reason": "Driver",
+            "message": "link down",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+        obj["status"]["devices"] = [{"driver": "fabric.example.com", "pool": "fabric-node", "device": "link-0", "conditions": [cond]}]
+
+    api.mutate("ResourceClaim", "default", "fabric-pod", failed, subresource="status")
+    wait_converged(api, ext)
+    asked = dra_json(api, "why", "fabric-pod")
+    assert all(r is not None and "the claim is being deallocated" in r for r in asked["nodes"].values()), asked
+    assert api.get("ResourceClaim", "default", "fabric-pod")["status"].get("allocation"), "why deallocates nothing"
+    assert asked["nodes"] == reasons(ext, {"Pod": api.get("Pod", "default", "fabric-pod"), "NodeNames": nodes})
+
 
 def test_why_says_when_the_pod_waits_for_another_scheduler(live) -> None:
     api, _ = live
