@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from allocator.types import BLOCKING_EFFECTS, EFFECT_NO_EXECUTE, DeviceTaint, DeviceToleration
+from allocator.types import BLOCKING_EFFECTS, EFFECT_NO_EXECUTE, KNOWN_EFFECTS, DeviceTaint, DeviceToleration
 
 
 def tolerates_taint(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
@@ -38,6 +38,17 @@ def blocks_allocation(taint: DeviceTaint) -> bool:
     are treated like `None` as KEP-5055 asks of consumers.
     """
     return taint.effect in BLOCKING_EFFECTS
+
+
+def unknown_effect(effect: str) -> str | None:
+    """The plain words for an effect this version does not act on (None for a known one).
+
+    Said the same way by the rule's Warning Event, its status and `kubectl dra`,
+    so that a typo such as `NoExecuted` is never read as a drain.
+    """
+    if effect in KNOWN_EFFECTS:
+        return None
+    return f"unknown effect {effect!r}: nothing is evicted or blocked (known: {', '.join(KNOWN_EFFECTS)})"
 
 
 def untolerated_blocking_taints(taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]) -> list[DeviceTaint]:

@@ -30,6 +30,7 @@ EFFECT_NONE: Final = "None"
 EFFECT_NO_SCHEDULE: Final = "NoSchedule"
 EFFECT_NO_EXECUTE: Final = "NoExecute"
 BLOCKING_EFFECTS: Final = frozenset({EFFECT_NO_SCHEDULE, EFFECT_NO_EXECUTE})
+KNOWN_EFFECTS: Final = (EFFECT_NONE, EFFECT_NO_SCHEDULE, EFFECT_NO_EXECUTE)  # what this version acts on
 
 MODE_EXACT_COUNT: Final = "ExactCount"
 MODE_ALL: Final = "All"

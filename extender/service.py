@@ -103,7 +103,11 @@ class Service:
         features: Features = DEFAULT_FEATURES,
         binding_timeout: float = 600.0,
         offer_nodes: int = DEFAULT_OFFER_NODES,
+        observe_only: bool = False,
     ) -> None:
+        """`observe_only`: answer /filter exactly, but never act on the answer (no deallocation of a
+        claim whose binding failed): `kubectl dra why` asks this way over its own snapshot."""
+        self.observe_only = observe_only
         self.state = state
         self.features = features
         self.source = source
@@ -259,9 +263,7 @@ class Service:
         passed, failed, fits = self.fit.fit(claims, names, nodes, deadline, budget)
         if waiting and not passed:
             # Ready, but the allocated node was not sent or no longer fits: give the devices back (ready or not).
-            self.binder.binding_failed_in_background(
-                pod, pod.meta.uid, waiting, _readiness_gone(waiting[0].key, allocated_node(waiting[0])), keep_ready=False
-            )
+            self._binding_failed(pod, waiting, _readiness_gone(waiting[0].key, allocated_node(waiting[0])), keep_ready=False)
         to_allocate = tuple(c.key for c in claims if c.allocation is None)
         if passed and to_allocate:
             placed = self.placements.in_flight()
@@ -344,8 +346,12 @@ class Service:
         if bad.state == PENDING:
             node = allocated_node(next(c for c in waiting if c.key == bad.claim))
             return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
-        self.binder.binding_failed_in_background(pod, pod.meta.uid, waiting, bad)
+        self._binding_failed(pod, waiting, bad)
         return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+
+    def _binding_failed(self, pod: Pod, waiting: list[ResourceClaim], bad: Readiness, *, keep_ready: bool = True) -> None:
+        if not self.observe_only:
+            self.binder.binding_failed_in_background(pod, pod.meta.uid, waiting, bad, keep_ready=keep_ready)
 
     def filter_without_state(self, args: ExtenderArgs) -> list[str] | None:
         """Every node for a pod with neither claims nor PVC volumes; else None. Thread-safe (reads the request only)."""

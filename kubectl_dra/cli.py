@@ -14,11 +14,11 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster
+from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
 from kubectl_dra.taint_spec import (
     EFFECTS,
     TaintSpec,
@@ -29,6 +29,9 @@ from kubectl_dra.taint_spec import (
 from tracker import events as ev
 from tracker.resources import KIND_RESOURCES
 from tracker.timestamps import rfc3339
+
+if TYPE_CHECKING:
+    from tracker.state import ClusterState
 
 EXAMPLES = {
     "taint": """examples:
@@ -129,8 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--upstream", action="store_true", help="a resource.k8s.io rule instead of the CRD's")
     _output_flag(explain)
 
-    why = command("why", "why a pod is pending: the extender's per-node reasons, computed here")
+    why = command("why", "why a pod is pending: the extender's /filter answer per node, computed here by its own code")
     why.add_argument("pod", metavar="POD")
+    why.add_argument(
+        "--scheduler-name",
+        default="dra-scheduler",
+        metavar="NAME",
+        help="the kube-scheduler profile that calls the extender (the chart's schedulerName; default %(default)s)",
+    )
     _output_flag(why)
 
     completion = command("completion", "print a shell completion script (bash or zsh); kubectl's own completion uses kubectl_complete-dra")
@@ -207,6 +216,12 @@ async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[s
     spec = parse_taint(args.taint)
     res = await cluster.rule_resource(args.upstream)
     obj = rule_object(args, spec, f"{res.group}/{res.version}")
+    if (
+        args.device_class
+        and args.dry_run != "client"
+        and await _get(cluster, KIND_RESOURCES[ev.DEVICE_CLASS].item("", args.device_class)) is None
+    ):
+        raise UsageError(f"--device-class {args.device_class}: no such DeviceClass (the rule would taint no device)")
     query = {"dryRun": "All"} if args.dry_run == "server" else None
     existing = await _get(cluster, res.item("", args.name)) if args.name else None
     if existing is not None:
@@ -255,6 +270,37 @@ async def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
         raise
 
 
+def _by_taint(managed: list[dict[str, Any]], key: str, effect: str | None, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rules with this taint key (and effect, when given) whose selector has the --driver/--pool/--device given."""
+    chosen = []
+    for r in managed:
+        spec = r.get("spec") or {}
+        taint, sel = spec.get("taint") or {}, spec.get("deviceSelector") or {}
+        if taint.get("key") != key or (effect is not None and taint.get("effect") != effect):
+            continue
+        if any(want and sel.get(f) != want for f, want in (("driver", args.driver), ("pool", args.pool), ("device", args.device))):
+            continue
+        chosen.append(r)
+    return chosen
+
+
+async def _in_the_other_group(cluster: Cluster, args: argparse.Namespace) -> list[str]:
+    """The kubectl-dra rules of the other API group (CRD vs resource.k8s.io) the target names: a forgotten or extra --upstream."""
+    try:
+        other = await cluster.rule_resource(not args.upstream)
+    except ApiError:
+        return []  # resource.k8s.io rules are not served
+    managed = await cluster.list(other, label_selector=f"{MANAGED_BY}={PLUGIN}")
+    found = [r for r in managed if r["metadata"]["name"] == args.target and not (args.driver or args.pool or args.device)]
+    if not found:
+        try:
+            key, effect = parse_key_effect(args.target)
+        except TaintSyntaxError:
+            return []
+        found = _by_taint(managed, key, effect, args)
+    return [f"devicetaintrule.{other.group}/{r['metadata']['name']}" for r in found]
+
+
 async def cmd_untaint(cluster: Cluster, args: argparse.Namespace, out: Callable[[str], None]) -> int:
     res = await cluster.rule_resource(args.upstream)
     managed = await cluster.list(res, label_selector=f"{MANAGED_BY}={PLUGIN}")
@@ -270,20 +316,16 @@ async def cmd_untaint(cluster: Cluster, args: argparse.Namespace, out: Callable[
                     f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl"
                 ) from None
             raise UsageError(f"no kubectl-dra rule named {args.target!r}, and not a taint: {e}") from None
-        chosen = []
-        for r in managed:
-            spec = r.get("spec") or {}
-            taint, sel = spec.get("taint") or {}, spec.get("deviceSelector") or {}
-            if taint.get("key") != key or (effect is not None and taint.get("effect") != effect):
-                continue
-            if any(want and sel.get(f) != want for f, want in (("driver", args.driver), ("pool", args.pool), ("device", args.device))):
-                continue
-            chosen.append(r)
+        chosen = _by_taint(managed, key, effect, args)
     if not chosen:
         if await _get(cluster, res.item("", args.target)) is not None:
             raise UsageError(
                 f"DeviceTaintRule {args.target} is not managed by kubectl-dra (label {MANAGED_BY}={PLUGIN}); delete it with kubectl"
             )
+        elsewhere = await _in_the_other_group(cluster, args)
+        if elsewhere:
+            flag = "drop --upstream" if args.upstream else "add --upstream"
+            raise UsageError(f"no kubectl-dra rule in {res.group} matches {args.target!r}, but {', '.join(elsewhere)} does: {flag}")
         if args.ignore_not_found:
             return 0
         print(f"Error: no DeviceTaintRule managed by kubectl-dra matches {args.target!r} (--ignore-not-found: exit 0)", file=sys.stderr)
@@ -314,7 +356,9 @@ def _dump(data: Any, fmt: str, out: Callable[[str], None]) -> None:
 async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[[str], None]) -> int:
     from kubectl_dra.views import device_rows
 
-    rows = device_rows(await cluster.snapshot(), node=args.node, tainted=args.tainted)
+    state = await cluster.snapshot()
+    rows = device_rows(state, node=args.node, tainted=args.tainted)
+    _warn_rule_problems(state)
     if args.output in ("json", "yaml"):
         _dump(rows, args.output, out)
         return 0
@@ -349,6 +393,16 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
     return 0
 
 
+def _warn_rule_problems(state: ClusterState) -> None:
+    """Rules that taint no device (a selector that does not compile) or act on none (an unknown effect), on stderr as kubectl's warnings."""
+    from kubectl_dra.rule_checks import problem_rules
+    from kubectl_dra.views import source_label
+
+    for source, problems in problem_rules(state).items():
+        for problem in problems:
+            print(f"Warning: {source_label(source)}: {problem}", file=sys.stderr)
+
+
 async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[[str], None]) -> int:
     from kubectl_dra.views import explain_rule
 
@@ -368,6 +422,8 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
         return 0
     d = explained.dry
     out(f"Rule:       {args.name} ({res.group}), effect {explained.effect}")
+    for problem in explained.problems:
+        out(f"Problem:    {problem}")
     out(f"Devices:    {d.published_devices} published, {d.allocated_devices} allocated")
     for dev in explained.devices:
         out(f"  {dev}{'  -> ' + explained.allocated[dev] if dev in explained.allocated else ''}")
@@ -407,15 +463,30 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         print(f'Error: pod "{args.pod}" not found in namespace {namespace}', file=sys.stderr)
         return 1
     state = await cluster.snapshot()
-    reasons = why(state, raw)
+    try:
+        reasons = await why(state, ReadOnlySource(cluster), raw)
+    except ValueError as e:
+        print(f"Error: pod {namespace}/{args.pod}: {e}", file=sys.stderr)
+        return 1
+    scheduler = (raw.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    ours = scheduler == args.scheduler_name
     if args.output in ("json", "yaml"):
-        _dump({"pod": f"{namespace}/{args.pod}", "nodes": reasons}, args.output, out)
+        answer = {"pod": f"{namespace}/{args.pod}", "schedulerName": scheduler, "extenderProfile": ours, "nodes": reasons}
+        _dump(answer, args.output, out)
         return 0
     if args.output == "name":  # the nodes that fit, as kubectl names them
         for n in sorted(n for n, r in reasons.items() if r is None):
             out(f"node/{n}")
         return 0
     node_name = (raw.get("spec") or {}).get("nodeName")
+    waits = "was placed by" if node_name else "waits for"
+    if ours:
+        out(f"pod {namespace}/{args.pod} {waits} scheduler {scheduler}, the dra-extender profile: its /filter answers below")
+    else:
+        out(
+            f"pod {namespace}/{args.pod} {waits} scheduler {scheduler}, not the dra-extender profile {args.scheduler_name} "
+            "(--scheduler-name): the extender is never asked about it; below is what it would answer"
+        )
     if node_name:
         out(f"pod {namespace}/{args.pod} is bound to {node_name}; the reasons below are what a new pod like it would get")
     if not (raw.get("spec") or {}).get("resourceClaims"):
@@ -555,7 +626,12 @@ def kubeconfig_path(args: argparse.Namespace) -> str:
 
 async def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     if args.command == "taint":
+        from kubectl_dra.rule_checks import selector_errors
+
         parse_taint(args.taint)  # syntax errors before any request
+        refused = selector_errors(args.selector or ())  # the extender's CEL engine: compile, cost, length
+        if refused:
+            raise UsageError("; ".join(refused) + " (the extender would select no device with it)")
     path = kubeconfig_path(args)
     cluster = Cluster(kubeconfig=path, context=args.context)
     try:

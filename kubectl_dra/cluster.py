@@ -15,7 +15,9 @@ from allocator.cel import CelEnvironment
 from tracker import events as ev
 from tracker.api_source import ApiSource
 from tracker.resources import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, UPSTREAM_RULE_VERSIONS, UPSTREAM_RULES_PLURAL, Resource
+from tracker.resources import api_version as api_version_of
 from tracker.resources import upstream_rules as upstream_rules_at
+from tracker.source import SourceError
 from tracker.state import ClusterState
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -119,3 +121,42 @@ class Cluster:
         for kind, group in state.required - state.synced:
             state.mark_synced(kind, group)  # an API the server does not serve holds nothing
         return state
+
+
+class ReadOnlySource:
+    """The BindingSource `kubectl dra why` gives the extender's Service: it reads, and refuses every write.
+
+    The Service runs with `observe_only` and writes nothing on /filter's path;
+    this makes that a guarantee on the admin's cluster, not a convention.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
+        return await self._cluster.source.get(kind, namespace, name, group)
+
+    def api_version(self, kind: str, group: str) -> str:
+        return api_version_of(kind, group)
+
+    @staticmethod
+    def _refuse(what: str) -> SourceError:
+        return SourceError(f"kubectl dra why only reads: it does not {what}")
+
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+        raise self._refuse(f"patch ResourceClaim {namespace}/{name}")
+
+    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+        raise self._refuse(f"create a ResourceClaim in {namespace}")
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        raise self._refuse(f"delete ResourceClaim {namespace}/{name}")
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        raise self._refuse(f"patch Pod {namespace}/{name}")
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        raise self._refuse(f"bind Pod {namespace}/{name}")
+
+    async def create_event(self, event: dict[str, Any]) -> None:
+        raise self._refuse("record Events")

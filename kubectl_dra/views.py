@@ -4,8 +4,8 @@
   and patches), where each comes from, and who holds it.
 - `explain_rule`: what a rule matches and whom NoExecute would evict, with
   the eviction controller's own plan and dry run (`effect: None` status).
-- `why`: a pending pod's per-node reasons from the outcome cache /filter
-  answers with.
+- `why`: a pending pod's per-node reasons, from the extender's own
+  Service.filter.
 """
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.extended_resources import claims_per_node
-from allocator.parse import ValidationError, parse_pod
-from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint, Node
+from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint
 from extender.eviction.clock import parse_time
 from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from extender.eviction.rule_status import RuleCounts, condition
-from extender.outcomes import OutcomeCache
+from extender.metrics import Metrics
+from extender.service import Service
+from extender.wire import BadRequest, ExtenderArgs
+from kubectl_dra.rule_checks import rule_problems
+from tracker.source import BindingSource
 from tracker.state import ClusterState
-from tracker.volumes import has_pvc_volumes, pod_volume_verdict
 
 SLICE_SOURCE = "slice"
 
@@ -83,6 +84,7 @@ class RuleExplanation:
     evicted: list[dict[str, Any]]  # pod, claims, due (epoch s, 0 = now), taints
     dry: DryRun
     message: str = field(default="")
+    problems: list[str] = field(default_factory=list)  # kubectl_dra.rule_checks: invalid selectors, an unknown effect
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +100,7 @@ class RuleExplanation:
                 "namespaces": self.dry.namespaces,
             },
             "dryRunMessage": self.message,
+            "problems": self.problems,
         }
 
 
@@ -119,30 +122,26 @@ def explain_rule(state: ClusterState, group: str, name: str) -> RuleExplanation 
     ]
     dry = dry_run(state, source, _taint_time)
     message = condition(EFFECT_NONE, RuleCounts(), dry, rule.meta.generation)["message"]
-    return RuleExplanation(source, rule.taint.effect, devices, dict(sorted(allocated.items())), evicted, dry, message)
+    problems = rule_problems(state, rule)
+    return RuleExplanation(source, rule.taint.effect, devices, dict(sorted(allocated.items())), evicted, dry, message, problems)
 
 
-def why(state: ClusterState, raw_pod: dict[str, Any]) -> dict[str, str | None]:
-    """node -> None when it fits, else the reason /filter would give (all nodes the tracker knows)."""
+async def why(state: ClusterState, source: BindingSource, raw_pod: dict[str, Any]) -> dict[str, str | None]:
+    """node -> None when it fits, else the reason /filter gives, for every node the tracker knows.
+
+    The extender's own Service answers, through the same `filter` the HTTP
+    edge calls: claims, volume taints, binding conditions, DRA-backed
+    extended resources, counters and capacity are judged by one code path.
+    It runs `observe_only` (no deallocation of a failed binding) over a
+    source that refuses writes, waits for nothing (no claim or placement
+    wait) and looks at every node (no `--offer-nodes` cut-off).
+    """
+    service = Service(state, source, Allocator(state.cel), Metrics(), claim_wait=0, placement_wait=0, offer_nodes=0, observe_only=True)
     names = sorted(state.nodes)
-    spec = raw_pod.get("spec") or {}
-    volume = pod_volume_verdict(state.volumes, raw_pod) if has_pvc_volumes(raw_pod) else None
     try:
-        pod = parse_pod(raw_pod)
-    except ValidationError as e:
+        passed, failed = await service.filter(ExtenderArgs(raw_pod, names, None, None))
+    except BadRequest as e:
         raise ValueError(f"the pod does not parse: {e}") from None
-    if not spec.get("resourceClaims") and not pod.containers:
-        return {n: (volume.message if volume is not None else None) for n in names}
-    claims, problem = state.pod_claims(pod)
-    if problem is None and volume is not None:
-        problem = volume.message
-    if problem is not None:
-        return {n: problem for n in names}
-    cache = OutcomeCache(state, Allocator(state.cel))
-    out: dict[str, str | None] = {}
-    # DRA-backed extended resources: the claim /bind would make, per group of nodes (allocator.extended_resources).
-    for group_claims, group in claims_per_node(pod, claims, state.classes, [state.nodes.get(n) or Node(n) for n in names]):
-        nodes = [(state.nodes.get(n) or Node(n), None) for n in group]
-        verdicts = cache.verdicts(cache.signature(group_claims), group_claims, nodes)
-        out.update({n: (None if o.failure is None else o.failure.message) for n, o in zip(group, verdicts, strict=True)})
-    return {n: out[n] for n in names}
+    out: dict[str, str | None] = {n: None for n in passed}
+    out.update(failed)
+    return {n: out.get(n, "not looked at by /filter") for n in names}

@@ -302,7 +302,8 @@ def unknown_effects(kind: str, raw: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, effect) of every device taint whose effect this version does not know.
 
     They load and act like None, as upstream treats effects added by newer
-    versions; but an operator's typo must not go unnoticed.
+    versions; but an operator's typo must not go unnoticed. (Our own CRD's
+    rules never get here: its enum refuses them in `check_device_taint_rule`.)
     """
     spec = raw.get("spec")
     if not isinstance(spec, dict):
@@ -370,7 +371,7 @@ def _candidate(doc: Any, path: str, budget: list[int]) -> Candidate | LoadError 
         return LoadError(path, f"invalid: {type(e).__name__}: {e}", obj)
     for field_path, effect in unknown_effects(kind, raw):
         log.warning(
-            "unknown taint effect: treated as None",
+            "unknown taint effect: nothing is evicted or blocked (treated as None)",
             extra={"path": path, "object": obj, "field": field_path, "effect": effect, "known": sorted(_KNOWN_EFFECTS)},
         )
     return Candidate((kind, group, key), raw, path)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from allocator.parse import ValidationError
+from allocator.types import KNOWN_EFFECTS
 
 # apimachinery/pkg/util/validation.
 DNS1123_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -129,10 +130,17 @@ def _check_selectors(obj: str, raw: Any, path: str, limit: int) -> None:
 
 
 def check_device_taint_rule(obj: str, raw: Mapping[str, Any], *, own_crd: bool) -> None:
-    """The taint's key/value/time formats (both groups), plus our CRD's selector limit."""
+    """The taint's key/value/time formats (both groups), plus our CRD's effect enum and selector limits."""
     spec = _mapping(raw.get("spec"))
-    _check_taint(obj, _mapping(spec.get("taint")), "spec.taint")
+    taint = _mapping(spec.get("taint"))
+    _check_taint(obj, taint, "spec.taint")
     if own_crd:
+        # Our CRD's enum (it ships with the extender that reads it); upstream's rules may carry newer effects.
+        effect = taint.get("effect")
+        if isinstance(effect, str) and effect not in KNOWN_EFFECTS:
+            raise ValidationError(
+                obj, "spec.taint.effect", f'Unsupported value: "{effect}": supported values: ' + ", ".join(f'"{e}"' for e in KNOWN_EFFECTS)
+            )
         selector = _mapping(spec.get("deviceSelector"))
         _check_selector_fields(obj, selector, "spec.deviceSelector")
         _check_selectors(obj, selector.get("selectors"), "spec.deviceSelector.selectors", RULE_SELECTORS_MAX)

@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from allocator.types import EFFECT_NONE, DeviceTaint
+from allocator.tolerations import unknown_effect
+from allocator.types import DeviceTaint
 from extender.eviction.plan import PodEviction
 from extender.eviction.rule_view import RuleView
 from tracker.source import EventWriter
@@ -24,7 +25,6 @@ log = logging.getLogger("dra_extender.eviction")
 EVENT_REASON = "DeviceTaintManagerEviction"
 VOLUME_EVENT_REASON = "VolumeTaintManagerEviction"
 UNKNOWN_EFFECT_REASON = "UnknownTaintEffect"
-_KNOWN_EFFECTS = frozenset({EFFECT_NONE, "NoSchedule", "NoExecute"})
 
 
 class Events:
@@ -62,13 +62,14 @@ class Events:
         """A rule whose effect this version does not know acts like None (as upstream's); say so on
         the rule, once per generation, so a typo such as `Evict-Everything` is not silent."""
         effect = rule.effect
-        if effect is None or effect in _KNOWN_EFFECTS or not self.is_leader():
+        plainly = unknown_effect(effect) if effect is not None else None
+        if plainly is None or not self.is_leader():
             return
         seen = (rule.uid, rule.generation)
         if seen in self._unknown_effects:
             return
         self._unknown_effects.add(seen)
-        message = f"spec.taint.effect: unknown effect {effect!r}: treated as None (known: NoExecute, NoSchedule, None)"
+        message = f"spec.taint.effect: {plainly}"
         log.warning(
             "DeviceTaintRule has an unknown taint effect",
             extra={"rule": rule.name, "group": rule.group, "field": "spec.taint.effect", "effect": effect},

@@ -5,7 +5,10 @@ controller (`pkg/controller/devicetainteviction`), so tools and people who
 read upstream rules read ours the same way. Writes are throttled: at most
 one every `STATUS_PERIOD` seconds for the same generation; a spec change
 (new generation) is answered at once. An `effect: None` rule gets its dry
-run once per generation, as its message promises.
+run once per generation, as its message promises. One difference: for an
+effect this version does not know, the message says plainly that nothing is
+evicted or blocked (upstream's words, "Eviction only happens for the
+NoExecute effect.", read like a drain that has not started yet).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.tolerations import unknown_effect
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NONE
 from extender.eviction.clock import parse_time
 from extender.eviction.plan import DryRun
@@ -60,7 +64,8 @@ def condition(effect: str, counts: RuleCounts, dry: DryRun | None, generation: i
         )
     else:
         reason = "OtherEffect"
-        message = "Eviction only happens for the NoExecute effect."
+        plainly = unknown_effect(effect)
+        message = f"The rule has an {plainly}." if plainly else "Eviction only happens for the NoExecute effect."
     if counts.evicted > 0:
         message += (" " if message else "") + _n(counts.evicted, "1 pod ", "{} pods ") + "evicted since starting the controller."
     if counts.refused > 0:

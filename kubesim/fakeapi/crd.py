@@ -199,6 +199,10 @@ class SchemaValidator:
     ) -> None:
         before = len(errors)
         self._openapi(schema, value, old, path, errors, rule_errors)
+        if len(errors) > before and isinstance(value, str | int | float | bool) and value == old:
+            # Validation ratcheting (CRDValidationRatcheting, GA in 1.33): an unchanged value that a
+            # newer schema refuses (an enum added later) does not block updates of the rest, e.g. status.
+            del errors[before:]
         if len(errors) > before:
             return  # CEL rules see only values that passed the schema
         for _i, r in enumerate(schema.get("x-kubernetes-validations") or ()):

@@ -112,7 +112,9 @@ def test_why_gives_the_same_reasons_as_filter(live) -> None:
         body = {"Pod": pod, "NodeNames": nodes}
         filtered = reasons(ext, body)
         asked = dra_json(api, "why", "-n", meta["namespace"], meta["name"])
-        assert asked == {"pod": f"{meta['namespace']}/{meta['name']}", "nodes": filtered}, meta["name"]
+        assert asked["pod"] == f"{meta['namespace']}/{meta['name']}" and asked["nodes"] == filtered, meta["name"]
+        scheduler = spec.get("schedulerName") or "default-scheduler"
+        assert (asked["schedulerName"], asked["extenderProfile"]) == (scheduler, scheduler == "dra-scheduler"), meta["name"]
         checked += 1
     assert checked >= 5
     text = dra(api, "why", "why-missing").stdout
@@ -216,6 +218,173 @@ def test_upstream_rule(live) -> None:
     assert api.get("DeviceTaintRule", None, "up-rule") is not None
     assert "Rule:       up-rule (resource.k8s.io), effect None" in dra(api, "explain-rule", "up-rule", "--upstream").stdout
     assert "deleted" in dra(api, "untaint", "up-rule", "--upstream").stdout
+
+
+# name -> (untaint arguments, what the one-line error names)
+FORGOTTEN_UPSTREAM = {
+    "by-name": (["up-forgot"], "devicetaintrule.resource.k8s.io/up-forgot does: add --upstream"),
+    "by-key": (["example.com/forgot"], "devicetaintrule.resource.k8s.io/up-forgot does: add --upstream"),
+    "by-key-and-effect": (["example.com/forgot:None", "--device", "gpu-1"], "devicetaintrule.resource.k8s.io/up-forgot does"),
+    "ignore-not-found-is-no-excuse": (["up-forgot", "--ignore-not-found"], "add --upstream"),
+}
+
+
+@pytest.mark.parametrize("case", FORGOTTEN_UPSTREAM)
+def test_untaint_without_upstream_names_the_upstream_rule(live, case: str) -> None:
+    """A rule `taint --upstream` made is never reported as "no rule matches": the error says to add --upstream."""
+    api, _ = live
+    argv, says = FORGOTTEN_UPSTREAM[case]
+    if api.get("DeviceTaintRule", None, "up-forgot") is None:
+        dra(
+            api, "taint", "example.com/forgot:None", "--upstream", "--driver", "gpu.example.com", "--device", "gpu-1", "--name", "up-forgot"
+        )
+    r = dra(api, "untaint", *argv, ok=False)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert api.get("DeviceTaintRule", None, "up-forgot") is not None, "nothing deleted"
+    r = dra(api, "untaint", "c-never", "--upstream", ok=False)
+    assert r.returncode == 1 and "no DeviceTaintRule managed by kubectl-dra matches" in r.stderr
+
+
+def test_untaint_with_upstream_names_the_crd_rule(live) -> None:
+    api, _ = live
+    dra(api, "taint", "example.com/crd-only:None", "--driver", "gpu.example.com", "--device", "gpu-1", "--name", "crd-only")
+    r = dra(api, "untaint", "crd-only", "--upstream", ok=False)
+    assert r.returncode == 2 and f"devicetaintrule.{CRD_GROUP}/crd-only does: drop --upstream" in r.stderr, r.stderr
+    dra(api, "untaint", "crd-only")
+
+
+# Selectors the extender's CEL engine refuses: (expression, what the error says)
+A = 'device.attributes["gpu.example.com"]'
+REFUSED_SELECTORS = {
+    "typo-assignment": (f'{A}.model = "h100"', "does not compile: "),
+    "over-the-cost-limit": (f"{A}.all(a, {A}.all(b, {A}.all(c, {A}.all(d, a != d))))", "estimated cost"),
+    "longer-than-10KiB": (" " * 10237 + "true", "longer than 10240 characters"),
+    "undeclared-variable": ('devices.driver == "gpu.example.com"', "undeclared reference to 'devices'"),
+}
+
+
+@pytest.mark.parametrize("dry_run", ["none", "server", "client"])
+@pytest.mark.parametrize("case", REFUSED_SELECTORS)
+def test_a_selector_the_extender_cannot_compile_is_refused_before_anything_is_written(live, case: str, dry_run: str) -> None:
+    api, _ = live
+    expression, says = REFUSED_SELECTORS[case]
+    before = len(api.requests())
+    r = dra(
+        api,
+        "taint",
+        "example.com/x:NoSchedule",
+        "--selector",
+        'device.driver == "gpu.example.com"',
+        "--selector",
+        expression,
+        "--name",
+        f"refused-{case}",
+        f"--dry-run={dry_run}",
+        ok=False,
+    )
+    assert r.returncode == 2 and r.stderr.startswith("error: --selector #2 ") and says in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stdout == "", r.stderr
+    mine = [
+        q for q in api.requests(before) if (q["method"] == "POST" and "devicetaintrules" in q["path"]) or f"refused-{case}" in q["path"]
+    ]
+    assert mine == [] and api.get("DeviceTaintRule", None, f"refused-{case}", group=CRD_GROUP) is None
+
+
+@pytest.mark.parametrize("dry_run", ["none", "server"])
+def test_a_device_class_that_does_not_exist_is_refused(live, dry_run: str) -> None:
+    api, _ = live
+    r = dra(
+        api,
+        "taint",
+        "example.com/x:NoSchedule",
+        "--device-class",
+        "gpu.exmaple.com",
+        "--name",
+        "no-class",
+        f"--dry-run={dry_run}",
+        ok=False,
+    )
+    assert r.returncode == 2 and "--device-class gpu.exmaple.com: no such DeviceClass" in r.stderr, r.stderr
+    assert api.get("DeviceTaintRule", None, "no-class", group=CRD_GROUP) is None
+
+
+def test_devices_and_explain_rule_flag_a_rule_that_does_not_compile(live) -> None:
+    """A rule written by hand (kubectl apply) with a CEL typo: the API server takes it, the extender selects no device with it."""
+    api, _ = live
+    api.create(
+        {
+            "apiVersion": f"{CRD_GROUP}/v1alpha1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "typo-rule"},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.example.com", "selectors": [{"cel": {"expression": f'{A}.model = "h100"'}}]},
+                "taint": {"key": "example.com/typo", "effect": "NoSchedule"},
+            },
+        }
+    )
+    says = (
+        'invalid: spec.deviceSelector.selectors[0].cel.expression: \'device.attributes["gpu.example.com"].model = "h100"\' does not compile'
+    )
+    text = dra(api, "explain-rule", "typo-rule").stdout
+    assert f"Problem:    {says}" in text and "the rule taints no device" in text, text
+    explained = dra_json(api, "explain-rule", "typo-rule")
+    assert explained["devices"] == [] and explained["problems"][0].startswith(says), explained["problems"]
+    r = dra(api, "devices", "--tainted")
+    assert f"Warning: rule/typo-rule: {says}" in r.stderr, r.stderr
+    r = dra(api, "devices", "-o", "json")
+    assert json.loads(r.stdout) and "rule/typo-rule" in r.stderr, "the warning goes to stderr: -o json stays parseable"
+    api.delete("DeviceTaintRule", None, "typo-rule", group=CRD_GROUP)
+
+
+def test_the_crd_refuses_an_effect_it_does_not_know(live) -> None:
+    """`kubectl apply` of the project's rule with a typo in its effect: refused by the schema, like a real API server's enum."""
+    api, _ = live
+    body = {
+        "apiVersion": f"{CRD_GROUP}/v1alpha1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "drain-typo"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.example.com", "pool": "node-a"},
+            "taint": {"key": "example.com/drain", "effect": "NoExecuted"},
+        },
+    }
+    r = api.http.post(f"/apis/{CRD_GROUP}/v1alpha1/devicetaintrules", json=body)
+    assert r.status_code == 422, r.text
+    (cause,) = r.json()["details"]["causes"]
+    assert cause["field"] == "spec.taint.effect"
+    assert cause["message"] == 'Unsupported value: "NoExecuted": supported values: "None", "NoSchedule", "NoExecute"'
+    assert api.get("DeviceTaintRule", None, "drain-typo", group=CRD_GROUP) is None
+
+
+def test_an_upstream_rule_with_an_unknown_effect_says_nothing_is_evicted_or_blocked(live) -> None:
+    """resource.k8s.io allows effects newer versions may add: every output says plainly that this one does nothing here."""
+    api, _ = live
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1beta2",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "up-typo"},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.example.com", "pool": "node-c"},
+                "taint": {"key": "example.com/drain", "effect": "NoExecuted"},
+            },
+        }
+    )
+    plainly = "unknown effect 'NoExecuted': nothing is evicted or blocked (known: None, NoSchedule, NoExecute)"
+    text = dra(api, "explain-rule", "up-typo", "--upstream").stdout
+    assert f"Problem:    spec.taint.effect: {plainly}" in text, text
+    r = dra(api, "devices", "--node", "node-c")
+    assert f"Warning: rule.resource.k8s.io/up-typo: spec.taint.effect: {plainly}" in r.stderr, r.stderr
+
+    def warned() -> list[str]:
+        return [
+            e["message"]
+            for e in api.list("Event")
+            if e["involvedObject"].get("name") == "up-typo" and e.get("reason") == "UnknownTaintEffect"
+        ]
+
+    assert wait_for(warned, what="the rule's Warning Event") == [f"spec.taint.effect: {plainly}"]
+    api.delete("DeviceTaintRule", None, "up-typo")
 
 
 def test_help_has_examples_and_completion_scripts() -> None:
@@ -365,3 +534,105 @@ def test_an_unreachable_api_server_is_one_line(tmp_path) -> None:
         check=False,
     )
     assert r.returncode == 1 and r.stderr.startswith("error: cannot reach the API server:") and r.stderr.count("\n") == 1, r.stderr
+
+
+def _fabric_node(api: FakeApi, name: str) -> None:
+    """A node whose devices bind only once the driver reports `ready` (binding conditions), of their own class."""
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}})
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{name}-fabric"},
+            "spec": {
+                "driver": "fabric.example.com",
+                "nodeName": name,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {"name": "link-0", "bindsToNode": True, "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]}
+                ],
+            },
+        }
+    )
+    if api.get("DeviceClass", None, "fabric.example.com") is None:
+        api.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": "fabric.example.com"},
+                "spec": {"selectors": [{"cel": {"expression": 'device.driver == "fabric.example.com"'}}]},
+            }
+        )
+
+
+def _fabric_pod(api: FakeApi, name: str, scheduler: str = "dra-scheduler") -> dict[str, Any]:
+    api.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "link", "exactly": {"deviceClassName": "fabric.example.com"}}]}},
+        }
+    )
+    return api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "link"}]}}],
+                "resourceClaims": [{"name": "link", "resourceClaimName": name}],
+            },
+        }
+    )
+
+
+def test_why_a_pod_waits_for_binding_conditions_is_filters_answer(live) -> None:
+    """The claim is allocated on fabric-node and waits for the driver: /filter refuses every node, and so does `why`."""
+    api, ext = live
+    _fabric_node(api, "fabric-node")
+    pod = _fabric_pod(api, "fabric-pod")
+    wait_converged(api, ext)
+    nodes = all_nodes(api)
+    assert reasons(ext, {"Pod": pod, "NodeNames": nodes})["fabric-node"] is None
+    error = ext.post("bind", {"PodName": "fabric-pod", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "fabric-node"})
+    assert "waiting for binding conditions" in error.json()["Error"], error.text
+    wait_converged(api, ext)
+    filtered = reasons(ext, {"Pod": api.get("Pod", "default", "fabric-pod"), "NodeNames": nodes})
+    assert all(r is not None and "waiting for binding conditions for device on node fabric-node" in r for r in filtered.values()), filtered
+    asked = dra_json(api, "why", "fabric-pod")
+    assert asked["nodes"] == filtered
+    text = dra(api, "why", "fabric-pod").stdout
+    assert f"0 of {len(nodes)} nodes fit" in text and "waiting for binding conditions" in text, text
+    assert "waits for scheduler dra-scheduler, the dra-extender profile" in text, text
+    assert api.get("ResourceClaim", "default", "fabric-pod")["status"].get("allocation"), "why deallocates nothing"
+
+    # The driver reports failure: /filter would deallocate the claim; `why` says so and leaves it allocated.
+    def failed(obj: dict[str, Any]) -> None:
+        cond = {
+            "type": "failed",
+            "status": "True",
+            "reason": "Driver",
+            "message": "link down",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+        obj["status"]["devices"] = [{"driver": "fabric.example.com", "pool": "fabric-node", "device": "link-0", "conditions": [cond]}]
+
+    api.mutate("ResourceClaim", "default", "fabric-pod", failed, subresource="status")
+    wait_converged(api, ext)
+    asked = dra_json(api, "why", "fabric-pod")
+    assert all(r is not None and "the claim is being deallocated" in r for r in asked["nodes"].values()), asked
+    assert api.get("ResourceClaim", "default", "fabric-pod")["status"].get("allocation"), "why deallocates nothing"
+    assert asked["nodes"] == reasons(ext, {"Pod": api.get("Pod", "default", "fabric-pod"), "NodeNames": nodes})
+
+
+def test_why_says_when_the_pod_waits_for_another_scheduler(live) -> None:
+    api, _ = live
+    _fabric_node(api, "fabric-node-2")
+    _fabric_pod(api, "elsewhere-pod", scheduler="default-scheduler")
+    text = dra(api, "why", "elsewhere-pod").stdout
+    assert "waits for scheduler default-scheduler, not the dra-extender profile dra-scheduler (--scheduler-name)" in text, text
+    assert "the extender is never asked about it" in text
+    asked = dra_json(api, "why", "elsewhere-pod", "--scheduler-name", "default-scheduler")
+    assert (asked["schedulerName"], asked["extenderProfile"]) == ("default-scheduler", True)

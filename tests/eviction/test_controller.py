@@ -322,6 +322,7 @@ async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_generation
     warned = [w for w in cluster.recorder.events() if w.body.get("reason") == "UnknownTaintEffect"]
     assert len(warned) == 1, warned
     assert warned[0].name == "typo" and warned[0].body["type"] == "Warning"
-    assert "spec.taint.effect" in warned[0].body["message"] and "Evict-Everything" in warned[0].body["message"]
+    assert warned[0].body["message"].startswith("spec.taint.effect: unknown effect 'Evict-Everything': nothing is evicted or blocked")
     assert cluster.recorder.deleted() == [], "acts like None"
     assert condition(api, "typo")["reason"] == "OtherEffect"
+    assert "unknown effect 'Evict-Everything': nothing is evicted or blocked" in condition(api, "typo")["message"]

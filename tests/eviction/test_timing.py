@@ -155,6 +155,15 @@ CONDITIONS = [
         ),
     ),
     ("NoSchedule", rule_status.RuleCounts(), ("False", "OtherEffect", "Eviction only happens for the NoExecute effect.")),
+    (
+        "NoExecuted",
+        rule_status.RuleCounts(),
+        (
+            "False",
+            "OtherEffect",
+            "The rule has an unknown effect 'NoExecuted': nothing is evicted or blocked (known: None, NoSchedule, NoExecute).",
+        ),
+    ),
 ]
 
 

@@ -231,6 +231,12 @@ OBJECTS = [
     ),
     pytest.param(rule({"taint": {"key": "k"}}), "spec.taint.effect", "Required value", id="rule-missing-effect"),
     pytest.param(
+        rule({"taint": {**TAINT, "effect": "NoExecuted"}}),
+        "spec.taint.effect",
+        'Unsupported value: "NoExecuted": supported values: "None", "NoSchedule", "NoExecute"',
+        id="rule-unknown-effect",
+    ),
+    pytest.param(
         rule({"taint": {**TAINT, "value": "v" * 64}}), "spec.taint.value", "Too long: may not be more than 63 bytes", id="rule-long-value"
     ),
     pytest.param(
@@ -408,6 +414,34 @@ async def test_status_subresource_and_generation(bare) -> None:
 
     status, relabelled = await call(bare, "PUT", f"{base}/r", {**after, "metadata": {**after["metadata"], "labels": {"a": "b"}}})
     assert status == 200 and relabelled["metadata"]["generation"] == 2, "metadata is not spec"
+
+
+async def test_an_effect_stored_before_the_enum_ratchets(bare) -> None:
+    """A rule written under a CRD without the effect enum keeps its status writable after the upgrade
+    (CRDValidationRatcheting, GA in 1.33); changing the effect to another unknown one is refused."""
+    old_crd = copy.deepcopy(shipped()["devicetaintrules"])
+    effect = schema_of(old_crd)["properties"]["spec"]["properties"]["taint"]["properties"]["effect"]
+    effect.pop("enum")
+    status, _ = await call(bare, "POST", CRD_PATH, old_crd)
+    assert status == 201
+    base = f"/apis/{GROUP}/v1alpha1/devicetaintrules"
+    status, created = await call(bare, "POST", base, rule({"taint": {**TAINT, "effect": "NoExecuted"}}))
+    assert status == 201, created
+    new_crd = shipped()["devicetaintrules"]
+    status, current = await call(bare, "GET", f"{CRD_PATH}/{new_crd['metadata']['name']}")
+    status, _ = await call(bare, "PUT", f"{CRD_PATH}/{new_crd['metadata']['name']}", {**new_crd, "metadata": current["metadata"]})
+    assert status == 200
+    cond = {
+        "type": "EvictionInProgress",
+        "status": "False",
+        "reason": "OtherEffect",
+        "message": "m",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    status, body = await call(bare, "PUT", f"{base}/r/status", {**created, "status": {"conditions": [cond]}})
+    assert status == 200, body
+    status, body = await call(bare, "PUT", f"{base}/r", {**body, "spec": {"taint": {**TAINT, "effect": "Evict"}}})
+    assert status == 422 and body["details"]["causes"][0]["field"] == "spec.taint.effect", body
 
 
 async def test_deleting_a_crd_stops_serving_its_kind(bare) -> None:

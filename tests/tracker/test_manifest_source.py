@@ -751,7 +751,9 @@ AGREEMENT = [
         ),
         True,
     ),
-    (_rule({"taint": {**_TAINT, "effect": "FutureEffect"}}), True),
+    (_rule({"taint": {**_TAINT, "effect": "FutureEffect"}}), False),  # our CRD's enum: it ships with the extender that reads it
+    (_rule({"taint": {**_TAINT, "effect": "NoExecuted"}}), False),
+    (_rule({"taint": {**_TAINT, "effect": "NoExecute"}}), True),
     (_rule({"taint": {**_TAINT, "key": "no/two/slashes"}}), False),
     (_rule({"taint": {**_TAINT, "key": "Upper.Case/k"}}), False),
     (_rule({"taint": {**_TAINT, "key": "x" * 64}}), False),
@@ -889,3 +891,15 @@ async def test_unknown_taint_effect_loads_with_a_warning_naming_file_and_field(
     assert warning.path == str(written) and warning.field == field and warning.effect == "Evict-Everything"  # type: ignore[attr-defined]
     source.reload()
     assert len(records(caplog, "unknown taint effect")) == 1, "not repeated for an unchanged file"
+
+
+async def test_our_crds_rule_with_an_unknown_effect_is_refused_naming_the_field(tmp_path: Path, running) -> None:
+    """`--source` refuses what our CRD's enum refuses in a cluster (a typo such as NoExecuted is not a drain that evicts
+    nothing); the same effect on a resource.k8s.io rule loads (upstream allows effects newer versions add)."""
+    write(tmp_path, "rules/ours.yaml", RULE % ("resource.dra-extender.io/v1alpha1", "ours", "drain", "NoExecuted"))
+    write(tmp_path, "rules/upstream.yaml", RULE % ("resource.k8s.io/v1beta2", "upstream", "drain", "NoExecuted"))
+    source, sink = await running()
+    (error,) = source.load_report.errors
+    assert (error.object, error.field) == ("DeviceTaintRule ours", "spec.taint.effect"), error
+    assert error.message == 'Unsupported value: "NoExecuted": supported values: "None", "NoSchedule", "NoExecute"'
+    assert "upstream" in sink.of(ev.DEVICE_TAINT_RULE, RES) and "ours" not in sink.of(ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER)
