@@ -143,7 +143,7 @@ def decide(
     total_limit = limit(guard.max_no_execute, guard.max_no_execute_percent, fleet)
     held_total = 0
     held_node: dict[str, int] = {}
-    recent = []
+    recent: list[float] = []
     for key, st in out.items():
         if effect_of(rule, st.step) == "NoExecute":
             held_total += 1
@@ -165,6 +165,7 @@ def decide(
                 held_total += 1
                 held_node[node] = held_node.get(node, 0) + 1
                 rate_left -= 1
+                recent.append(now)
                 out[key] = replace(st, step=want, no_execute_at=now)
                 escalated.append(key)
                 continue
