@@ -319,10 +319,10 @@ class HealthController:
             f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
         )
         new = ladder.fire(old, "alert:" + fingerprint, now, cause) if firing else ladder.resolve(old, "alert:" + fingerprint, now)
+        touched.add(ident)  # even a repeat: a write that failed before is retried with it
         if new is None or new == old:
             return "repeat"
         states[key] = new
-        touched.add(ident)
         self.last_signal[ident] = now
         return "firing" if firing else "resolved"
 
