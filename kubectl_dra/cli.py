@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster
+from kubectl_dra.health import cmd_health
 from kubectl_dra.taint_spec import (
     EFFECTS,
     TaintSpec,
@@ -132,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     why = command("why", "why a pod is pending: the extender's per-node reasons, computed here")
     why.add_argument("pod", metavar="POD")
     _output_flag(why)
+
+    from kubectl_dra.health import add_parser as add_health_parser
+
+    add_health_parser(command, _output_flag)
 
     completion = command("completion", "print a shell completion script (bash or zsh); kubectl's own completion uses kubectl_complete-dra")
     completion.add_argument("shell", choices=("bash", "zsh"))
@@ -518,6 +523,7 @@ HANDLERS: dict[str, Callable[[Cluster, argparse.Namespace, Callable[[str], None]
     "devices": cmd_devices,
     "explain-rule": cmd_explain,
     "why": cmd_why,
+    "health": cmd_health,
 }
 
 

@@ -35,7 +35,9 @@ def make_rule(**over: Any) -> Any:
 RULE = make_rule()
 
 
-def run(states: dict[str, DeviceState], now: float, rule: Any = RULE, fleet: int = 100, pinned: frozenset[str] = frozenset()) -> ladder.Decision:
+def run(
+    states: dict[str, DeviceState], now: float, rule: Any = RULE, fleet: int = 100, pinned: frozenset[str] = frozenset()
+) -> ladder.Decision:
     return decide(rule, states, now, node_of=lambda k: k.split("/")[0], fleet=fleet, fleet_on=lambda n: 8, pinned=lambda k: k in pinned)
 
 
@@ -158,7 +160,15 @@ def restart(states: dict[str, DeviceState]) -> dict[str, DeviceState]:
     for key, s in states.items():
         node, dev = key.split("/")
         obj = rule_object(
-            policy="p", policy_uid="u", rule="xid", did=DeviceID("gpu.example.com", node, dev), node=node, key="k", value="", effect="None", state=s
+            policy="p",
+            policy_uid="u",
+            rule="xid",
+            did=DeviceID("gpu.example.com", node, dev),
+            node=node,
+            key="k",
+            value="",
+            effect="None",
+            state=s,
         )
         owned = decode(obj)
         assert owned is not None

@@ -54,13 +54,20 @@ BAD = [
     Bad("alerts not a list", with_(GOOD, {}, "alerts"), 400, "alerts: is required (a list)"),
     Bad("alert not an object", with_(GOOD, ["x"], "alerts"), 400, "alerts[0]: must be an object, got str"),
     Bad("no status", without(GOOD, "alerts", 0, "status"), 400, "alerts[0].status: must be firing or resolved, got None"),
-    Bad("unknown status", with_(GOOD, "pending", "alerts", 0, "status"), 400, "alerts[0].status: must be firing or resolved, got 'pending'"),
+    Bad(
+        "unknown status", with_(GOOD, "pending", "alerts", 0, "status"), 400, "alerts[0].status: must be firing or resolved, got 'pending'"
+    ),
     Bad("no fingerprint", without(GOOD, "alerts", 0, "fingerprint"), 400, "alerts[0].fingerprint: is required (a non-empty string)"),
     Bad("no labels", without(GOOD, "alerts", 0, "labels"), 400, "alerts[0].labels: is required"),
     Bad("labels not an object", with_(GOOD, [], "alerts", 0, "labels"), 400, "alerts[0].labels: must be an object of strings, got list"),
     Bad("label not a string", with_(GOOD, 79, "alerts", 0, "labels", "xid"), 400, "alerts[0].labels.xid: must be a string, got int"),
     Bad("no startsAt", without(GOOD, "alerts", 0, "startsAt"), 400, "alerts[0].startsAt: is required"),
-    Bad("bad startsAt", with_(GOOD, "yesterday", "alerts", 0, "startsAt"), 400, "alerts[0].startsAt: must be an RFC 3339 time, got 'yesterday'"),
+    Bad(
+        "bad startsAt",
+        with_(GOOD, "yesterday", "alerts", 0, "startsAt"),
+        400,
+        "alerts[0].startsAt: must be an RFC 3339 time, got 'yesterday'",
+    ),
     Bad("receiver not a string", with_(GOOD, 1, "receiver"), 400, "receiver: must be a string"),
     Bad("10 MiB body", None, 413, "is over the limit of 10485760 bytes", raw=b" " * (10 * 1024 * 1024 + 1)),
 ]
