@@ -183,10 +183,10 @@ async def test_a_driver_none_taint_is_escalated_by_policy(cluster: HealthCluster
     assert effects(cluster) == {"node-a/gpu-6": "NoExecute"}
     await cluster.run_until(lambda: cluster.recorder.deleted() == ["job-6"], within=60)
     # The driver takes its taint away: cleared after the hold-down.
-    slice_ = cluster.api.get("resourceslices", None, "node-a-gpus")
-    assert slice_ is not None
-    del slice_["spec"]["devices"][6]["taints"]
-    cluster.api.update(slice_)
+    stored = cluster.api.get("resourceslices", None, "node-a-gpus")
+    assert stored is not None
+    del stored["spec"]["devices"][6]["taints"]
+    cluster.api.update(stored)
     await cluster.advance(599)
     assert effects(cluster) == {"node-a/gpu-6": "NoExecute"}
     await cluster.advance(2)

@@ -86,9 +86,9 @@ def test_firing_again_within_the_hold_down_resumes_at_the_rung_held() -> None:
     s = ladder.fire(None, "a", T0, "c")
     s = run({"d": s}, T0 + 300).states["d"]
     assert effect_of(RULE, s.step) == "NoExecute"
-    s = ladder.resolve(s, "a", T0 + 310)
-    assert s is not None
-    s = run({"d": s}, T0 + 600).states["d"]
+    r = ladder.resolve(s, "a", T0 + 310)
+    assert r is not None
+    s = run({"d": r}, T0 + 600).states["d"]
     s = ladder.fire(s, "a", T0 + 601, "c")
     assert effect_of(RULE, run({"d": s}, T0 + 601).states["d"].step) == "NoExecute"
 
