@@ -34,7 +34,7 @@ from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.reflector import Freshness, Reflector, WatchTransport
-from tracker.resources import OWN_RULES, Resource
+from tracker.resources import KIND_RESOURCES, OWN_RULES, Resource
 from tracker.source import NotFound, SourceError, status_error
 from tracker.state import ClusterState
 
@@ -80,8 +80,8 @@ class _Unmatched:
     last: dict[str, Any] = field(default_factory=dict)
 
 
-class _PolicySink:
-    """The policy reflector's sink: the raw objects, and whether the first list is in."""
+class _ObjectSink:
+    """A reflector's sink of our own (policies, nodes): the raw objects, and whether the first list is in."""
 
     def __init__(self, changed: Callable[[], None]) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -132,7 +132,9 @@ class HealthController:
         self.wake = asyncio.Event()
         self.lock = asyncio.Lock()
         self.idle = False
-        self.policies = _PolicySink(self.wake.set)
+        self.policies = _ObjectSink(self.wake.set)
+        self.nodes = _ObjectSink(self.wake.set)  # Node objects with their conditions, watched while a rule needs them
+        self._node_task: asyncio.Task[None] | None = None
         self._parsed: dict[str, tuple[str, Policy | PolicyError]] = {}  # name -> (resourceVersion, parsed)
         self._warned: set[tuple[str, int]] = set()
         self.loaded = False  # the rules' states read back since leadership began
@@ -188,22 +190,19 @@ class HealthController:
 
     async def run(self) -> None:
         log.info("device health controller started")
-        feed = Reflector(
-            POLICIES,
-            self.policies,
-            self.feed,
-            freshness=Freshness(3600.0),
-            stats=dict.fromkeys(("lists", "watch_events", "relists_410", "watch_restarts", "errors"), 0),
-            last_resource_versions={},
-            watch_timeout_seconds=290,
-        )
-        self._feed = feed
-        policy_task = asyncio.create_task(feed.run(), name="health-policies")
+        policy_task = asyncio.create_task(self._reflector(POLICIES, self.policies).run(), name="health-policies")
+        loop_task = asyncio.create_task(self._loop(), name="health-loop")
         try:
-            await self._loop()
+            # A reflector that ends has failed for good: so does the controller (the process exits and restarts).
+            done, _ = await asyncio.wait([policy_task, loop_task], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
         finally:
-            policy_task.cancel()
-            await asyncio.gather(policy_task, return_exceptions=True)
+            tasks = [policy_task, loop_task, *([self._node_task] if self._node_task is not None else [])]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._node_task = None
 
     @property
     def ready(self) -> bool:
@@ -217,6 +216,7 @@ class HealthController:
             self.wake.clear()
             now = self.clock.now()
             deadline = now + self.leader_poll
+            self._follow_nodes()
             if self.is_leader():
                 async with self.lock:
                     nxt = await self.reconcile(now)
@@ -229,6 +229,23 @@ class HealthController:
                 await self.clock.wait(self.wake, deadline)
             finally:
                 self.idle = False
+
+    def _reflector(self, res: Resource, sink: _ObjectSink) -> Reflector:
+        stats = dict.fromkeys(("lists", "watch_events", "relists_410", "watch_restarts", "errors"), 0)
+        return Reflector(
+            res, sink, self.feed, freshness=Freshness(3600.0), stats=stats, last_resource_versions={}, watch_timeout_seconds=290
+        )
+
+    def _follow_nodes(self) -> None:
+        """Watch Nodes (their conditions) while some valid policy has a nodeCondition rule; the tracker keeps no conditions."""
+        wanted = any(r.kind == "nodeCondition" for p in self.valid_policies() for r in p.rules)
+        if wanted and self._node_task is None:
+            self._node_task = asyncio.create_task(self._reflector(KIND_RESOURCES[ev.NODE], self.nodes).run(), name="health-nodes")
+        elif not wanted and self._node_task is not None:
+            self._node_task.cancel()
+            self._node_task = None
+            self.nodes.objects.clear()
+            self.nodes.synced = False
 
     def _drop(self) -> None:
         """Not the leader: forget everything; the next leadership reads it back from the API."""
@@ -374,6 +391,39 @@ class HealthController:
                     states[key] = resolved
                     self.last_signal[ident] = now
 
+    # ------------------------------------------------------------------ node conditions
+
+    def _node_conditions(self, policy: Policy, rule: Rule, now: float) -> None:
+        cond = rule.condition
+        assert cond is not None
+        ident = (policy.name, rule.name)
+        states = self.states.setdefault(ident, {})
+        signal = f"condition:{cond.type}"
+        firing: set[str] = set()
+        for name, obj in self.nodes.objects.items():
+            conditions = (obj.get("status") or {}).get("conditions") or ()
+            if not any(c.get("type") == cond.type and c.get("status") == cond.status for c in conditions if isinstance(c, dict)):
+                continue
+            for s in self.state.slices_for_node(name):
+                if s.driver != rule.driver or s.node_name != name:
+                    continue
+                for view in s.devices:
+                    if self._selected(rule, view):
+                        key = device_key(view.id)
+                        firing.add(key)
+                        self.where.setdefault(key, (view.id, name))
+        for key in sorted(firing):
+            new = ladder.fire(states.get(key), signal, now, f"node condition {cond.type}={cond.status}")
+            if new != states.get(key):
+                states[key] = new
+                self.last_signal[ident] = now
+        for key, st in list(states.items()):
+            if signal in st.active and key not in firing:
+                resolved = ladder.resolve(st, signal, now)
+                assert resolved is not None
+                states[key] = resolved
+                self.last_signal[ident] = now
+
     # ------------------------------------------------------------------ reconcile
 
     async def reconcile(self, now: float, only: set[tuple[str, str]] | None = None) -> float | None:
@@ -394,6 +444,10 @@ class HealthController:
                     continue
                 if rule.kind == "driverTaint":
                     self._driver_taints(policy, rule, now)
+                elif rule.kind == "nodeCondition":
+                    if not self.nodes.synced:
+                        continue  # no node list yet: a condition not seen is not a resolution
+                    self._node_conditions(policy, rule, now)
                 nxt = await self._reconcile_rule(policy, rule, now)
                 if nxt is not None:
                     times.append(nxt)

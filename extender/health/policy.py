@@ -67,6 +67,14 @@ class TaintSignal:
 
 
 @dataclass(frozen=True, slots=True)
+class ConditionSignal:
+    """A Node condition (Node Problem Detector, NVSentinel) of `type` at `status` marks the node's devices."""
+
+    type: str
+    status: str = "True"
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceMapping:
     """How an alert's labels name a device.
 
@@ -108,9 +116,10 @@ class Guard:
 @dataclass(frozen=True, slots=True)
 class Rule:
     name: str
-    kind: Literal["alert", "driverTaint"]
+    kind: Literal["alert", "driverTaint", "nodeCondition"]
     alert: AlertSignal | None
     taint_signal: TaintSignal | None
+    condition: ConditionSignal | None
     device: DeviceMapping | None  # alerts only: how their labels name a device
     driver: str  # the devices the rule covers (the guard's fleet): this driver's
     selectors: tuple[str, ...]  # CEL, all must hold (the fleet; also which devices a signal may touch)
@@ -231,17 +240,23 @@ def _rule(raw: Any, path: str) -> Rule:
     r = _obj(raw, path)
     name = _str(r.get("name"), f"{path}.name", required=True)
     signal = _obj(r.get("signal"), f"{path}.signal")
-    kinds = [k for k in ("alert", "driverTaint") if k in signal]
+    kinds = [k for k in ("alert", "driverTaint", "nodeCondition") if k in signal]
     if len(kinds) != 1:
-        raise PolicyError(f"{path}.signal", "must name exactly one of alert, driverTaint")
+        raise PolicyError(f"{path}.signal", "must name exactly one of alert, driverTaint, nodeCondition")
     kind = kinds[0]
-    alert = taint_signal = None
+    alert = taint_signal = condition = None
     if kind == "alert":
         a = _obj(signal["alert"], f"{path}.signal.alert")
         labels = _labels(a.get("matchLabels"), f"{path}.signal.alert.matchLabels")
         if not labels:
             raise PolicyError(f"{path}.signal.alert.matchLabels", "is required (an empty match would take every alert)")
         alert = AlertSignal(labels)
+    elif kind == "nodeCondition":
+        c = _obj(signal["nodeCondition"], f"{path}.signal.nodeCondition")
+        condition = ConditionSignal(
+            _str(c.get("type"), f"{path}.signal.nodeCondition.type", required=True),
+            _str(c.get("status"), f"{path}.signal.nodeCondition.status") or "True",
+        )
     else:
         t = _obj(signal["driverTaint"], f"{path}.signal.driverTaint")
         values = t.get("values") or []
@@ -277,6 +292,7 @@ def _rule(raw: Any, path: str) -> Rule:
         kind=kind,  # type: ignore[arg-type]  # one of the two literals, checked above
         alert=alert,
         taint_signal=taint_signal,
+        condition=condition,
         device=mapping,
         driver=driver,
         selectors=cel,

@@ -223,3 +223,41 @@ async def test_a_pinned_device_is_not_cleared_and_deleting_the_policy_removes_it
     cluster.api.delete("devicehealthpolicies", None, "gpu-health", group=GROUP)
     await cluster.advance(2)
     assert effects(cluster) == {}
+
+
+async def test_a_node_condition_marks_the_nodes_selected_devices(cluster: HealthCluster) -> None:
+    condition_rule = {
+        "name": "gpu-fallen-off",
+        "signal": {"nodeCondition": {"type": "GpuFallenOffBus"}},
+        "devices": {"driver": "gpu.example.com", "selectors": [{"cel": {"expression": "device.attributes['gpu.example.com'].index < 2"}}]},
+        "taint": {"key": "health.example.com/node-problem"},
+        "steps": [{"effect": "NoSchedule"}],
+        "clearAfter": "1m",
+    }
+    bad = node()
+    bad["status"] = {"conditions": [{"type": "GpuFallenOffBus", "status": "True", "reason": "NPD"}]}
+    seed(cluster.api, bad, uuid_slice(4), node("node-b"), uuid_slice(4, node_name="node-b"), policy("gpu-health", condition_rule))
+    await cluster.start()
+    assert effects(cluster) == {"node-a/gpu-0": "NoSchedule", "node-a/gpu-1": "NoSchedule"}
+    stored = cluster.api.get("nodes", None, "node-a")
+    assert stored is not None
+    stored["status"]["conditions"][0]["status"] = "False"
+    cluster.api.update_status(stored)
+    await cluster.advance(59)
+    assert len(effects(cluster)) == 2
+    await cluster.advance(2)
+    assert effects(cluster) == {}
+
+
+async def test_a_faulty_policy_gets_a_warning_event_and_ready_false_and_takes_no_alerts(cluster: HealthCluster) -> None:
+    faulty = policy("gpu-health", xid_rule(steps=[{"effect": "NoSchedule"}, {"effect": "NoExecute"}]))
+    await eight_gpu_node(cluster, faulty)
+    await cluster.start()
+    [event] = [w.body for w in cluster.recorder.events() if w.body["reason"] == "InvalidPolicy"]
+    assert event["type"] == "Warning" and event["message"] == "spec.rules[0].steps[1]: a later step needs `after` or `occurrences`"
+    obj = cluster.api.get("devicehealthpolicies", None, "gpu-health", group=GROUP)
+    assert obj is not None
+    [ready] = obj["status"]["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "Invalid")
+    assert await cluster.post(delivery(alert("GPU-node-a-0"))) == (200, {"alerts": {"no_rule": 1}})
+    assert effects(cluster) == {}
