@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from extender.health.policy import GROUP
 from extender.health.rules import PIN, POLICY_LABEL
@@ -261,3 +264,22 @@ async def test_a_faulty_policy_gets_a_warning_event_and_ready_false_and_takes_no
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "Invalid")
     assert await cluster.post(delivery(alert("GPU-node-a-0"))) == (200, {"alerts": {"no_rule": 1}})
     assert effects(cluster) == {}
+
+
+async def test_the_worked_example_runs_against_the_demo_cluster(cluster: HealthCluster) -> None:
+    """examples/health/ (docs/health.md): the policy over the demo cluster, the alert payloads as curl posts them."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    cluster.api.load(examples / "demo-cluster", examples / "health" / "policy.yaml")
+    token = (examples / "health" / "token").read_text().strip()
+    cluster.token_file.write_text(token)
+    await cluster.start()
+    firing = orjson.loads((examples / "health" / "alert-firing.json").read_bytes())
+    assert await cluster.post(firing, token=token) == (200, {"alerts": {"firing": 1}})
+    assert effects(cluster)["node-a/gpu-0"] == "NoSchedule"
+    assert effects(cluster)["node-a/gpu-1"] == "None"  # the driver's unmonitored taint, NoSchedule after 1 m
+    await cluster.advance(61)
+    assert effects(cluster) == {"node-a/gpu-0": "NoSchedule", "node-a/gpu-1": "NoSchedule"}
+    resolved = orjson.loads((examples / "health" / "alert-resolved.json").read_bytes())
+    assert await cluster.post(resolved, token=token) == (200, {"alerts": {"resolved": 1}})
+    await cluster.advance(15 * 60 + 1)
+    assert effects(cluster) == {"node-a/gpu-1": "NoSchedule"}
