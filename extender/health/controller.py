@@ -42,7 +42,7 @@ log = logging.getLogger("dra_extender.health")
 
 POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
 MERGE_PATCH = "application/merge-patch+json"
-WRITERS = 16  # API writes in flight at once
+WRITERS = 64  # API writes in flight at once
 
 
 class HealthSource(Protocol):
@@ -147,6 +147,10 @@ class HealthController:
         self._status_written: dict[str, dict[str, Any]] = {}
         self._transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (policy, condition) -> (status, time)
         self._failed = False
+        self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
+        self._names: dict[tuple[str, str, str], str] = {}
+        self._same: dict[str, tuple[DeviceState, str]] = {}  # rule name -> the state and effect `written` holds
+        self._events: set[asyncio.Task[None]] = set()
         state.subscribe(self._tracker_event)
 
     # ------------------------------------------------------------------ inputs
@@ -252,6 +256,7 @@ class HealthController:
         self.loaded = False
         self.states.clear()
         self.written.clear()
+        self._same.clear()
         self._status_written.clear()
 
     async def _load(self) -> None:
@@ -261,6 +266,7 @@ class HealthController:
             raise status_error(status, body, "list health DeviceTaintRules")
         self.states.clear()
         self.written.clear()
+        self._same.clear()
         for obj in orjson.loads(body).get("items") or ():
             owned = decode(obj)
             if owned is None:
@@ -463,6 +469,16 @@ class HealthController:
         return min(times) if times else None
 
     def _fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
+        """The rule's devices, cluster-wide and per node; recounted only when the tracker's state changed."""
+        key = (rule.driver, rule.selectors)
+        cached = self._fleets.get(key)
+        if cached is not None and cached[0] == self.state.generation:
+            return cached[1], cached[2]
+        total, per_node = self._count_fleet(rule)
+        self._fleets[key] = (self.state.generation, total, per_node)
+        return total, per_node
+
+    def _count_fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
         total, per_node = 0, dict[str, int]()
         for view in self.state.devices.values():
             if view.id.driver == rule.driver and self._selected(rule, view):
@@ -510,13 +526,22 @@ class HealthController:
         if status not in (200, 201, 202):
             raise status_error(status, data, what)
 
+    def _name(self, policy: Policy, rule: Rule, key: str) -> str:
+        name = self._names.get((policy.name, rule.name, key))
+        if name is None:
+            name = self._names[(policy.name, rule.name, key)] = rule_name(policy.name, rule.name, self.where[key][0])
+        return name
+
     async def _put(self, policy: Policy, rule: Rule, key: str, st: DeviceState, escalated: bool) -> None:
-        did, node = self.where[key]
-        name = rule_name(policy.name, rule.name, did)
+        name = self._name(policy, rule, key)
         effect = "None" if policy.dry_run else ladder.effect_of(rule, st.step)
+        if self._same.get(name) == (st, effect) and name in self.written:
+            return  # what the API has: most devices of a delivery's rule (no encoding, no comparison of text)
+        did, node = self.where[key]
         annotation = encode_state(st, node)
         have = self.written.get(name)
         if have == (effect, annotation):
+            self._same[name] = (st, effect)
             return
         try:
             if have is None:
@@ -549,6 +574,7 @@ class HealthController:
             log.warning("health rule write failed", extra={"object": name, "err": str(e)})
             return
         self.written[name] = (effect, annotation)
+        self._same[name] = (st, effect)
         log.info("health rule written", extra={"object": name, "device": str(did), "effect": effect, "step": st.step})
 
     async def _patch(self, name: str, effect: str, annotation: str) -> None:
@@ -618,6 +644,12 @@ class HealthController:
     # ------------------------------------------------------------------ visible
 
     async def _event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
+        """Best effort and off the delivery's path: a failed Event is logged by the writer, never retried."""
+        task = asyncio.create_task(self._post_event(policy, type_, reason, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _post_event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
         await self.source.create_event(
             {
                 "type": type_,
