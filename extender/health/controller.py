@@ -513,7 +513,11 @@ class HealthController:
                 await coro
 
         jobs = [self._clear(policy, rule, key, states[key]) for key in d.cleared]
-        jobs += [self._put(policy, rule, key, st, key in d.escalated) for key, st in d.states.items()]
+        jobs += [
+            self._put(policy, rule, key, st, key in d.escalated)
+            for key, st in d.states.items()
+            if not self._unchanged(policy, rule, key, st)
+        ]
         await asyncio.gather(*(bounded(j) for j in jobs))
         await self._guard(policy, rule, d.waiting)
         for effect in ("None", "NoSchedule", "NoExecute"):
@@ -532,11 +536,15 @@ class HealthController:
             name = self._names[(policy.name, rule.name, key)] = rule_name(policy.name, rule.name, self.where[key][0])
         return name
 
+    def _unchanged(self, policy: Policy, rule: Rule, key: str, st: DeviceState) -> bool:
+        """What the API has already: most devices of a rule at every pass (no task, no encoding)."""
+        name = self._name(policy, rule, key)
+        effect = "None" if policy.dry_run else ladder.effect_of(rule, st.step)
+        return self._same.get(name) == (st, effect) and name in self.written
+
     async def _put(self, policy: Policy, rule: Rule, key: str, st: DeviceState, escalated: bool) -> None:
         name = self._name(policy, rule, key)
         effect = "None" if policy.dry_run else ladder.effect_of(rule, st.step)
-        if self._same.get(name) == (st, effect) and name in self.written:
-            return  # what the API has: most devices of a delivery's rule (no encoding, no comparison of text)
         did, node = self.where[key]
         annotation = encode_state(st, node)
         have = self.written.get(name)
