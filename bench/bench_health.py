@@ -69,7 +69,12 @@ def objects(nodes: int) -> list[dict[str, Any]]:
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
                 "metadata": {"name": f"{name}-gpus"},
-                "spec": {"driver": DRIVER, "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}, "devices": devices},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": name,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
             }
         )
     out.append(
@@ -144,7 +149,17 @@ async def run(nodes: int, seconds: float) -> dict[str, Any]:
     (tmp / "objects.yaml").write_text(yaml.safe_dump_all(objects(nodes)))
     (tmp / "token").write_text(TOKEN)
     api = subprocess.Popen(
-        [sys.executable, "-m", "kubesim.fakeapi", "--port", "0", "--kubeconfig-out", str(tmp / "kubeconfig"), "--load", str(tmp / "objects.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "kubesim.fakeapi",
+            "--port",
+            "0",
+            "--kubeconfig-out",
+            str(tmp / "kubeconfig"),
+            "--load",
+            str(tmp / "objects.yaml"),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -174,7 +189,9 @@ async def run(nodes: int, seconds: float) -> dict[str, Any]:
 
         everyone = [alert(n, g) for n in range(nodes) for g in range(8)][:1000]
         status, ms = await post(receiver, body(everyone))
-        results.append({"case": f"one POST of {len(everyone)} new firing alerts ({len(everyone)} rules created)", "status": status, "ms": round(ms, 1)})
+        results.append(
+            {"case": f"one POST of {len(everyone)} new firing alerts ({len(everyone)} rules created)", "status": status, "ms": round(ms, 1)}
+        )
         status, ms = await post(receiver, body(everyone))
         results.append({"case": f"the same {len(everyone)} again (repeats)", "status": status, "ms": round(ms, 1)})
 

@@ -97,7 +97,7 @@ def _usage_errors(taken: int) -> dict[str, tuple[list[str], str]]:
                 str(ROOT / "examples" / "health" / "token"),
             ],
             f"--alerts-listen 127.0.0.1:{taken}: Address already in use",
-        ),  # fmt: skip
+        ),
     }
 
 
