@@ -37,6 +37,7 @@ class HealthCluster(Cluster):
         self.token_file.write_text(TOKEN + "\n")
         self.receiver: Receiver | None = None
         self.metrics = Metrics()
+        self.standby: tuple[HealthController, CountedWrites] | None = None
 
     async def start(self, *, mode: str = "delete", evict_upstream: bool = False, health: bool = True) -> EvictionController:  # type: ignore[override]
         self.state = ClusterState(CelEnvironment())
@@ -69,7 +70,27 @@ class HealthCluster(Cluster):
         await self.settle()
         return self.controller
 
+    async def start_standby(self) -> Receiver:
+        """A second replica (its own tracker and controller) that leads while the first does not; its receiver."""
+        state = ClusterState(CelEnvironment())
+        source = ApiSource(kubeconfig=str(self.kubeconfig))
+        writes = CountedWrites(source)
+        ctrl = HealthController(state, writes, feed=source, is_leader=lambda: not self.leading, clock=self.clock, metrics=Metrics())  # type: ignore[arg-type]
+        self.standby = (ctrl, writes)
+        self.tasks += [asyncio.create_task(source.run(state)), asyncio.create_task(ctrl.run())]
+        for _ in range(500):
+            if ctrl.ready:
+                break
+            await asyncio.sleep(0.01)
+        assert ctrl.ready
+        await self.settle()
+        return Receiver(ctrl, self.token_file, Limits(max_body_bytes=10 * 1024 * 1024))
+
     def _settled(self) -> bool:
+        if self.standby is not None:
+            ctrl, writes = self.standby
+            if not ctrl.idle or ctrl.wake.is_set() or ctrl.lock.locked() or writes.under_way:
+                return False
         h = self.health
         if h is None or not h.idle or h.wake.is_set() or h.lock.locked():
             return False
@@ -83,14 +104,17 @@ class HealthCluster(Cluster):
         have = {n: o["metadata"]["resourceVersion"] for n, o in self.health.policies.objects.items()}
         return want == have
 
-    async def post(self, body: Any, *, token: str | None = TOKEN, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
-        """One webhook delivery through the receiver's ASGI app; (status, JSON answer)."""
-        assert self.receiver is not None
+    async def post(
+        self, body: Any, *, token: str | None = TOKEN, raw: bytes | None = None, to: Receiver | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """One webhook delivery through a receiver's ASGI app (default: the first replica's); (status, JSON answer)."""
+        receiver = to or self.receiver
+        assert receiver is not None
         data = raw if raw is not None else orjson.dumps(body)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
         if token is not None:
             headers.append((b"authorization", f"Bearer {token}".encode()))
-        status, answer = await asgi_post(self.receiver.app, "/alerts", headers, data)
+        status, answer = await asgi_post(receiver.app, "/alerts", headers, data)
         await self.settle()
         return status, answer
 

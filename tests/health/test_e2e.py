@@ -283,3 +283,37 @@ async def test_the_worked_example_runs_against_the_demo_cluster(cluster: HealthC
     assert await cluster.post(resolved, token=token) == (200, {"alerts": {"resolved": 1}})
     await cluster.advance(15 * 60 + 1)
     assert effects(cluster) == {"node-a/gpu-1": "NoSchedule"}
+
+
+async def test_toleration_seconds_count_from_when_noexecute_was_applied(cluster: HealthCluster) -> None:
+    waits = [{"key": "health.example.com/xid", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}]
+    seed(cluster.api, node(), uuid_slice(2), *claim_and_pod("tolerates-a-minute", 0, tolerations=waits), policy())
+    await cluster.start()
+    await cluster.post(delivery(alert("GPU-node-a-0")))
+    await cluster.run_until(lambda: cluster.recorder.deleted() == ["tolerates-a-minute"], within=600)
+    [deletion] = cluster.recorder.deletions()
+    assert deletion.at - T0 == 360.0  # NoExecute at 5 m, plus the toleration's 60 s (not 60 s after NoSchedule)
+
+
+async def test_a_failover_to_another_replica_resumes_the_ladder_without_escalating_twice(cluster: HealthCluster) -> None:
+    await eight_gpu_node(cluster, policy())
+    await cluster.start()
+    standby = await cluster.start_standby()
+    assert await cluster.post(delivery(alert("GPU-node-a-1")), to=standby) == (503, {"error": "not the leader: retry"})
+    assert await cluster.post(delivery(alert("GPU-node-a-1"))) == (200, {"alerts": {"firing": 1}})
+    await cluster.advance(100)
+    cluster.leading = False  # the lease moves to the other replica
+    assert await cluster.post(delivery(alert("GPU-node-a-1"))) == (503, {"error": "not the leader: retry"})
+    assert await cluster.post(delivery(alert("GPU-node-a-1")), to=standby) == (200, {"alerts": {"repeat": 1}})
+    await cluster.advance(199)
+    assert effects(cluster) == {"node-a/gpu-1": "NoSchedule"}
+    await cluster.advance(2)
+    assert effects(cluster) == {"node-a/gpu-1": "NoExecute"}  # 5 minutes after the first firing, on the old leader
+    # (This harness's eviction controller runs on the first replica, which no longer leads: no eviction here.)
+    creates = [w for w in cluster.recorder.writes if w.resource == "devicetaintrules" and w.verb == "create"]
+    assert len(creates) == 1
+    reasons = [w.body["reason"] for w in cluster.recorder.events() if w.body["involvedObject"]["kind"] == "DeviceHealthPolicy"]
+    assert reasons == ["DeviceTainted", "DeviceEscalated"]
+    await cluster.post(delivery(alert("GPU-node-a-1", status="resolved")), to=standby)
+    await cluster.advance(15 * 60 + 1)
+    assert effects(cluster) == {}
