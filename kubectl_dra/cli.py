@@ -63,6 +63,12 @@ EXAMPLES = {
   kubectl dra why trainer
   kubectl dra why -n ml trainer -o json
 """,
+    "health": """examples:
+  # Devices that DeviceHealthPolicies hold: rung, since, cause, when they clear
+  kubectl dra health
+  # One policy: its spec, its status (devices per step, guard, unmatched alerts) and its devices
+  kubectl dra health --policy gpu-health -o yaml
+""",
     "completion": """examples:
   source <(kubectl-dra completion bash)     # kubectl-dra <TAB>, bash
   source <(kubectl-dra completion zsh)      # kubectl-dra <TAB>, zsh
