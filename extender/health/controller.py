@@ -151,6 +151,8 @@ class HealthController:
         self._names: dict[tuple[str, str, str], str] = {}
         self._same: dict[str, tuple[DeviceState, str]] = {}  # rule name -> the state and effect `written` holds
         self._events: set[asyncio.Task[None]] = set()
+        self._status_pending: dict[str, dict[str, Any]] = {}
+        self._status_tasks: dict[str, asyncio.Task[None]] = {}
         state.subscribe(self._tracker_event)
 
     # ------------------------------------------------------------------ inputs
@@ -726,9 +728,22 @@ class HealthController:
         return {"observedGeneration": policy.generation, "conditions": [ready, guard], "rules": rules}
 
     async def _write_status(self, policy: Policy) -> None:
-        await self._patch_status(policy.name, self.policy_status(policy))
+        """Off the delivery's path: the latest status is written by one task per policy (a failure is retried by the next pass)."""
+        status = self.policy_status(policy)
+        if self._status_written.get(policy.name) == status:
+            return
+        self._status_pending[policy.name] = status
+        if policy.name not in self._status_tasks:
+            self._status_tasks[policy.name] = asyncio.create_task(self._flush_status(policy.name))
 
-    async def _patch_status(self, name: str, status: dict[str, Any]) -> None:
+    async def _flush_status(self, name: str) -> None:
+        try:
+            while name in self._status_pending:
+                await self._patch_status(name, self._status_pending.pop(name), background=True)
+        finally:
+            self._status_tasks.pop(name, None)
+
+    async def _patch_status(self, name: str, status: dict[str, Any], *, background: bool = False) -> None:
         if self._status_written.get(name) == status:
             return
         try:
@@ -736,7 +751,8 @@ class HealthController:
         except NotFound:
             return
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed = True
+            if not background:
+                self._failed = True
             log.warning("policy status write failed", extra={"object": name, "err": str(e)})
             return
         self._status_written[name] = status
