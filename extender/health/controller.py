@@ -310,6 +310,7 @@ class HealthController:
     def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
         policies = [p for p in self.valid_policies() if any(r.kind == "alert" for r in p.rules)]
         touched: set[tuple[str, str]] = set()
+        by_policy: dict[tuple[str, str], int] = {}
         for alert in delivery.alerts:
             matched = False
             for policy in policies:
@@ -319,10 +320,12 @@ class HealthController:
                     matched = True
                     outcome = self._apply_alert(policy, rule, alert.labels, alert.fingerprint, alert.firing, now, touched)
                     counts[outcome] = counts.get(outcome, 0) + 1
-                    self.metrics.health_signals.labels(policy.name, outcome).inc()
+                    by_policy[(policy.name, outcome)] = by_policy.get((policy.name, outcome), 0) + 1
             if not matched:
                 counts["no_rule"] = counts.get("no_rule", 0) + 1
-                self.metrics.health_signals.labels("", "no_rule").inc()
+                by_policy[("", "no_rule")] = by_policy.get(("", "no_rule"), 0) + 1
+        for (name, outcome), n in by_policy.items():
+            self.metrics.health_signals.labels(name, outcome).inc(n)
         return touched
 
     def _apply_alert(
@@ -344,9 +347,11 @@ class HealthController:
             f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
         )
         new = ladder.fire(old, "alert:" + fingerprint, now, cause) if firing else ladder.resolve(old, "alert:" + fingerprint, now)
-        touched.add(ident)  # even a repeat: a write that failed before is retried with it
         if new is None or new == old:
+            if old is not None and not self._unchanged(policy, rule, key, old):
+                touched.add(ident)  # a repeat of a device whose write failed before: retried with it
             return "repeat"
+        touched.add(ident)
         states[key] = new
         self.last_signal[ident] = now
         return "firing" if firing else "resolved"

@@ -154,10 +154,9 @@ def decide(
     waiting: list[str] = []
     escalated: list[str] = []
     # Oldest failure first, then by name: the order is the same on every replica and after a restart.
-    for key in sorted(wanted, key=lambda k: (out[k].first_seen, k)):
+    rising = [k for k, want in wanted.items() if want > out[k].step]
+    for key in sorted(rising, key=lambda k: (out[k].first_seen, k)):
         st, want = out[key], wanted[key]
-        if want <= st.step:
-            continue
         if effect_of(rule, want) == "NoExecute" and effect_of(rule, st.step) != "NoExecute":
             node = node_of(key)
             node_limit = limit(guard.max_per_node, guard.max_per_node_percent, fleet_on(node))
