@@ -108,6 +108,20 @@ class _ObjectSink:
         return self.synced
 
 
+class _NodeSink(_ObjectSink):
+    """Nodes kept as their name and conditions only (a Node's status also holds images, addresses, capacity)."""
+
+    @staticmethod
+    def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": obj["metadata"]["name"]}, "status": {"conditions": (obj.get("status") or {}).get("conditions") or []}}
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        super().apply(ev.ObjectEvent(event.type, event.kind, event.group, event.key, self._slim(event.object)))
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        super().replace(kind, group, [self._slim(o) for o in objects])
+
+
 class HealthController:
     def __init__(
         self,
@@ -133,7 +147,7 @@ class HealthController:
         self.lock = asyncio.Lock()
         self.idle = False
         self.policies = _ObjectSink(self.wake.set)
-        self.nodes = _ObjectSink(self.wake.set)  # Node objects with their conditions, watched while a rule needs them
+        self.nodes = _NodeSink(self.wake.set)  # Node objects with their conditions, watched while a rule needs them
         self._node_task: asyncio.Task[None] | None = None
         self._parsed: dict[str, tuple[str, Policy | PolicyError]] = {}  # name -> (resourceVersion, parsed)
         self._warned: set[tuple[str, int]] = set()
