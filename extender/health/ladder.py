@@ -83,7 +83,8 @@ def reached(rule: Rule, state: DeviceState, now: float) -> int:
 
 
 def effect_of(rule: Rule, step: int) -> str:
-    return rule.steps[step].effect if step >= 0 else "None"
+    """The rung's effect; a rung the policy no longer has reads as its strongest one."""
+    return rule.steps[min(step, len(rule.steps) - 1)].effect if step >= 0 else "None"
 
 
 def _below_no_execute(rule: Rule, step: int) -> int:
@@ -127,7 +128,10 @@ def decide(
     cleared: list[str] = []
     times: list[float] = []
     wanted: dict[str, int] = {}
+    top = len(rule.steps) - 1
     for key, st in states.items():
+        if st.step > top:
+            st = replace(st, step=top)  # the policy lost rungs since: the strongest one left
         if not st.firing and st.resolved_at is not None:
             due = st.resolved_at + rule.clear_after
             if now >= due and not pinned(key):

@@ -317,3 +317,16 @@ async def test_a_failover_to_another_replica_resumes_the_ladder_without_escalati
     await cluster.post(delivery(alert("GPU-node-a-1", status="resolved")), to=standby)
     await cluster.advance(15 * 60 + 1)
     assert effects(cluster) == {}
+
+
+async def test_a_policy_edited_to_fewer_steps_holds_its_devices_at_the_strongest_step_left(cluster: HealthCluster) -> None:
+    await eight_gpu_node(cluster, policy())
+    await cluster.start()
+    await cluster.post(delivery(alert("GPU-node-a-5")))
+    await cluster.advance(301)
+    assert effects(cluster) == {"node-a/gpu-5": "NoExecute"}
+    cluster.api.patch(
+        "devicehealthpolicies", None, "gpu-health", {"spec": {"rules": [xid_rule(steps=[{"effect": "NoSchedule"}])]}}, group=GROUP
+    )
+    await cluster.advance(2)
+    assert effects(cluster) == {"node-a/gpu-5": "NoSchedule"}
