@@ -43,6 +43,7 @@ log = logging.getLogger("dra_extender.health")
 POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
 MERGE_PATCH = "application/merge-patch+json"
 WRITERS = 64  # API writes in flight at once
+Taint = tuple[str, str, str]  # key, value, effect
 
 
 class HealthSource(Protocol):
@@ -154,7 +155,7 @@ class HealthController:
         self.loaded = False  # the rules' states read back since leadership began
         self.states: dict[tuple[str, str], dict[str, DeviceState]] = {}
         self.where: dict[str, tuple[DeviceID, str]] = {}  # device key -> (id, node)
-        self.written: dict[str, tuple[str, str]] = {}  # rule name -> (effect, state annotation) the API has
+        self.written: dict[str, tuple[Taint, str]] = {}  # rule name -> (taint, state annotation) the API has
         self.waiting: dict[tuple[str, str], tuple[str, ...]] = {}
         self.unmatched: dict[tuple[str, str], _Unmatched] = {}
         self.last_signal: dict[tuple[str, str], float] = {}
@@ -163,7 +164,7 @@ class HealthController:
         self._failed = False
         self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
         self._names: dict[tuple[str, str, str], str] = {}
-        self._same: dict[str, tuple[DeviceState, str]] = {}  # rule name -> the state and effect `written` holds
+        self._same: dict[str, tuple[DeviceState, Taint]] = {}  # rule name -> the state and taint `written` holds
         self._events: set[asyncio.Task[None]] = set()
         self._status_pending: dict[str, dict[str, Any]] = {}
         self._status_tasks: dict[str, asyncio.Task[None]] = {}
@@ -289,7 +290,8 @@ class HealthController:
                 continue
             self.states.setdefault((owned.policy, owned.rule), {})[device_key(owned.did)] = owned.state
             self.where[device_key(owned.did)] = (owned.did, owned.node)
-            self.written[owned.name] = (owned.effect, obj["metadata"]["annotations"][STATE])
+            t = obj["spec"]["taint"]
+            self.written[owned.name] = ((t["key"], t.get("value") or "", t["effect"]), obj["metadata"]["annotations"][STATE])
         self.loaded = True
         log.info("device health state read back", extra={"devices": sum(len(s) for s in self.states.values())})
 
@@ -560,17 +562,22 @@ class HealthController:
     def _unchanged(self, policy: Policy, rule: Rule, key: str, st: DeviceState) -> bool:
         """What the API has already: most devices of a rule at every pass (no task, no encoding)."""
         name = self._name(policy, rule, key)
-        effect = "None" if policy.dry_run else ladder.effect_of(rule, st.step)
-        return self._same.get(name) == (st, effect) and name in self.written
+        return self._same.get(name) == (st, self._taint(policy, rule, st)) and name in self.written
+
+    @staticmethod
+    def _taint(policy: Policy, rule: Rule, st: DeviceState) -> Taint:
+        """The taint the device's rule carries: the policy's key and value, the rung's effect (None in dry run)."""
+        return (rule.taint_key, rule.taint_value, "None" if policy.dry_run else ladder.effect_of(rule, st.step))
 
     async def _put(self, policy: Policy, rule: Rule, key: str, st: DeviceState, escalated: bool) -> None:
         name = self._name(policy, rule, key)
-        effect = "None" if policy.dry_run else ladder.effect_of(rule, st.step)
+        taint = self._taint(policy, rule, st)
+        effect = taint[2]
         did, node = self.where[key]
         annotation = encode_state(st, node)
         have = self.written.get(name)
-        if have == (effect, annotation):
-            self._same[name] = (st, effect)
+        if have == (taint, annotation):
+            self._same[name] = (st, taint)
             return
         try:
             if have is None:
@@ -587,27 +594,31 @@ class HealthController:
                 )
                 status, data = await self.source.send("POST", OWN_RULES.collection(), obj)
                 if status == 409:
-                    await self._patch(name, effect, annotation)
+                    await self._patch(name, taint, annotation)
                 elif status not in (200, 201):
                     raise status_error(status, data, f"create DeviceTaintRule {name}")
                 else:
                     await self._event(policy, "Normal", "DeviceTainted", f"{did} ({node}): {rule.name} {effect} ({st.cause})")
             else:
-                await self._patch(name, effect, annotation)
-                if have[0] != effect:
+                await self._patch(name, taint, annotation)
+                if have[0][2] != effect:
                     await self._event(
-                        policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0]} -> {effect} ({st.cause})"
+                        policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0][2]} -> {effect} ({st.cause})"
                     )
         except (SourceError, OSError, TimeoutError) as e:
             self._failed = True
             log.warning("health rule write failed", extra={"object": name, "err": str(e)})
             return
-        self.written[name] = (effect, annotation)
-        self._same[name] = (st, effect)
+        self.written[name] = (taint, annotation)
+        self._same[name] = (st, taint)
         log.info("health rule written", extra={"object": name, "device": str(did), "effect": effect, "step": st.step})
 
-    async def _patch(self, name: str, effect: str, annotation: str) -> None:
-        patch = {"metadata": {"annotations": {STATE: annotation}}, "spec": {"taint": {"effect": effect}}}
+    async def _patch(self, name: str, taint: Taint, annotation: str) -> None:
+        key, value, effect = taint
+        patch = {
+            "metadata": {"annotations": {STATE: annotation}},
+            "spec": {"taint": {"key": key, "value": value or None, "effect": effect}},
+        }
         try:
             await self._write("PATCH", OWN_RULES.item("", name), patch, f"patch DeviceTaintRule {name}", MERGE_PATCH)
         except NotFound:

@@ -330,3 +330,18 @@ async def test_a_policy_edited_to_fewer_steps_holds_its_devices_at_the_strongest
     )
     await cluster.advance(2)
     assert effects(cluster) == {"node-a/gpu-5": "NoSchedule"}
+
+
+async def test_a_policy_edited_to_another_taint_key_moves_its_rules_to_it(cluster: HealthCluster) -> None:
+    await eight_gpu_node(cluster, policy())
+    await cluster.start()
+    await cluster.post(delivery(alert("GPU-node-a-5")))
+    rule = xid_rule(taint={"key": "health.example.com/gpu-lost"})
+    cluster.api.patch("devicehealthpolicies", None, "gpu-health", {"spec": {"rules": [rule]}}, group=GROUP)
+    await cluster.advance(2)
+    [obj] = health_rules(cluster).values()
+    assert obj["spec"]["taint"] == {
+        "key": "health.example.com/gpu-lost",
+        "effect": "NoSchedule",
+        "timeAdded": obj["spec"]["taint"]["timeAdded"],
+    }
