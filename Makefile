@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 LISTEN ?= 127.0.0.1:8888
 SOURCE ?= examples/demo-cluster
 
-.PHONY: run test test-fast lint bench clean
+.PHONY: run run-health test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml
 
 run: $(VENV)/.installed
 	$(BIN)/dra-extender serve --source $(SOURCE) --listen $(LISTEN)
+
+# The demo cluster in the fake API server with examples/health/policy.yaml, and the alert receiver on 127.0.0.1:9095 (docs/health.md).
+run-health: $(VENV)/.installed
+	BIN=$(BIN) LISTEN=$(LISTEN) examples/health/run.sh
 
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

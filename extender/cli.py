@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from allocator.cel import CelEnvironment
     from extender.foreign_pods import ForeignSchedulerPods
+    from extender.health.wiring import HealthSetup
     from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
@@ -106,6 +107,8 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from extender.health.wiring import add_flags as add_health_flags
+
     parser = argparse.ArgumentParser(
         prog="dra-extender",
         description="kube-scheduler extender for DRA device taints, tolerations and device attribute patches",
@@ -123,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_feature_flags,
         _add_offer_and_eviction_flags,
         _add_limit_flags,
+        add_health_flags,
     ):
         add(serve)
     from extender.webhook import add_parser as add_webhook_parser
@@ -538,14 +542,14 @@ def _apps(
     addresses: tuple[tuple[str, int], tuple[str, int] | None],
     cluster: ApiSource | None,
     leadership: Leadership | None,
-) -> list[tuple[Any, str, int]]:
+) -> list[tuple[Any, ...]]:
     """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen."""
     from extender.app import create_app
 
     listen, probe = addresses
     source_status = cluster.sync_status if cluster is not None else None
     lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
-    apps = [
+    apps: list[tuple[Any, ...]] = [
         (
             create_app(
                 service,
@@ -566,6 +570,16 @@ def _apps(
     return apps
 
 
+def _health_setup(args: argparse.Namespace, cluster: ApiSource | None) -> HealthSetup | None:
+    """The device health controller and its alert receiver (extender/health/wiring.py); a bad flag is a usage error."""
+    from extender.health.wiring import prepare
+
+    try:
+        return prepare(args, cluster, parse_hostport)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 async def serve(args: argparse.Namespace) -> int:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
@@ -581,6 +595,7 @@ async def serve(args: argparse.Namespace) -> int:
     picked = _pick_source(args)
     source, cluster = picked.source, picked.cluster
     sockets = _bind_sockets(*addresses)
+    health = _health_setup(args, cluster)
     metrics = Metrics(version())
     cel = CelEnvironment()
     events = None if args.read_only else EventRecorder(source)  # --read-only tells nobody
@@ -619,6 +634,8 @@ async def serve(args: argparse.Namespace) -> int:
         )
     else:
         log.info("NoExecute evictions off (--no-eviction)")
+    if health is not None:
+        health.start(state, cluster, is_leader, metrics)
 
     foreign = _foreign_pods(args, state, metrics, events, is_leader) if events is not None else None
     requeuer = None
@@ -630,7 +647,11 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
-    http = HttpThread(_apps(args, service, bridge, limits, addresses, cluster, leadership), limits, sockets)
+    apps = _apps(args, service, bridge, limits, addresses, cluster, leadership)
+    if health is not None:
+        apps += health.apps(bridge, limits)
+        sockets += health.sockets
+    http = HttpThread(apps, limits, sockets)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         # Event loops without signal support (Windows) raise here; Ctrl-C then ends the run as KeyboardInterrupt.
@@ -650,6 +671,8 @@ async def serve(args: argparse.Namespace) -> int:
         background.append(("foreign-pods", foreign.run))
     if eviction is not None:
         background.append(("eviction", eviction.run))
+    if health is not None:
+        background += health.background
     return await _run_until_stopped(stop, lambda: source.run(state), http, background)
 
 

@@ -192,8 +192,9 @@ class _Server(uvicorn.Server):
 class HttpThread:
     """uvicorn servers on their own event loop, in a daemon thread."""
 
-    def __init__(self, apps: list[tuple[Any, str, int]], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
-        """`sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
+    def __init__(self, apps: list[tuple[Any, ...]], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
+        """`apps` are (app, host, port) or (app, host, port, extra uvicorn settings such as TLS files);
+        `sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
         protocol = protocol_class(limits.header_timeout)
         self.sockets = sockets
         self.servers = [
@@ -209,9 +210,10 @@ class HttpThread:
                     lifespan="off",
                     timeout_graceful_shutdown=3,
                     timeout_keep_alive=5,
+                    **(extra[0] if extra else {}),
                 )
             )
-            for app, host, port in apps
+            for app, host, port, *extra in apps
         ]
         self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)

@@ -52,6 +52,7 @@ class Metrics:
         self._declare_cel()
         self._declare_evictions()
         self._declare_health()
+        self._declare_device_health()
         self._verb = {
             v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
             for v in ("filter", "prioritize", "bind")
@@ -213,6 +214,35 @@ class Metrics:
             registry=r,
         )
         self.evictions_pending = Gauge("dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r)
+
+    def _declare_device_health(self) -> None:
+        """DeviceHealthPolicy: signals taken, devices per rung, guard trips, webhook deliveries (extender/health/)."""
+        r = self.registry
+        self.health_signals = Counter(
+            "dra_extender_health_signals",
+            "Health signals by policy and outcome (firing, resolved, repeat, unmatched, unselected, no_rule).",
+            ["policy", "outcome"],
+            registry=r,
+        )
+        self.health_devices = Gauge(
+            "dra_extender_health_devices", "Devices a health rule holds, by rung effect.", ["policy", "rule", "effect"], registry=r
+        )
+        self.health_guard_waiting = Gauge(
+            "dra_extender_health_guard_waiting_devices",
+            "Devices a health rule's guard holds below NoExecute.",
+            ["policy", "rule"],
+            registry=r,
+        )
+        self.health_guard_trips = Counter(
+            "dra_extender_health_guard_trips", "Times a health rule's guard held a device below NoExecute.", ["policy", "rule"], registry=r
+        )
+        self.health_deliveries = Histogram(
+            "dra_extender_health_delivery_duration_seconds",
+            "Alert webhook deliveries by HTTP status, from the body read to the answer.",
+            ["code"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def _declare_health(self) -> None:
         """The event loop and each kind's freshness."""

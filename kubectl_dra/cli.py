@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
+from kubectl_dra.health import cmd_health
 from kubectl_dra.taint_spec import (
     EFFECTS,
     TaintSpec,
@@ -64,6 +65,12 @@ EXAMPLES = {
     "why": """examples:
   kubectl dra why trainer
   kubectl dra why -n ml trainer -o json
+""",
+    "health": """examples:
+  # Devices that DeviceHealthPolicies hold: rung, since, cause, when they clear
+  kubectl dra health
+  # One policy: its spec, its status (devices per step, guard, unmatched alerts) and its devices
+  kubectl dra health --policy gpu-health -o yaml
 """,
     "completion": """examples:
   source <(kubectl-dra completion bash)     # kubectl-dra <TAB>, bash
@@ -141,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the kube-scheduler profile that calls the extender (the chart's schedulerName; default %(default)s)",
     )
     _output_flag(why)
+
+    from kubectl_dra.health import add_parser as add_health_parser
+
+    add_health_parser(command, _output_flag)
 
     completion = command("completion", "print a shell completion script (bash or zsh); kubectl's own completion uses kubectl_complete-dra")
     completion.add_argument("shell", choices=("bash", "zsh"))
@@ -589,6 +600,7 @@ HANDLERS: dict[str, Callable[[Cluster, argparse.Namespace, Callable[[str], None]
     "devices": cmd_devices,
     "explain-rule": cmd_explain,
     "why": cmd_why,
+    "health": cmd_health,
 }
 
 

@@ -165,6 +165,7 @@ def record_extender_calls() -> set[ApiCall]:
                 timeout=20,
                 what="dry-run status",
             )
+            _health_flow(api)
         finally:
             ext.stop()
         # The next replica's scheduler takes the Lease; evict mode, and upstream rules on request.
@@ -204,3 +205,38 @@ def record_extender_calls() -> set[ApiCall]:
         return calls
     finally:
         api.stop()
+
+
+def _health_flow(api: FakeApi) -> None:
+    """The health controller: a policy takes up a driver taint (a rule created, the policy's status); the device gone, the rule deleted."""
+    policy = {
+        "apiVersion": f"{CRD_GROUP}/v1alpha1",
+        "kind": "DeviceHealthPolicy",
+        "metadata": {"name": "rbac-health"},
+        "spec": {
+            "rules": [
+                {
+                    "name": "flagged",
+                    "signal": {"driverTaint": {"key": "example.com/rbac-health"}},
+                    "devices": {"driver": "gpu.example.com"},
+                    "taint": {"key": "example.com/rbac-health-policy"},
+                    "steps": [{"effect": "NoSchedule"}],
+                    "clearAfter": "1s",
+                }
+            ]
+        },
+    }
+    api.create(node("node-health"))
+    api.create(gpu_slice(1, node_name="node-health", taints={0: [{"key": "example.com/rbac-health", "effect": "None"}]}))
+    api.create(policy)
+
+    def health_rules() -> list[dict[str, Any]]:
+        return [
+            r
+            for r in api.list("DeviceTaintRule", group=CRD_GROUP)
+            if "resource.dra-extender.io/health-policy" in (r["metadata"].get("labels") or {})
+        ]
+
+    wait_for(lambda: len(health_rules()) == 1, timeout=20, what="the health rule")
+    api.delete("ResourceSlice", None, "node-health-gpus")
+    wait_for(lambda: not health_rules(), timeout=20, what="the health rule cleared")

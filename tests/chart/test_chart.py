@@ -45,6 +45,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
     "webhook": {"webhook": {"enabled": True}},
     "webhook-cert-manager": {"webhook": {"enabled": True, "certManager": {"enabled": True}}},
+    "health-alerts": {"extender": {"health": {"alerts": {"enabled": True, "tlsSecret": "alerts-tls"}}}},
+    "health-off": {"extender": {"health": {"enabled": False}}},
 }
 
 
@@ -251,3 +253,30 @@ def test_the_fake_api_server_accepts_the_charts_crds_and_kubectl_dras_rules() ->
         assert created["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kubectl-dra"}
     finally:
         api.stop()
+
+
+def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> None:
+    objs = objects(VARIANTS["health-alerts"])
+    dep = one(objs, "Deployment")
+    container = _container(dep, "dra-extender")
+    args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in container["args"]])
+    assert (args.alerts_listen, args.alerts_token_file) == ("10.0.0.7:9095", "/etc/dra-extender/alerts-token/token")
+    assert args.alerts_tls_cert_file == "/etc/dra-extender/alerts-tls/tls.crt"
+    assert {"name": "alerts", "containerPort": 9095, "protocol": "TCP"} in container["ports"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    secret = one(objs, "Secret", "-alerts-token")
+    assert volumes["alerts-token"]["secret"]["secretName"] == secret["metadata"]["name"] and secret["data"]["token"]
+    service = one(objs, "Service", "-alerts")
+    assert service["spec"]["ports"][0]["targetPort"] == "alerts"
+    rules = [r for o in objs if o["kind"] == "ClusterRole" for r in o["rules"]]
+    assert any("devicehealthpolicies" in r["resources"] and "watch" in r["verbs"] for r in rules)
+    assert any("devicehealthpolicies/status" in r["resources"] and "patch" in r["verbs"] for r in rules)
+    assert any(
+        r["apiGroups"] == ["resource.dra-extender.io"] and "devicetaintrules" in r["resources"] and {"create", "delete"} <= set(r["verbs"])
+        for r in rules
+    )
+    # Off by default: no listener, no Service, no Secret; the controller itself runs (idle without a policy).
+    default = objects({})
+    assert not [o for o in default if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-alerts-token")]
+    assert not any(a.startswith("--alerts") or a == "--no-health" for a in _container(one(default, "Deployment"), "dra-extender")["args"])
+    assert "--no-health" in _container(one(objects(VARIANTS["health-off"]), "Deployment"), "dra-extender")["args"]

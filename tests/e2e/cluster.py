@@ -35,6 +35,7 @@ KINDS: dict[str, tuple[str, str, str, bool]] = {
     "DeviceClass": ("resource.k8s.io", "v1", "deviceclasses", False),
     "DeviceTaintRule": ("resource.k8s.io", "v1beta2", "devicetaintrules", False),
     "ResourceSlicePatch": ("resource.dra-extender.io", "v1alpha1", "resourceslicepatches", False),
+    "DeviceHealthPolicy": ("resource.dra-extender.io", "v1alpha1", "devicehealthpolicies", False),
     "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims", True),
     "PersistentVolume": ("", "v1", "persistentvolumes", False),
 }

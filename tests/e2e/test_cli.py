@@ -61,6 +61,43 @@ def _usage_errors(taken: int) -> dict[str, tuple[list[str], str]]:
             ["--kubeconfig", str(ROOT / "pyproject.toml"), "--scheduler-config", "/nonexistent.yaml"],
             "--scheduler-config /nonexistent.yaml: No such file",
         ),
+        "alert receiver with --source": (
+            ["--source", str(DEMO), "--alerts-listen", "127.0.0.1:0"],
+            "--alerts-listen: the alert receiver needs the health controller, which --source (policies live in a cluster) turns off",
+        ),
+        "alert receiver with --no-health": (
+            ["--kubeconfig", str(ROOT / "pyproject.toml"), "--no-health", "--alerts-listen", "127.0.0.1:0"],
+            "--alerts-listen: the alert receiver needs the health controller, which --no-health turns off",
+        ),
+        "alert receiver without a token": (
+            ["--kubeconfig", str(ROOT / "pyproject.toml"), "--alerts-listen", "127.0.0.1:0"],
+            "--alerts-listen needs --alerts-token-file: the receiver never accepts unauthenticated alerts",
+        ),
+        "alert token file missing": (
+            ["--kubeconfig", str(ROOT / "pyproject.toml"), "--alerts-listen", "127.0.0.1:0", "--alerts-token-file", "/nonexistent"],
+            "--alerts-token-file /nonexistent: No such file or directory",
+        ),
+        "alert token without a listener": (
+            ["--kubeconfig", str(ROOT / "pyproject.toml"), "--alerts-token-file", str(ROOT / "examples" / "health" / "token")],
+            "--alerts-token-file needs --alerts-listen",
+        ),
+        "alert TLS half given": (
+            ["--kubeconfig", str(ROOT / "pyproject.toml"), "--alerts-listen", "127.0.0.1:0", "--alerts-tls-cert-file", "/x"],
+            "--alerts-tls-cert-file and --alerts-tls-key-file go together",
+        ),
+        "alert listener in use": (
+            [
+                "--kubeconfig",
+                str(ROOT / "pyproject.toml"),
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--alerts-listen",
+                f"127.0.0.1:{taken}",
+                "--alerts-token-file",
+                str(ROOT / "examples" / "health" / "token"),
+            ],
+            f"--alerts-listen 127.0.0.1:{taken}: Address already in use",
+        ),
     }
 
 

@@ -1,0 +1,113 @@
+"""Alertmanager's webhook payload (and Grafana's variant) parsed once at the edge.
+
+Alertmanager's `webhook_config` posts `version: "4"` with `alerts[]`, each
+with `status` (firing|resolved), `labels`, `annotations`, `startsAt`,
+`endsAt` and `fingerprint`. Grafana's contact point posts the same alert
+shape under `version: "1"` with `orgId`/`state`. Anything else is a
+`BadPayload` naming the field, answered 400: a retry would not fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from tracker.timestamps import parse_rfc3339
+
+
+class BadPayload(ValueError):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.field = path
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    status: Literal["firing", "resolved"]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    starts_at: str
+    ends_at: str
+    fingerprint: str
+
+    @property
+    def firing(self) -> bool:
+        return self.status == "firing"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    source: Literal["alertmanager", "grafana"]
+    receiver: str
+    alerts: tuple[Alert, ...]
+
+
+def _strings(value: Any, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadPayload(path, f"must be an object of strings, got {type(value).__name__}")
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise BadPayload(f"{path}.{k}", f"must be a string, got {type(v).__name__}")
+    return value
+
+
+def _time(value: Any, path: str, *, required: bool) -> str:
+    if value is None or value == "":
+        if required:
+            raise BadPayload(path, "is required")
+        return ""
+    if not isinstance(value, str) or parse_rfc3339(value) is None:
+        raise BadPayload(path, f"must be an RFC 3339 time, got {value!r}")
+    return value
+
+
+def _alert(raw: Any, path: str) -> Alert:
+    if not isinstance(raw, dict):
+        raise BadPayload(path, f"must be an object, got {type(raw).__name__}")
+    status = raw.get("status")
+    if status not in ("firing", "resolved"):
+        raise BadPayload(f"{path}.status", f"must be firing or resolved, got {status!r}")
+    fingerprint = raw.get("fingerprint")
+    if not isinstance(fingerprint, str) or not fingerprint:
+        raise BadPayload(f"{path}.fingerprint", "is required (a non-empty string)")
+    if "labels" not in raw:
+        raise BadPayload(f"{path}.labels", "is required")
+    return Alert(
+        status=status,
+        labels=_strings(raw.get("labels"), f"{path}.labels"),
+        annotations=_strings(raw.get("annotations"), f"{path}.annotations"),
+        starts_at=_time(raw.get("startsAt"), f"{path}.startsAt", required=True),
+        ends_at=_time(raw.get("endsAt"), f"{path}.endsAt", required=False),
+        fingerprint=fingerprint,
+    )
+
+
+def parse_delivery(body: bytes) -> Delivery:
+    """One webhook body; BadPayload names the first faulty field."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise BadPayload("body", f"is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise BadPayload("body", f"must be a JSON object, got {type(doc).__name__}")
+    version = doc.get("version")
+    if version == "4":
+        source: Literal["alertmanager", "grafana"] = "alertmanager"
+    elif version == "1" and ("orgId" in doc or "state" in doc):
+        source = "grafana"
+    elif "version" not in doc:
+        raise BadPayload("version", 'is required ("4" from Alertmanager, "1" from Grafana)')
+    else:
+        raise BadPayload("version", f'unknown webhook version {version!r}: expected "4" (Alertmanager) or "1" (Grafana)')
+    alerts = doc.get("alerts")
+    if not isinstance(alerts, list):
+        raise BadPayload("alerts", "is required (a list)")
+    receiver = doc.get("receiver", "")
+    if not isinstance(receiver, str):
+        raise BadPayload("receiver", "must be a string")
+    return Delivery(source, receiver, tuple(_alert(a, f"alerts[{i}]") for i, a in enumerate(alerts)))

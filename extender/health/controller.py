@@ -1,0 +1,788 @@
+"""The health controller: signals in, one DeviceTaintRule per failing device out (leader only).
+
+It watches DeviceHealthPolicies itself (a reflector of its own), takes
+alerts from the webhook receiver (`deliver`) and driver taints from the
+tracker's device views, runs the pure ladder (ladder.py) for every rule at
+the injected clock's time, and writes the difference: create, re-rung or
+delete each device's rule, Events, the policy's status, metrics.
+
+What it knows lives in the API: every device's ladder state is in its
+rule's annotation (rules.py), read back with one list whenever this process
+becomes leader, so a restart or a failover resumes each device at its rung
+and never escalates it twice. Memory holds only that state while leading,
+and what the API was last told (to write only differences).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from allocator.types import DeviceID
+from extender.eviction.clock import Clock, SystemClock, format_time
+from extender.health import ladder
+from extender.health.alerts import Delivery
+from extender.health.ladder import DeviceState
+from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, Rule, parse_policy
+from extender.health.resolver import Unresolved, device_key, resolve
+from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
+from extender.metrics import Metrics
+from tracker import events as ev
+from tracker.reflector import Freshness, Reflector, WatchTransport
+from tracker.resources import KIND_RESOURCES, OWN_RULES, Resource
+from tracker.source import NotFound, SourceError, status_error
+from tracker.state import ClusterState
+
+log = logging.getLogger("dra_extender.health")
+
+POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
+MERGE_PATCH = "application/merge-patch+json"
+WRITERS = 64  # API writes in flight at once
+Taint = tuple[str, str, str]  # key, value, effect
+
+
+class HealthSource(Protocol):
+    """What the controller needs of the API server (ApiSource provides it)."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> tuple[int, bytes]: ...
+
+    async def send(
+        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
+    ) -> tuple[int, bytes]: ...
+
+    async def create_event(self, event: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the receiver answers a delivery."""
+
+    status: int
+    body: dict[str, Any]
+
+
+@dataclass
+class _Unmatched:
+    count: int = 0
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+class _ObjectSink:
+    """A reflector's sink of our own (policies, nodes): the raw objects, and whether the first list is in."""
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = False
+        self._changed = changed
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        if event.type == "DELETED":
+            self.objects.pop(event.key, None)
+        else:
+            self.objects[event.key] = event.object
+        self._changed()
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        self.objects = {o["metadata"]["name"]: o for o in objects}
+        self._changed()
+
+    def mark_synced(self, kind: str, group: str) -> None:
+        self.synced = True
+        self._changed()
+
+    @property
+    def ready(self) -> bool:
+        return self.synced
+
+
+class _NodeSink(_ObjectSink):
+    """Nodes kept as their name and conditions only (a Node's status also holds images, addresses, capacity)."""
+
+    @staticmethod
+    def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": obj["metadata"]["name"]}, "status": {"conditions": (obj.get("status") or {}).get("conditions") or []}}
+
+    def apply(self, event: ev.ObjectEvent) -> None:
+        super().apply(ev.ObjectEvent(event.type, event.kind, event.group, event.key, self._slim(event.object)))
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        super().replace(kind, group, [self._slim(o) for o in objects])
+
+
+class HealthController:
+    def __init__(
+        self,
+        state: ClusterState,
+        source: HealthSource,
+        *,
+        feed: WatchTransport | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+        leader_poll: float = 1.0,
+        retry: float = 1.0,
+    ) -> None:
+        self.state = state
+        self.source = source
+        self.feed: WatchTransport = feed if feed is not None else source  # type: ignore[assignment]  # ApiSource is both
+        self.is_leader = is_leader
+        self.clock: Clock = clock or SystemClock()
+        self.metrics = metrics or Metrics()
+        self.leader_poll = leader_poll
+        self.retry = retry
+        self.wake = asyncio.Event()
+        self.lock = asyncio.Lock()
+        self.idle = False
+        self.policies = _ObjectSink(self.wake.set)
+        self.nodes = _NodeSink(self.wake.set)  # Node objects with their conditions, watched while a rule needs them
+        self._node_task: asyncio.Task[None] | None = None
+        self._parsed: dict[str, tuple[str, Policy | PolicyError]] = {}  # name -> (resourceVersion, parsed)
+        self._warned: set[tuple[str, int]] = set()
+        self.loaded = False  # the rules' states read back since leadership began
+        self.states: dict[tuple[str, str], dict[str, DeviceState]] = {}
+        self.where: dict[str, tuple[DeviceID, str]] = {}  # device key -> (id, node)
+        self.written: dict[str, tuple[Taint, str]] = {}  # rule name -> (taint, state annotation) the API has
+        self.waiting: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.unmatched: dict[tuple[str, str], _Unmatched] = {}
+        self.last_signal: dict[tuple[str, str], float] = {}
+        self._status_written: dict[str, dict[str, Any]] = {}
+        self._transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (policy, condition) -> (status, time)
+        self._failed = False
+        self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
+        self._names: dict[tuple[str, str, str], str] = {}
+        self._same: dict[str, tuple[DeviceState, Taint]] = {}  # rule name -> the state and taint `written` holds
+        self._events: set[asyncio.Task[None]] = set()
+        self._status_pending: dict[str, dict[str, Any]] = {}
+        self._status_tasks: dict[str, asyncio.Task[None]] = {}
+        state.subscribe(self._tracker_event)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _tracker_event(self, event: ev.ObjectEvent) -> None:
+        if event.kind == ev.RESOURCE_SLICE or (
+            event.kind == ev.DEVICE_TAINT_RULE and POLICY_LABEL in (event.object.get("metadata") or {}).get("labels", {})
+        ):
+            self.wake.set()  # a driver taint may have come or gone; an operator may have pinned a device
+
+    def valid_policies(self) -> list[Policy]:
+        """The policies that parse, in name order; a faulty one is warned about once per generation."""
+        out = []
+        for name, obj in sorted(self.policies.objects.items()):
+            rv = obj["metadata"].get("resourceVersion", "")
+            cached = self._parsed.get(name)
+            if cached is None or cached[0] != rv:
+                try:
+                    parsed: Policy | PolicyError = parse_policy(obj)
+                    self._validate_cel(parsed)  # type: ignore[arg-type]  # a Policy here
+                except PolicyError as e:
+                    parsed = e
+                self._parsed[name] = cached = (rv, parsed)
+            if isinstance(cached[1], Policy):
+                out.append(cached[1])
+        return out
+
+    def _validate_cel(self, policy: Policy) -> None:
+        for i, rule in enumerate(policy.rules):
+            for j, expr in enumerate(rule.selectors):
+                try:
+                    self.state.cel.compile(expr)
+                except ValueError as e:
+                    raise PolicyError(f"spec.rules[{i}].devices.selectors[{j}].cel.expression", str(e)) from None
+
+    def policy_error(self, name: str) -> PolicyError | None:
+        cached = self._parsed.get(name)
+        return cached[1] if cached is not None and isinstance(cached[1], PolicyError) else None
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        log.info("device health controller started")
+        policy_task = asyncio.create_task(self._reflector(POLICIES, self.policies).run(), name="health-policies")
+        loop_task = asyncio.create_task(self._loop(), name="health-loop")
+        try:
+            # A reflector that ends has failed for good: so does the controller (the process exits and restarts).
+            done, _ = await asyncio.wait([policy_task, loop_task], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()
+        finally:
+            tasks = [policy_task, loop_task, *([self._node_task] if self._node_task is not None else [])]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._node_task = None
+
+    @property
+    def ready(self) -> bool:
+        return self.state.ready and self.policies.synced
+
+    async def _loop(self) -> None:
+        while True:
+            if not self.ready:
+                await asyncio.sleep(0.05)
+                continue
+            self.wake.clear()
+            now = self.clock.now()
+            deadline = now + self.leader_poll
+            self._follow_nodes()
+            if self.is_leader():
+                async with self.lock:
+                    nxt = await self.reconcile(now)
+                if nxt is not None:
+                    deadline = min(deadline, nxt)
+            else:
+                self._drop()
+            self.idle = True
+            try:
+                await self.clock.wait(self.wake, deadline)
+            finally:
+                self.idle = False
+
+    def _reflector(self, res: Resource, sink: _ObjectSink) -> Reflector:
+        stats = dict.fromkeys(("lists", "watch_events", "relists_410", "watch_restarts", "errors"), 0)
+        return Reflector(
+            res, sink, self.feed, freshness=Freshness(3600.0), stats=stats, last_resource_versions={}, watch_timeout_seconds=290
+        )
+
+    def _follow_nodes(self) -> None:
+        """Watch Nodes (their conditions) while some valid policy has a nodeCondition rule; the tracker keeps no conditions."""
+        wanted = any(r.kind == "nodeCondition" for p in self.valid_policies() for r in p.rules)
+        if wanted and self._node_task is None:
+            self._node_task = asyncio.create_task(self._reflector(KIND_RESOURCES[ev.NODE], self.nodes).run(), name="health-nodes")
+        elif not wanted and self._node_task is not None:
+            self._node_task.cancel()
+            self._node_task = None
+            self.nodes.objects.clear()
+            self.nodes.synced = False
+
+    def _drop(self) -> None:
+        """Not the leader: forget everything; the next leadership reads it back from the API."""
+        self.loaded = False
+        self.states.clear()
+        self.written.clear()
+        self._same.clear()
+        self._status_written.clear()
+
+    async def _load(self) -> None:
+        """Every rule we own, listed fresh from the API (not the tracker's cache, which may lag a hand-over)."""
+        status, body = await self.source.request("GET", OWN_RULES.collection(), query={"labelSelector": POLICY_LABEL})
+        if status != 200:
+            raise status_error(status, body, "list health DeviceTaintRules")
+        self.states.clear()
+        self.written.clear()
+        self._same.clear()
+        for obj in orjson.loads(body).get("items") or ():
+            owned = decode(obj)
+            if owned is None:
+                continue
+            self.states.setdefault((owned.policy, owned.rule), {})[device_key(owned.did)] = owned.state
+            self.where[device_key(owned.did)] = (owned.did, owned.node)
+            t = obj["spec"]["taint"]
+            self.written[owned.name] = ((t["key"], t.get("value") or "", t["effect"]), obj["metadata"]["annotations"][STATE])
+        self.loaded = True
+        log.info("device health state read back", extra={"devices": sum(len(s) for s in self.states.values())})
+
+    # ------------------------------------------------------------------ alerts
+
+    async def deliver(self, delivery: Delivery) -> Answer:
+        """One webhook delivery: every alert applied, every resulting write made, before the answer.
+
+        503 when this process cannot act (not the leader, not synced) or the API server
+        refused a write: Alertmanager then retries, and the retry is idempotent.
+        """
+        if not self.is_leader():
+            return Answer(503, {"error": "not the leader: retry"})
+        if not self.ready:
+            return Answer(503, {"error": "not synced with the API server yet: retry"})
+        counts: dict[str, int] = {}
+        async with self.lock:
+            now = self.clock.now()
+            try:
+                if not self.loaded:
+                    await self._load()
+                touched = self._apply_alerts(delivery, now, counts)
+                self._failed = False
+                await self.reconcile(now, only=touched)
+            except (SourceError, OSError, TimeoutError) as e:
+                log.warning("health write failed; the delivery will be retried", extra={"err": str(e)})
+                return Answer(503, {"error": f"API server write failed: {e}"})
+            if self._failed:
+                return Answer(503, {"error": "API server write failed: retry", "alerts": counts})
+        return Answer(200, {"alerts": counts})
+
+    def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
+        policies = [p for p in self.valid_policies() if any(r.kind == "alert" for r in p.rules)]
+        touched: set[tuple[str, str]] = set()
+        by_policy: dict[tuple[str, str], int] = {}
+        for alert in delivery.alerts:
+            matched = False
+            for policy in policies:
+                for rule in policy.rules:
+                    if rule.alert is None or not rule.alert.matches(alert.labels):
+                        continue
+                    matched = True
+                    outcome = self._apply_alert(policy, rule, alert.labels, alert.fingerprint, alert.firing, now, touched)
+                    counts[outcome] = counts.get(outcome, 0) + 1
+                    by_policy[(policy.name, outcome)] = by_policy.get((policy.name, outcome), 0) + 1
+            if not matched:
+                counts["no_rule"] = counts.get("no_rule", 0) + 1
+                by_policy[("", "no_rule")] = by_policy.get(("", "no_rule"), 0) + 1
+        for (name, outcome), n in by_policy.items():
+            self.metrics.health_signals.labels(name, outcome).inc(n)
+        return touched
+
+    def _apply_alert(
+        self, policy: Policy, rule: Rule, labels: Any, fingerprint: str, firing: bool, now: float, touched: set[tuple[str, str]]
+    ) -> str:
+        ident = (policy.name, rule.name)
+        assert rule.device is not None  # an alert rule
+        found = resolve(self.state, rule.device, labels)
+        if isinstance(found, Unresolved):
+            return self._unmatched(ident, found.reason, labels, now)
+        if not self._selected(rule, found):
+            return self._unmatched(ident, f"device {found.id} is not among the rule's devices", labels, now, outcome="unselected")
+        key = device_key(found.id)
+        self.where.setdefault(key, (found.id, found.node_name or ""))
+        states = self.states.setdefault(ident, {})
+        old = states.get(key)
+        assert rule.alert is not None  # an alert rule
+        cause = labels.get("alertname", "alert") + "".join(
+            f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
+        )
+        new = ladder.fire(old, "alert:" + fingerprint, now, cause) if firing else ladder.resolve(old, "alert:" + fingerprint, now)
+        if new is None or new == old:
+            if old is not None and not self._unchanged(policy, rule, key, old):
+                touched.add(ident)  # a repeat of a device whose write failed before: retried with it
+            return "repeat"
+        touched.add(ident)
+        states[key] = new
+        self.last_signal[ident] = now
+        return "firing" if firing else "resolved"
+
+    def _unmatched(self, ident: tuple[str, str], reason: str, labels: Any, now: float, outcome: str = "unmatched") -> str:
+        u = self.unmatched.setdefault(ident, _Unmatched())
+        u.count += 1
+        u.last = {"reason": reason, "labels": dict(labels), "time": format_time(now)}
+        log.warning("alert names no device of the rule", extra={"policy": ident[0], "rule": ident[1], "err": reason})
+        return outcome
+
+    def _selected(self, rule: Rule, device: Any) -> bool:
+        if device.id.driver != rule.driver:
+            return False
+        for expr in rule.selectors:
+            try:
+                if not self.state.cel.evaluate(self.state.cel.compile(expr), device):
+                    return False
+            except ValueError:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ driver taints
+
+    def _driver_taints(self, policy: Policy, rule: Rule, now: float) -> None:
+        sig = rule.taint_signal
+        assert sig is not None
+        ident = (policy.name, rule.name)
+        states = self.states.setdefault(ident, {})
+        firing: dict[str, set[str]] = {}
+        for did, view in self.state.devices.items():
+            if did.driver != rule.driver:
+                continue
+            for taint, origin in zip(view.taints, view.taint_sources, strict=False):
+                if origin == "slice" and sig.matches(taint.key, taint.value, taint.effect) and self._selected(rule, view):
+                    key = device_key(did)
+                    firing.setdefault(key, set()).add(f"taint:{taint.key}={taint.value}:{taint.effect}")
+                    self.where.setdefault(key, (did, view.node_name or ""))
+        for key, signals in firing.items():
+            for s in sorted(signals):
+                new = ladder.fire(states.get(key), s, now, f"driver taint {s[6:]}")
+                if new != states.get(key):
+                    states[key] = new
+                    self.last_signal[ident] = now
+        for key, st in list(states.items()):
+            for s in st.active:
+                if s.startswith("taint:") and s not in firing.get(key, ()):
+                    resolved = ladder.resolve(states[key], s, now)
+                    assert resolved is not None
+                    states[key] = resolved
+                    self.last_signal[ident] = now
+
+    # ------------------------------------------------------------------ node conditions
+
+    def _node_conditions(self, policy: Policy, rule: Rule, now: float) -> None:
+        cond = rule.condition
+        assert cond is not None
+        ident = (policy.name, rule.name)
+        states = self.states.setdefault(ident, {})
+        signal = f"condition:{cond.type}"
+        firing: set[str] = set()
+        for name, obj in self.nodes.objects.items():
+            conditions = (obj.get("status") or {}).get("conditions") or ()
+            if not any(c.get("type") == cond.type and c.get("status") == cond.status for c in conditions if isinstance(c, dict)):
+                continue
+            for s in self.state.slices_for_node(name):
+                if s.driver != rule.driver or s.node_name != name:
+                    continue
+                for view in s.devices:
+                    if self._selected(rule, view):
+                        key = device_key(view.id)
+                        firing.add(key)
+                        self.where.setdefault(key, (view.id, name))
+        for key in sorted(firing):
+            new = ladder.fire(states.get(key), signal, now, f"node condition {cond.type}={cond.status}")
+            if new != states.get(key):
+                states[key] = new
+                self.last_signal[ident] = now
+        for key, st in list(states.items()):
+            if signal in st.active and key not in firing:
+                resolved = ladder.resolve(st, signal, now)
+                assert resolved is not None
+                states[key] = resolved
+                self.last_signal[ident] = now
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def reconcile(self, now: float, only: set[tuple[str, str]] | None = None) -> float | None:
+        """Decide every rule (or `only` these) at `now` and write what changed; the next instant to look again."""
+        if not self.loaded:
+            try:
+                await self._load()
+            except (SourceError, OSError, TimeoutError) as e:
+                log.warning("could not read the health rules back", extra={"err": str(e)})
+                return now + self.retry
+        policies = self.valid_policies()
+        times: list[float] = []
+        self._failed = False
+        for policy in policies:
+            for rule in policy.rules:
+                ident = (policy.name, rule.name)
+                if only is not None and ident not in only:
+                    continue
+                if rule.kind == "driverTaint":
+                    self._driver_taints(policy, rule, now)
+                elif rule.kind == "nodeCondition":
+                    if not self.nodes.synced:
+                        continue  # no node list yet: a condition not seen is not a resolution
+                    self._node_conditions(policy, rule, now)
+                nxt = await self._reconcile_rule(policy, rule, now)
+                if nxt is not None:
+                    times.append(nxt)
+            await self._write_status(policy)
+        if only is None:
+            await self._remove_orphans(policies)
+        for name in sorted(self.policies.objects):
+            err = self.policy_error(name)
+            if err is not None:
+                await self._invalid(name, err)
+        if self._failed:
+            times.append(now + self.retry)
+        return min(times) if times else None
+
+    def _fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
+        """The rule's devices, cluster-wide and per node; recounted only when the tracker's state changed."""
+        key = (rule.driver, rule.selectors)
+        cached = self._fleets.get(key)
+        if cached is not None and cached[0] == self.state.generation:
+            return cached[1], cached[2]
+        total, per_node = self._count_fleet(rule)
+        self._fleets[key] = (self.state.generation, total, per_node)
+        return total, per_node
+
+    def _count_fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
+        total, per_node = 0, dict[str, int]()
+        for view in self.state.devices.values():
+            if view.id.driver == rule.driver and self._selected(rule, view):
+                total += 1
+                node = view.node_name or ""
+                per_node[node] = per_node.get(node, 0) + 1
+        return total, per_node
+
+    async def _reconcile_rule(self, policy: Policy, rule: Rule, now: float) -> float | None:
+        ident = (policy.name, rule.name)
+        states = self.states.get(ident, {})
+        total, per_node = self._fleet(rule)
+
+        def pinned(key: str) -> bool:
+            r = self.state.rules.get((GROUP, rule_name(policy.name, rule.name, self.where[key][0])))
+            return r is not None and r.meta.annotations.get(PIN, "").lower() == "true"
+
+        d = ladder.decide(
+            rule,
+            states,
+            now,
+            node_of=lambda k: self.where[k][1],
+            fleet=total,
+            fleet_on=lambda n: per_node.get(n, 0),
+            pinned=pinned,
+        )
+        self.states[ident] = d.states
+        sem = asyncio.Semaphore(WRITERS)
+
+        async def bounded(coro: Any) -> None:
+            async with sem:
+                await coro
+
+        jobs = [self._clear(policy, rule, key, states[key]) for key in d.cleared]
+        jobs += [
+            self._put(policy, rule, key, st, key in d.escalated)
+            for key, st in d.states.items()
+            if not self._unchanged(policy, rule, key, st)
+        ]
+        await asyncio.gather(*(bounded(j) for j in jobs))
+        await self._guard(policy, rule, d.waiting)
+        for effect in ("None", "NoSchedule", "NoExecute"):
+            n = sum(1 for st in d.states.values() if ladder.effect_of(rule, st.step) == effect)
+            self.metrics.health_devices.labels(policy.name, rule.name, effect).set(n)
+        return d.next_at
+
+    async def _write(self, method: str, path: str, body: Any, what: str, content_type: str = "application/json") -> None:
+        status, data = await self.source.send(method, path, body, content_type=content_type)
+        if status not in (200, 201, 202):
+            raise status_error(status, data, what)
+
+    def _name(self, policy: Policy, rule: Rule, key: str) -> str:
+        name = self._names.get((policy.name, rule.name, key))
+        if name is None:
+            name = self._names[(policy.name, rule.name, key)] = rule_name(policy.name, rule.name, self.where[key][0])
+        return name
+
+    def _unchanged(self, policy: Policy, rule: Rule, key: str, st: DeviceState) -> bool:
+        """What the API has already: most devices of a rule at every pass (no task, no encoding)."""
+        name = self._name(policy, rule, key)
+        return self._same.get(name) == (st, self._taint(policy, rule, st)) and name in self.written
+
+    @staticmethod
+    def _taint(policy: Policy, rule: Rule, st: DeviceState) -> Taint:
+        """The taint the device's rule carries: the policy's key and value, the rung's effect (None in dry run)."""
+        return (rule.taint_key, rule.taint_value, "None" if policy.dry_run else ladder.effect_of(rule, st.step))
+
+    async def _put(self, policy: Policy, rule: Rule, key: str, st: DeviceState, escalated: bool) -> None:
+        name = self._name(policy, rule, key)
+        taint = self._taint(policy, rule, st)
+        effect = taint[2]
+        did, node = self.where[key]
+        annotation = encode_state(st, node)
+        have = self.written.get(name)
+        if have == (taint, annotation):
+            self._same[name] = (st, taint)
+            return
+        try:
+            if have is None:
+                obj = rule_object(
+                    policy=policy.name,
+                    policy_uid=policy.uid,
+                    rule=rule.name,
+                    did=did,
+                    node=node,
+                    key=rule.taint_key,
+                    value=rule.taint_value,
+                    effect=effect,
+                    state=st,
+                )
+                status, data = await self.source.send("POST", OWN_RULES.collection(), obj)
+                if status == 409:
+                    await self._patch(name, taint, annotation)
+                elif status not in (200, 201):
+                    raise status_error(status, data, f"create DeviceTaintRule {name}")
+                else:
+                    await self._event(policy, "Normal", "DeviceTainted", f"{did} ({node}): {rule.name} {effect} ({st.cause})")
+            else:
+                await self._patch(name, taint, annotation)
+                if have[0][2] != effect:
+                    await self._event(
+                        policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0][2]} -> {effect} ({st.cause})"
+                    )
+        except (SourceError, OSError, TimeoutError) as e:
+            self._failed = True
+            log.warning("health rule write failed", extra={"object": name, "err": str(e)})
+            return
+        self.written[name] = (taint, annotation)
+        self._same[name] = (st, taint)
+        log.info("health rule written", extra={"object": name, "device": str(did), "effect": effect, "step": st.step})
+
+    async def _patch(self, name: str, taint: Taint, annotation: str) -> None:
+        key, value, effect = taint
+        patch = {
+            "metadata": {"annotations": {STATE: annotation}},
+            "spec": {"taint": {"key": key, "value": value or None, "effect": effect}},
+        }
+        try:
+            await self._write("PATCH", OWN_RULES.item("", name), patch, f"patch DeviceTaintRule {name}", MERGE_PATCH)
+        except NotFound:
+            self.written.pop(name, None)
+            raise
+
+    async def _clear(self, policy: Policy, rule: Rule, key: str, st: DeviceState) -> None:
+        did, node = self.where[key]
+        name = rule_name(policy.name, rule.name, did)
+        try:
+            await self._write("DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
+        except NotFound:
+            pass
+        except (SourceError, OSError, TimeoutError) as e:
+            self._failed = True
+            self.states[(policy.name, rule.name)][key] = st  # still there: try again
+            log.warning("health rule delete failed", extra={"object": name, "err": str(e)})
+            return
+        self.written.pop(name, None)
+        await self._event(policy, "Normal", "DeviceCleared", f"{did} ({node}): {rule.name} cleared after {rule.clear_after:g}s resolved")
+
+    async def _guard(self, policy: Policy, rule: Rule, waiting: tuple[str, ...]) -> None:
+        ident = (policy.name, rule.name)
+        before = self.waiting.get(ident, ())
+        self.waiting[ident] = waiting
+        self.metrics.health_guard_waiting.labels(policy.name, rule.name).set(len(waiting))
+        new = [k for k in waiting if k not in before]
+        if new:
+            self.metrics.health_guard_trips.labels(policy.name, rule.name).inc(len(new))
+            await self._event(
+                policy,
+                "Warning",
+                "GuardTripped",
+                f"{rule.name}: {len(waiting)} device(s) held at NoSchedule by the guard: {', '.join(waiting[:10])}",
+            )
+            log.warning(
+                "health guard holds devices below NoExecute", extra={"policy": policy.name, "rule": rule.name, "devices": ",".join(waiting)}
+            )
+
+    async def _remove_orphans(self, policies: Iterable[Policy]) -> None:
+        """Rules whose policy or policy rule is gone (the API server's GC does the same for a deleted policy)."""
+        live = {(label_value(p.name), label_value(r.name)) for p in policies for r in p.rules}
+        invalid = {label_value(n) for n in self.policies.objects if self.policy_error(n) is not None}
+        for ident in list(self.states):
+            lp, lr = label_value(ident[0]), label_value(ident[1])
+            if (lp, lr) in live or lp in invalid:
+                continue
+            for key in list(self.states[ident]):
+                did = self.where[key][0]
+                name = rule_name(ident[0], ident[1], did)
+                try:
+                    await self._write("DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
+                except NotFound:
+                    pass
+                except (SourceError, OSError, TimeoutError):
+                    self._failed = True
+                    continue
+                self.written.pop(name, None)
+                del self.states[ident][key]
+            if not self.states[ident]:
+                del self.states[ident]
+
+    # ------------------------------------------------------------------ visible
+
+    async def _event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
+        """Best effort and off the delivery's path: a failed Event is logged by the writer, never retried."""
+        task = asyncio.create_task(self._post_event(policy, type_, reason, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _post_event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
+        await self.source.create_event(
+            {
+                "type": type_,
+                "reason": reason,
+                "message": message,
+                "involvedObject": {"kind": KIND, "name": policy.name, "uid": policy.uid, "apiVersion": f"{GROUP}/{VERSION}"},
+            }
+        )
+
+    async def _invalid(self, name: str, err: PolicyError) -> None:
+        obj = self.policies.objects[name]
+        gen = int(obj["metadata"].get("generation") or 0)
+        if (name, gen) in self._warned:
+            return
+        self._warned.add((name, gen))
+        log.warning("invalid DeviceHealthPolicy", extra={"object": name, "field": err.field, "err": str(err)})
+        await self.source.create_event(
+            {
+                "type": "Warning",
+                "reason": "InvalidPolicy",
+                "message": str(err),
+                "involvedObject": {"kind": KIND, "name": name, "uid": obj["metadata"].get("uid", ""), "apiVersion": f"{GROUP}/{VERSION}"},
+            }
+        )
+        await self._patch_status(
+            name, {"observedGeneration": gen, "conditions": [self._condition(name, "Ready", "False", "Invalid", str(err))]}
+        )
+
+    def _condition(self, policy: str, type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        prev = self._transitions.get((policy, type_))
+        since = prev[1] if prev is not None and prev[0] == status else format_time(self.clock.now())
+        self._transitions[(policy, type_)] = (status, since)
+        return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+
+    def policy_status(self, policy: Policy) -> dict[str, Any]:
+        rules = []
+        waiting_all: list[str] = []
+        for rule in policy.rules:
+            ident = (policy.name, rule.name)
+            states = self.states.get(ident, {})
+            steps: dict[str, int] = {"None": 0, "NoSchedule": 0, "NoExecute": 0}  # all three: a merge patch keeps absent keys
+            for st in states.values():
+                e = ladder.effect_of(rule, st.step)
+                steps[e] = steps.get(e, 0) + 1
+            u = self.unmatched.get(ident, _Unmatched())
+            waiting = list(self.waiting.get(ident, ()))
+            waiting_all += waiting
+            entry: dict[str, Any] = {"name": rule.name, "devices": steps, "waiting": waiting, "unmatchedAlerts": u.count}
+            if u.last:
+                entry["lastUnmatched"] = u.last
+            if ident in self.last_signal:
+                entry["lastSignal"] = format_time(self.last_signal[ident])
+            rules.append(entry)
+        guard = (
+            self._condition(
+                policy.name,
+                "GuardTripped",
+                "True",
+                "DevicesWaiting",
+                f"{len(waiting_all)} device(s) held below NoExecute: {', '.join(waiting_all[:20])}",
+            )
+            if waiting_all
+            else self._condition(policy.name, "GuardTripped", "False", "WithinLimits", "No device is held by the guard.")
+        )
+        ready = self._condition(policy.name, "Ready", "True", "DryRun" if policy.dry_run else "Enforcing", f"mode {policy.mode}")
+        return {"observedGeneration": policy.generation, "conditions": [ready, guard], "rules": rules}
+
+    async def _write_status(self, policy: Policy) -> None:
+        """Off the delivery's path: the latest status is written by one task per policy (a failure is retried by the next pass)."""
+        status = self.policy_status(policy)
+        if self._status_written.get(policy.name) == status:
+            return
+        self._status_pending[policy.name] = status
+        if policy.name not in self._status_tasks:
+            self._status_tasks[policy.name] = asyncio.create_task(self._flush_status(policy.name))
+
+    async def _flush_status(self, name: str) -> None:
+        try:
+            while name in self._status_pending:
+                await self._patch_status(name, self._status_pending.pop(name), background=True)
+        finally:
+            self._status_tasks.pop(name, None)
+
+    async def _patch_status(self, name: str, status: dict[str, Any], *, background: bool = False) -> None:
+        if self._status_written.get(name) == status:
+            return
+        try:
+            await self._write("PATCH", POLICIES.item("", name) + "/status", {"status": status}, f"patch {KIND} {name} status", MERGE_PATCH)
+        except NotFound:
+            return
+        except (SourceError, OSError, TimeoutError) as e:
+            if not background:
+                self._failed = True
+            log.warning("policy status write failed", extra={"object": name, "err": str(e)})
+            return
+        self._status_written[name] = status

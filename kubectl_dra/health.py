@@ -1,0 +1,107 @@
+"""`kubectl dra health`: the devices DeviceHealthPolicies hold, read from their DeviceTaintRules.
+
+Each failing device's ladder state lives in its rule's annotation
+(extender/health/rules.py), so this view needs nothing but the API: device,
+policy, rule, the effect it holds, since when, the cause, and when it clears
+(the hold-down after its last signal resolved, from the policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from extender.eviction.clock import format_time
+from extender.health.ladder import effect_of
+from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
+from extender.health.rules import POLICY_LABEL, decode, label_value
+from kubectl_dra.cluster import Cluster
+from tracker.resources import OWN_RULES, Resource
+
+POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
+
+
+def add_parser(command: Callable[[str, str], argparse.ArgumentParser], output_flag: Callable[[argparse.ArgumentParser], None]) -> None:
+    health = command("health", "devices that DeviceHealthPolicies hold: policy, rule, effect, since, cause, when they clear")
+    health.add_argument("--policy", metavar="NAME", help="only this policy (with -o yaml/json: the policy, its status and its devices)")
+    output_flag(health)
+
+
+def _clears(policy: Policy | None, rule: str, owned: Any) -> str:
+    if owned.pinned:
+        return "pinned"
+    if owned.state.firing:
+        return "while firing"
+    r = next((r for r in policy.rules if r.name == rule), None) if policy is not None else None
+    if r is None or owned.state.resolved_at is None:
+        return "unknown"
+    return format_time(owned.state.resolved_at + r.clear_after)
+
+
+def rows(policies: dict[str, dict[str, Any]], rules: list[dict[str, Any]], only: str | None) -> list[dict[str, Any]]:
+    parsed: dict[str, Policy | None] = {}
+    for name, obj in policies.items():
+        try:
+            parsed[label_value(name)] = parse_policy(obj)
+        except PolicyError:
+            parsed[label_value(name)] = None
+    out = []
+    for obj in rules:
+        owned = decode(obj)
+        if owned is None:
+            continue
+        policy = parsed.get(owned.policy)
+        name = policy.name if policy is not None else owned.policy
+        if only is not None and name != only:
+            continue
+        rule = next((r for r in policy.rules if label_value(r.name) == owned.rule), None) if policy is not None else None
+        out.append(
+            {
+                "device": f"{owned.did.driver}/{owned.did.pool}/{owned.did.device}",
+                "node": owned.node,
+                "policy": name,
+                "rule": rule.name if rule is not None else owned.rule,
+                "step": effect_of(rule, owned.state.step) if rule is not None else owned.effect,
+                "effect": owned.effect,
+                "since": format_time(owned.state.first_seen),
+                "cause": owned.state.cause,
+                "firing": sorted(owned.state.active),
+                "clears": _clears(policy, rule.name if rule is not None else "", owned),
+                "deviceTaintRule": owned.name,
+            }
+        )
+    return sorted(out, key=lambda r: (r["policy"], r["rule"], r["device"]))
+
+
+async def cmd_health(cluster: Cluster, args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    from kubectl_dra.cli import UsageError, _dump, _table
+
+    policies = {p["metadata"]["name"]: p for p in await cluster.list(POLICIES)}
+    if args.policy is not None and args.policy not in policies:
+        raise UsageError(f"DeviceHealthPolicy {args.policy!r} not found")
+    devices = rows(policies, await cluster.list(OWN_RULES, label_selector=POLICY_LABEL), args.policy)
+    if args.output in ("json", "yaml"):
+        if args.policy is not None:
+            p = policies[args.policy]
+            _dump(
+                {"policy": {"metadata": {"name": args.policy}, "spec": p.get("spec"), "status": p.get("status")}, "devices": devices},
+                args.output,
+                out,
+            )
+        else:
+            _dump(devices, args.output, out)
+        return 0
+    if args.output == "name":
+        for r in devices:
+            out(r["device"])
+        return 0
+    if not devices:
+        out("No devices held by a DeviceHealthPolicy.")
+        return 0
+    table = [["DEVICE", "NODE", "POLICY", "RULE", "STEP", "SINCE", "CAUSE", "CLEARS"]]
+    for r in devices:
+        step = r["step"] if r["step"] == r["effect"] else f"{r['step']} (dry run: {r['effect']})"
+        table.append([r["device"], r["node"] or "<none>", r["policy"], r["rule"], step, r["since"], r["cause"] or "<none>", r["clears"]])
+    _table(table, out)
+    return 0
