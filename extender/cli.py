@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_wait_flags,
         _add_feature_flags,
         _add_offer_and_eviction_flags,
+        _add_placement_flags,
         _add_limit_flags,
     ):
         add(serve)
@@ -260,6 +261,17 @@ def _add_feature_flags(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
         "(default %(default)s)",
+    )
+
+
+def _add_placement_flags(serve: argparse.ArgumentParser) -> None:
+    """Where /prioritize sends pods among nodes that fit equally well (docs/scoring.md)."""
+    serve.add_argument(
+        "--node-placement",
+        choices=("binpack", "spread"),  # extender.scores.NODE_PLACEMENTS (not imported: the CLI starts without it)
+        default="binpack",
+        help="binpack: prefer the node whose own devices are fullest (whole GPUs and nodes stay free for large claims); "
+        "spread: prefer the emptiest. Health comes first either way (default %(default)s; see docs/scoring.md)",
     )
 
 
@@ -548,6 +560,7 @@ async def serve(args: argparse.Namespace) -> int:
         features=features,
         binding_timeout=args.binding_timeout,
         offer_nodes=args.offer_nodes,
+        node_placement=args.node_placement,
     )
     eviction = None
     if not args.no_eviction:

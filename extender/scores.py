@@ -1,51 +1,117 @@
-"""/prioritize's scores: health first, packing only breaks ties (formula in docs/scoring.md)."""
+"""/prioritize's scores: health first, then the placement policy (formula in docs/scoring.md)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from allocator.allocation import Outcome
+from allocator.device_view import DeviceView
 from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
 from extender.outcomes import OutcomeCache
+from extender.packing import NodeFullness
 from extender.request_nodes import RequestNodes
 from tracker.state import ClusterState
 
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
 MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
+BINPACK, SPREAD = "binpack", "spread"
+NODE_PLACEMENTS = (BINPACK, SPREAD)
+DEFAULT_NODE_PLACEMENT = BINPACK
+AIM_TTL = 10.0  # seconds a pod's best node counts as where it goes, if its /bind does not say otherwise first
+PLACEMENT_POINTS = 2  # the policy's points: 2 for the one best node of a health level, 1 for the better half, 0 else
+HEALTH_STRIDE = PLACEMENT_POINTS + 1  # health levels never overlap: health first
+
+
+@dataclass(frozen=True, slots=True)
+class Aim:
+    """The node a scored pod is expected on (its unique best score) and the devices it would take there."""
+
+    node: str
+    devices: tuple[DeviceView, ...]
+    at: float
+
+
+def health_level(outcome: Outcome) -> int:
+    """2: none of the pod's devices carries a non-blocking taint (or it uses none); 1: some do; 0: all do."""
+    devices = outcome.devices
+    if not devices:
+        return 2
+    degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
+    return 2 if degraded == 0 else (0 if degraded == len(devices) else 1)
 
 
 class Scores:
-    def __init__(self, state: ClusterState, outcomes: OutcomeCache) -> None:
+    def __init__(self, state: ClusterState, outcomes: OutcomeCache, node_placement: str = DEFAULT_NODE_PLACEMENT) -> None:
+        if node_placement not in NODE_PLACEMENTS:
+            raise ValueError(f"node placement {node_placement!r}: must be one of {', '.join(NODE_PLACEMENTS)}")
         self.state = state
         self.outcomes = outcomes
+        self.node_placement = node_placement
+        self.fullness = NodeFullness(state)
         self._kept: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
+        self._aimed: dict[str, Aim] = {}  # pod uid -> where it is expected, until its /bind is decided
 
-    def score(self, node_name: str, outcome: Outcome) -> int:
-        """score = round(9 * healthy) + (1 if the node already has devices in use), 0 when nothing fits.
+    def rank(self, uid: str, names: Sequence[str], verdicts: Sequence[Outcome]) -> list[int]:
+        """Each node's score for one pod; the pod's unique best node is remembered as where it goes (`aim`).
 
-        `healthy` is the share of the pod's devices without a non-blocking
-        (None/unknown effect) taint. Packing is worth one point only: enough to
-        prefer a node already in use over an empty one among equally healthy
-        nodes, never enough to outweigh kube-scheduler's own spreading scores
-        and its random choice among equal totals.
+        score = 0 where the claims do not fit, else 1 + 3 x health + placement
+        (docs/scoring.md). Placement points compare nodes of the same health
+        level only: 2 for the single best by the policy (fullest for binpack,
+        emptiest for spread; ties by node name), 1 for the others in the
+        better half of the range, 0 for the rest. Fullness counts the devices
+        of pods scored before whose /bind has not come (their aim on that
+        node), so consecutive pods see each other before any bind.
         """
-        if not outcome.ok:
-            return 0
-        devices = outcome.devices
-        healthy = 1.0
-        if devices:
-            degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
-            healthy = 1.0 - degraded / len(devices)
-        in_use = self.state.taken_on_node(node_name) > 0
-        return max(0, min(MAX_PRIORITY, round((MAX_PRIORITY - 1) * healthy) + (1 if in_use else 0)))
+        now = time.monotonic()
+        expected: dict[str, list[DeviceView]] = {}
+        for other, aim in list(self._aimed.items()):
+            if now - aim.at > AIM_TTL:
+                del self._aimed[other]
+            elif other != uid:
+                expected.setdefault(aim.node, []).extend(aim.devices)
+        levels: dict[int, list[tuple[float, str, int]]] = {}  # health -> (fullness, name, index)
+        for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
+            if outcome.ok:
+                extra = [*expected.get(name, ()), *outcome.devices]
+                levels.setdefault(health_level(outcome), []).append((self.fullness.of(name).fullness(extra), name, i))
+        scores = [0] * len(names)
+        spread = self.node_placement == SPREAD
+        for health, group in levels.items():
+            # Better first: fuller for binpack, emptier for spread; then the name, so the best is one node.
+            group.sort(key=lambda e: (e[0] if spread else -e[0], e[1]))
+            best, worst = group[0][0], group[-1][0]
+            middle = (best + worst) / 2
+            for rank, (full, _, i) in enumerate(group):
+                if rank == 0:
+                    points = PLACEMENT_POINTS
+                elif full == best or (full < middle if spread else full > middle):
+                    points = PLACEMENT_POINTS - 1
+                else:
+                    points = 0
+                scores[i] = 1 + HEALTH_STRIDE * health + points
+        if uid and levels:
+            top = max(range(len(names)), key=lambda i: (scores[i], -i))
+            if scores[top] > 0 and scores.count(scores[top]) == 1:
+                self._aimed[uid] = Aim(names[top], verdicts[top].devices, now)
+            else:
+                self._aimed.pop(uid, None)
+        return scores
 
-    def of(self, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:
+    def aim(self, uid: str, node: str, outcome: Outcome) -> None:
+        """A pod offered one node only goes there (if it goes at all)."""
+        if uid:
+            self._aimed[uid] = Aim(node, outcome.devices, time.monotonic())
+
+    def of(self, uid: str, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:
         """Each node's score for these claims (verdicts shared through the outcome cache)."""
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes.resolve(names), self.score)
-        return list(zip(names, scores, strict=True))
+        verdicts = self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes.resolve(names))
+        return list(zip(names, self.rank(uid, names, verdicts), strict=True))
 
-    def keep(self, uid: str, claims: list[ResourceClaim], passed: list[str], verdicts: list[Outcome], nodes: RequestNodes) -> None:
+    def keep(self, uid: str, passed: list[str], verdicts: list[Outcome]) -> None:
         """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
 
         kube-scheduler calls /prioritize right after /filter, with the nodes
@@ -53,14 +119,23 @@ class Scores:
         by what changed in between (a few ms), and they only order nodes that
         all fit.
         """
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes.resolve(passed), self.score, verdicts)
+        scores = self.rank(uid, passed, verdicts)
         kept = self._kept
         if len(kept) >= MAX_KEPT_SCORES:
             del kept[next(iter(kept))]  # the oldest: its pod had one node left, or went away
         kept[uid] = dict(zip(passed, scores, strict=True))
 
     def forget(self, uid: str) -> None:
+        """The pod is in /filter again: its kept scores and its aim are stale."""
         self._kept.pop(uid, None)
+        self._aimed.pop(uid, None)
+
+    def decided(self, uid: str) -> None:
+        """The pod's /bind is decided: its devices are in the ledger (or it goes nowhere); its aim counts no more."""
+        self._aimed.pop(uid, None)
+
+    def expected(self) -> int:
+        return len(self._aimed)
 
     def take(self, uid: Any, names: list[str]) -> list[tuple[str, int]] | None:
         """The scores kept for the pod's nodes, or None (none kept, or not the nodes its /filter offered).

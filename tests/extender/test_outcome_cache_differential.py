@@ -227,7 +227,7 @@ class World:
             passed, failed = await self.service.filter(args)
             claims, problem = state.pod_claims(parse_pod(raw_pod))
             assert problem is None
-            want_passed, want_failed, want_scores = [], {}, []
+            want_passed, want_failed, fresh = [], {}, []
             for n in NODES:
                 outcome = self.reference.allocate(
                     state.nodes[n],
@@ -242,9 +242,11 @@ class World:
                     want_passed.append(n)
                 else:
                     want_failed[n] = outcome.failure.message  # type: ignore[union-attr]
-                want_scores.append((n, self.service._score(n, outcome)))
+                fresh.append(outcome)
             assert (passed, failed) == (want_passed, want_failed), pod_name
-            assert self.service.prioritize(args) == want_scores, pod_name
+            got = self.service.prioritize(args)
+            want_scores = list(zip(NODES, self.service.scores.rank(raw_pod["metadata"]["uid"], NODES, fresh), strict=True))
+            assert got == want_scores, pod_name
 
 
 @pytest.mark.parametrize("seed", range(6))
