@@ -8,11 +8,12 @@ device); its *use* is the share of it taken (a counter set: the largest
 fraction of any of its counters consumed; a device held whole: 1; a shared
 device: the largest fraction of its capacity the shares consume).
 
-    fullness = touched units + mean use of all units        (higher: fuller)
-
-Touched units count first, so a node whose GPUs are all touched is fuller
-than one with two GPUs used to the brim; the mean use (< 1 in total) orders
-nodes with the same number of touched units.
+A node's *fullness* is its touched units plus the mean use of all its
+units (< 1): touched units count first, so a node whose GPUs are all
+touched is fuller than one with two GPUs used to the brim, and the mean use
+orders nodes with the same number of touched units. /prioritize also asks
+how many whole units a pod would break: the units its devices touch that
+nothing touched before.
 
 The per-node base (what is allocated and in flight) is kept until the
 tracker's change log names the node; a pod's own devices, and those of
@@ -59,10 +60,10 @@ class NodeUnits:
             self.base_touched += touched
             self.base_use += use
 
-    def fullness(self, extra: Iterable[DeviceView] = ()) -> float:
-        """Touched units + mean use, with the `extra` devices (a pod's, pods expected here) taken too."""
+    def measure(self, extra: Iterable[DeviceView] = ()) -> tuple[int, float]:
+        """(touched units, mean use of all units), with the `extra` devices (a pod's, pods expected here) taken too."""
         if not self.units:
-            return 0.0
+            return 0, 0.0
         added: dict[UnitKey, dict[str, Fraction]] = {}
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
@@ -86,7 +87,7 @@ class NodeUnits:
             t1, u1 = _touched_use(unit, added.get(key), key in whole, key in shared)
             touched += t1 - t0
             use += u1 - u0
-        return touched + use / len(self.units)
+        return touched, use / len(self.units)
 
 
 def _touched_use(unit: _Unit, more: dict[str, Fraction] | None, whole: bool, shared: bool) -> tuple[int, float]:

@@ -31,6 +31,7 @@ class Aim:
     """The node a scored pod is expected on (its unique best score) and the devices it would take there."""
 
     node: str
+    claims: tuple[ResourceClaim, ...]  # those its /bind allocates
     devices: tuple[DeviceView, ...]
     at: float
 
@@ -55,63 +56,85 @@ class Scores:
         self._kept: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
         self._aimed: dict[str, Aim] = {}  # pod uid -> where it is expected, until its /bind is decided
 
-    def rank(self, uid: str, names: Sequence[str], verdicts: Sequence[Outcome]) -> list[int]:
+    def rank(
+        self, uid: str, claims: Sequence[ResourceClaim], names: Sequence[str], verdicts: Sequence[Outcome], nodes: RequestNodes
+    ) -> list[int]:
         """Each node's score for one pod; the pod's unique best node is remembered as where it goes (`aim`).
 
         score = 0 where the claims do not fit, else 1 + 3 x health + placement
         (docs/scoring.md). Placement points compare nodes of the same health
-        level only: 2 for the single best by the policy (fullest for binpack,
-        emptiest for spread; ties by node name), 1 for the others in the
-        better half of the range, 0 for the rest. Fullness counts the devices
-        of pods scored before whose /bind has not come (their aim on that
-        node), so consecutive pods see each other before any bind.
+        level only: 2 for the single best by the policy's order, 1 for a node
+        as good (a tie lost on the name) or better than the median node, 0
+        for the rest. binpack orders by whole units the pod would break
+        (fewest first), then fullness after it (fullest first); spread by
+        fullness after it (emptiest first); ties by node name. Fullness
+        counts the pods scored before whose /bind has not come, on the node
+        each is aimed at: there the pod's devices are those of one joint
+        allocation, theirs first (as their binds come first), so consecutive
+        pods see each other before any bind.
         """
         now = time.monotonic()
-        expected: dict[str, list[DeviceView]] = {}
+        expected: dict[str, list[Aim]] = {}
         for other, aim in list(self._aimed.items()):
             if now - aim.at > AIM_TTL:
                 del self._aimed[other]
             elif other != uid:
-                expected.setdefault(aim.node, []).extend(aim.devices)
-        levels: dict[int, list[tuple[float, str, int]]] = {}  # health -> (fullness, name, index)
-        for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
-            if outcome.ok:
-                extra = [*expected.get(name, ()), *outcome.devices]
-                levels.setdefault(health_level(outcome), []).append((self.fullness.of(name).fullness(extra), name, i))
-        scores = [0] * len(names)
+                expected.setdefault(aim.node, []).append(aim)
         spread = self.node_placement == SPREAD
+        levels: dict[int, list[tuple[tuple[float, ...], str, int]]] = {}  # health -> (order key, name, index)
+        for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
+            if not outcome.ok:
+                continue
+            units = self.fullness.of(name)
+            aims = expected.get(name)
+            before = [d for a in aims for d in a.devices] if aims else []
+            devices = self._joint_devices(aims, claims, name, nodes) if aims else None
+            touched_before, _ = units.measure(before)
+            touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
+            key = (touched + use,) if spread else (touched - touched_before, -(touched + use))
+            levels.setdefault(health_level(outcome), []).append((key, name, i))
+        scores = [0] * len(names)
         for health, group in levels.items():
-            # Better first: fuller for binpack, emptier for spread; then the name, so the best is one node.
-            group.sort(key=lambda e: (e[0] if spread else -e[0], e[1]))
-            best, worst = group[0][0], group[-1][0]
-            middle = (best + worst) / 2
-            for rank, (full, _, i) in enumerate(group):
-                if rank == 0:
-                    points = PLACEMENT_POINTS
-                elif full == best or (full < middle if spread else full > middle):
-                    points = PLACEMENT_POINTS - 1
-                else:
-                    points = 0
+            group.sort()
+            best, median = group[0][0], group[(len(group) - 1) // 2][0]
+            for rank, (key, _, i) in enumerate(group):
+                points = PLACEMENT_POINTS if rank == 0 else (PLACEMENT_POINTS - 1 if key == best or key < median else 0)
                 scores[i] = 1 + HEALTH_STRIDE * health + points
         if uid and levels:
             top = max(range(len(names)), key=lambda i: (scores[i], -i))
-            if scores[top] > 0 and scores.count(scores[top]) == 1:
-                self._aimed[uid] = Aim(names[top], verdicts[top].devices, now)
+            if scores.count(scores[top]) == 1:
+                self._aimed[uid] = Aim(names[top], tuple(c for c in claims if c.allocation is None), verdicts[top].devices, now)
             else:
                 self._aimed.pop(uid, None)
         return scores
 
-    def aim(self, uid: str, node: str, outcome: Outcome) -> None:
+    def _joint_devices(
+        self, aims: list[Aim], claims: Sequence[ResourceClaim], name: str, nodes: RequestNodes
+    ) -> tuple[DeviceView, ...] | None:
+        """The devices of the aimed pods and this one allocated together on `name` (None: they share a claim, or do not fit).
+
+        A joint verdict is cached like any other; /filter's contested-node
+        check computes the same ones while those pods are being bound.
+        """
+        own = {c.key for c in claims}
+        theirs = [c for a in aims for c in a.claims]
+        if any(c.key in own for c in theirs):
+            return None
+        joint = [*theirs, *claims]
+        outcome = self.outcomes.verdicts(self.outcomes.signature(joint), joint, nodes.resolve([name]))[0]
+        return outcome.devices if outcome.ok else None
+
+    def aim(self, uid: str, claims: Sequence[ResourceClaim], node: str, outcome: Outcome) -> None:
         """A pod offered one node only goes there (if it goes at all)."""
         if uid:
-            self._aimed[uid] = Aim(node, outcome.devices, time.monotonic())
+            self._aimed[uid] = Aim(node, tuple(c for c in claims if c.allocation is None), outcome.devices, time.monotonic())
 
     def of(self, uid: str, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:
         """Each node's score for these claims (verdicts shared through the outcome cache)."""
         verdicts = self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes.resolve(names))
-        return list(zip(names, self.rank(uid, names, verdicts), strict=True))
+        return list(zip(names, self.rank(uid, claims, names, verdicts, nodes), strict=True))
 
-    def keep(self, uid: str, passed: list[str], verdicts: list[Outcome]) -> None:
+    def keep(self, uid: str, claims: list[ResourceClaim], passed: list[str], verdicts: list[Outcome], nodes: RequestNodes) -> None:
         """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
 
         kube-scheduler calls /prioritize right after /filter, with the nodes
@@ -119,7 +142,7 @@ class Scores:
         by what changed in between (a few ms), and they only order nodes that
         all fit.
         """
-        scores = self.rank(uid, passed, verdicts)
+        scores = self.rank(uid, claims, passed, verdicts, nodes)
         kept = self._kept
         if len(kept) >= MAX_KEPT_SCORES:
             del kept[next(iter(kept))]  # the oldest: its pod had one node left, or went away

@@ -277,9 +277,9 @@ class Service:
             if passed:
                 self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
         if len(passed) > 1:
-            self.scores.keep(pod.meta.uid, passed, [fits[n] for n in passed])
+            self.scores.keep(pod.meta.uid, claims, passed, [fits[n] for n in passed], nodes)
         elif passed and to_allocate:
-            self.scores.aim(pod.meta.uid, passed[0], fits[passed[0]])
+            self.scores.aim(pod.meta.uid, claims, passed[0], fits[passed[0]])
         self._tell_requeuer(pod, passed, names)
         return passed, failed
 

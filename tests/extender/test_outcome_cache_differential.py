@@ -18,6 +18,7 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_pod
 from extender.metrics import Metrics
+from extender.request_nodes import RequestNodes
 from extender.service import Service
 from extender.wire import parse_extender_args
 from kubesim.null_source import NullSource
@@ -245,7 +246,13 @@ class World:
                 fresh.append(outcome)
             assert (passed, failed) == (want_passed, want_failed), pod_name
             got = self.service.prioritize(args)
-            want_scores = list(zip(NODES, self.service.scores.rank(raw_pod["metadata"]["uid"], NODES, fresh), strict=True))
+            want_scores = list(
+                zip(
+                    NODES,
+                    self.service.scores.rank(raw_pod["metadata"]["uid"], claims, NODES, fresh, RequestNodes(state, None)),
+                    strict=True,
+                )
+            )
             assert got == want_scores, pod_name
 
 
