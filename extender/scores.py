@@ -91,14 +91,14 @@ class Scores:
             devices = self._joint_devices(aims, claims, name, nodes) if aims else None
             touched_before, _ = units.measure(before)
             touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
-            key = (touched + use,) if spread else (touched - touched_before, -(touched + use))
+            key: tuple[float, ...] = (touched + use,) if spread else (touched - touched_before, -(touched + use))
             levels.setdefault(health_level(outcome), []).append((key, name, i))
         scores = [0] * len(names)
         for health, group in levels.items():
             group.sort()
             best, median = group[0][0], group[(len(group) - 1) // 2][0]
-            for rank, (key, _, i) in enumerate(group):
-                points = PLACEMENT_POINTS if rank == 0 else (PLACEMENT_POINTS - 1 if key == best or key < median else 0)
+            for rank, (order, _, i) in enumerate(group):
+                points = PLACEMENT_POINTS if rank == 0 else (PLACEMENT_POINTS - 1 if order == best or order < median else 0)
                 scores[i] = 1 + HEALTH_STRIDE * health + points
         if uid and levels:
             top = max(range(len(names)), key=lambda i: (scores[i], -i))
