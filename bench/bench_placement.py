@@ -19,7 +19,8 @@ shared counters, kubesim.objects.partitioned_slices). The pods, in phases:
 After each phase: whole nodes free (no device of the node allocated), whole
 GPUs free (nothing of the GPU allocated), pods left unplaced although the
 cluster had room for them in total (free GPU memory >= the pod's need),
-and pods/s (first pod of the phase created to its last bind). The ideal
+and pods/s (the phase's first pod created to its last bind; creating the
+pods one by one is part of it). The ideal
 packer's figures are exact minima for the pods alive after the phase,
 packed from scratch: GPUs = whole-GPU pods + 8 x node pods + ceil(partition
 pods / 4), nodes = node pods + ceil((the other GPUs) / 8). No online policy
@@ -94,7 +95,9 @@ def _cluster(nodes: int) -> list[dict[str, Any]]:
 
 
 def _pod_and_claim(name: str, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    request = {"deviceClassName": CLASS_ANY} if kind == "partition" else {"deviceClassName": CLASS_WHOLE, "count": 1 if kind == "gpu" else GPUS}
+    request = (
+        {"deviceClassName": CLASS_ANY} if kind == "partition" else {"deviceClassName": CLASS_WHOLE, "count": 1 if kind == "gpu" else GPUS}
+    )
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -174,6 +177,7 @@ async def _drive(api_url: str, ext_url: str, nodes: int, seed: int, settle: floa
                 for name in leaving:
                     await _release(api, name)
                     del alive[name]
+                t_create = now()
                 arrivals = [kind for kind, count in phase["arrive"].items() for _ in range(count)]
                 rng.shuffle(arrivals)
                 created = []
@@ -195,7 +199,7 @@ async def _drive(api_url: str, ext_url: str, nodes: int, seed: int, settle: floa
                     if not all(f"{NAMESPACE}/{n}" in model.bound_node or f"{NAMESPACE}/{n}" in model.rejected_pods for n in created):
                         last_change = max(last_change, now() - settle + 0.5)
                 bound_times = [model.bound_at[f"{NAMESPACE}/{n}"] for n in created if f"{NAMESPACE}/{n}" in model.bound_at]
-                span = (max(bound_times) - t0) if bound_times else None
+                span = (max(bound_times) - t_create) if bound_times else None
                 figures = await _figures(api, nodes, alive, model)
                 figures.update(
                     {
@@ -222,7 +226,9 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
     try:
         with httpx.Client(base_url=api_url, timeout=300) as http:
             http.post(
-                "/_fake/objects", content=orjson.dumps({"kind": "List", "items": _cluster(nodes)}), headers={"Content-Type": "application/json"}
+                "/_fake/objects",
+                content=orjson.dumps({"kind": "List", "items": _cluster(nodes)}),
+                headers={"Content-Type": "application/json"},
             ).raise_for_status()
         port = free_port()
         cmd = [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", str(kubeconfig), "--listen", f"127.0.0.1:{port}"]
