@@ -49,7 +49,7 @@ import httpx
 import orjson
 
 from bench.common import RESULTS
-from kubesim.measure import machine
+from kubesim.measure import machine, pct
 from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, partitioned_slices
 from kubesim.processes import free_port, start_fake_api, start_server, stop_process
 from kubesim.scheduler.api import Api
@@ -153,6 +153,23 @@ async def _figures(api: Api, nodes: int, alive: dict[str, str], model: KubeSched
     }
 
 
+async def _extender_counters(ext_url: str) -> dict[str, float]:
+    """The extender's placement-gate counters so far (waits for earlier pods' binds, nodes withheld meanwhile)."""
+    wanted = (
+        "dra_extender_placement_wait_seconds_count",
+        "dra_extender_placement_wait_seconds_sum",
+        "dra_extender_placement_nodes_withheld_total",
+    )
+    async with httpx.AsyncClient(timeout=30) as http:
+        text = (await http.get(f"{ext_url}/metrics")).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in wanted:
+            out[name.removeprefix("dra_extender_")] = round(float(value), 3)
+    return out
+
+
 async def _release(api: Api, name: str) -> None:
     """A pod leaves: the pod deleted, its claim's finalizer dropped and the claim deleted (as the claim controller does)."""
     await api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
@@ -178,6 +195,7 @@ async def _drive(api_url: str, ext_url: str, nodes: int, seed: int, settle: floa
                     await _release(api, name)
                     del alive[name]
                 t_create = now()
+                marks = (len(model.stats.filter_ms), len(model.stats.prioritize_ms), len(model.stats.bind_ms))
                 arrivals = [kind for kind, count in phase["arrive"].items() for _ in range(count)]
                 rng.shuffle(arrivals)
                 created = []
@@ -209,6 +227,16 @@ async def _drive(api_url: str, ext_url: str, nodes: int, seed: int, settle: floa
                         "bound_of_arrived": len(bound_times),
                         "pods_per_s": round(len(bound_times) / span, 1) if span else None,
                         "failed_binds": model.stats.failed_binds,
+                        "latency_ms_p50_p99": {
+                            verb: [round(pct(samples[mark:], q), 1) for q in (0.5, 0.99)]
+                            for verb, samples, mark in zip(
+                                ("filter", "prioritize", "bind"),
+                                (model.stats.filter_ms, model.stats.prioritize_ms, model.stats.bind_ms),
+                                marks,
+                                strict=True,
+                            )
+                        },
+                        "extender": await _extender_counters(ext_url),
                         "rejections": model.stats.rejections,
                     }
                 )
