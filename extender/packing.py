@@ -125,6 +125,8 @@ class NodeFullness:
         return units
 
     def _catch_up(self) -> None:
+        if self._seq == self.state.change_seq:
+            return
         changed = self.state.changed_nodes_since(self._seq)
         if changed is None:
             self._nodes.clear()
@@ -139,12 +141,19 @@ class NodeFullness:
         units: dict[UnitKey, _Unit] = {}
         device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, Fraction] | None], ...]] = {}
         taken: set[DeviceID] = set()
-        local = [s for s in self.state.slices_for_node(node) if s.node_name == node]
-        for s in local:
-            for cs in s.shared_counters:
-                units.setdefault((s.driver, s.pool, cs.name), _Unit({c: _value(q) for c, q in cs.counters.items()}, {}, False))
-        for s in local:
+        reachable = self.state.slices_for_node(node)
+        # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
+        pools = {(s.driver, s.pool) for s in reachable if s.node_name == node or any(d.node_name == node for d in s.devices)}
+        for s in reachable:
+            if (s.driver, s.pool) in pools:
+                for cs in s.shared_counters:
+                    units.setdefault((s.driver, s.pool, cs.name), _Unit({c: _value(q) for c, q in cs.counters.items()}, {}, False))
+        for s in reachable:
+            if (s.driver, s.pool) not in pools:
+                continue
             for d in s.devices:
+                if s.node_name != node and d.node_name != node:
+                    continue
                 allocated = ledger.is_allocated(d.id)
                 if allocated:
                     taken.add(d.id)
