@@ -265,13 +265,21 @@ def _add_feature_flags(serve: argparse.ArgumentParser) -> None:
 
 
 def _add_placement_flags(serve: argparse.ArgumentParser) -> None:
-    """Where /prioritize sends pods among nodes that fit equally well (docs/scoring.md)."""
+    """Where /prioritize sends pods among nodes that fit equally well, and which devices of a node they get (docs/scoring.md)."""
     serve.add_argument(
         "--node-placement",
         choices=("binpack", "spread"),  # extender.scores.NODE_PLACEMENTS (not imported: the CLI starts without it)
         default="binpack",
         help="binpack: prefer the node whose own devices are fullest (whole GPUs and nodes stay free for large claims); "
         "spread: prefer the emptiest. Health comes first either way (default %(default)s; see docs/scoring.md)",
+    )
+    serve.add_argument(
+        "--device-placement",
+        choices=("binpack", "spread"),  # allocator.device_order (not imported: the CLI starts without it)
+        default="binpack",
+        help="which devices of the chosen node a claim gets. binpack: upstream's first fit in pool order (a partition goes "
+        "into the first GPU with room); spread: the devices whose counter sets or shared capacity have the most left "
+        "first (default %(default)s; see docs/scoring.md)",
     )
 
 
@@ -551,7 +559,7 @@ async def serve(args: argparse.Namespace) -> int:
     service = Service(
         state,
         source,
-        Allocator(cel, features=features),
+        Allocator(cel, features=features, device_placement=args.device_placement),
         metrics,
         is_leader=is_leader,
         placement_wait=args.placement_wait,
