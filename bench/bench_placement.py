@@ -8,12 +8,14 @@ The kube-scheduler model (kubesim/scheduler: one scheduling loop, /filter,
 asynchronous /bind) drives `dra-extender serve --kubeconfig` against the
 in-repo fake API server, once per policy (`--node-placement`), on the same
 cluster: nodes of 8 partitionable 40Gi GPUs (7 partitions each on the GPU's
-shared counters, kubesim.objects.partitioned_slices). The pods, in phases:
+shared counters, kubesim.objects.partitioned_slices) and one 40Gi device
+of another driver that claims share (allowMultipleAllocations, 10Gi per
+claim). The pods, in phases:
 
-1. `fill`: one-partition pods (10Gi, first fit) and whole-GPU pods (the 40Gi
-   partition) arrive together;
-2. `churn`: half of the one-partition pods leave (pod deleted, claim
-   released and deleted), as many new ones arrive;
+1. `fill`: one-partition pods (10Gi, first fit), whole-GPU pods (the 40Gi
+   partition) and 10Gi shares of the shared devices arrive together;
+2. `churn`: half of the one-partition and share pods leave (pod deleted,
+   claim released and deleted), as many new ones arrive;
 3. `big`: 8-GPU whole-node pods arrive with a few more one-partition pods.
 
 After each phase: whole nodes free (no device of the node allocated), whole
@@ -23,7 +25,8 @@ and pods/s (the phase's first pod created to its last bind; creating the
 pods one by one is part of it). The ideal
 packer's figures are exact minima for the pods alive after the phase,
 packed from scratch: GPUs = whole-GPU pods + 8 x node pods + ceil(partition
-pods / 4), nodes = node pods + ceil((the other GPUs) / 8). No online policy
+pods / 4), shared devices = ceil(share pods / 4), nodes = node pods +
+max(ceil((the other GPUs) / 8), shared devices). No online policy
 can do better (the ideal may move pods; a scheduler never does).
 
 Results: bench/results/placement.json and .md, with the load average before
@@ -50,7 +53,7 @@ import orjson
 
 from bench.common import RESULTS
 from kubesim.measure import machine, pct
-from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, partitioned_slices
+from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, node_slice, partitioned_slices
 from kubesim.processes import free_port, start_fake_api, start_server, stop_process
 from kubesim.scheduler.api import Api
 from kubesim.scheduler.config import DRIVER, NAMESPACE, SCHEDULER_NAME, SchedulerConfig, now
@@ -59,16 +62,18 @@ from kubesim.scheduler.cycle import KubeSchedulerModel
 GPUS = 8
 PART_GI = PARTITIONS_GI[0]  # a one-partition pod's need (first fit takes a 10Gi partition)
 PER_GPU = GPU_GI // PART_GI  # one-partition pods per GPU
-CLASS_ANY, CLASS_WHOLE = "gpu-partition", "gpu-whole"
-NEED_GI = {"partition": PART_GI, "gpu": GPU_GI, "node": GPU_GI * GPUS}
+CLASS_ANY, CLASS_WHOLE, CLASS_SHARE = "gpu-partition", "gpu-whole", "shared-device"
+SHARE_DRIVER = "share.example.com"  # a node's shared device: another driver, so its pool does not mix with the GPUs'
+NEED_GI = {"partition": PART_GI, "gpu": GPU_GI, "node": GPU_GI * GPUS, "share": PART_GI}
+LEAVING = ("partition", "share")  # the kinds `churn` sends away
 
 
 def _phases(nodes: int) -> list[dict[str, Any]]:
-    """Arrivals and departures per phase, scaled to the cluster (16 nodes: 64 + 8, -32 + 32, 3 nodes + 16)."""
+    """Arrivals and departures per phase, scaled to the cluster (16 nodes: 64 + 8 + 16 shares, -40 + 40, 3 nodes + 16)."""
     return [
-        {"name": "fill", "arrive": {"partition": 4 * nodes, "gpu": nodes // 2}, "depart_partition_share": 0.0},
-        {"name": "churn", "arrive": {"partition": 2 * nodes}, "depart_partition_share": 0.5},
-        {"name": "big", "arrive": {"node": max(1, nodes // 5), "partition": nodes}, "depart_partition_share": 0.0},
+        {"name": "fill", "arrive": {"partition": 4 * nodes, "gpu": nodes // 2, "share": nodes}, "depart_share": 0.0},
+        {"name": "churn", "arrive": {"partition": 2 * nodes, "share": nodes // 2}, "depart_share": 0.5},
+        {"name": "big", "arrive": {"node": max(1, nodes // 5), "partition": nodes}, "depart_share": 0.0},
     ]
 
 
@@ -79,6 +84,7 @@ def _cluster(nodes: int) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         device_class(CLASS_ANY, DRIVER),
         whole,
+        device_class(CLASS_SHARE, SHARE_DRIVER),
     ]
     for i in range(nodes):
         node = f"perf-node-{i}"
@@ -91,13 +97,22 @@ def _cluster(nodes: int) -> list[dict[str, Any]]:
             }
         )
         objs += partitioned_slices(node, DRIVER, GPUS)
+        objs.append(
+            node_slice(
+                node,
+                SHARE_DRIVER,
+                [{"name": "shared-0", "allowMultipleAllocations": True, "capacity": {"memory": {"value": f"{GPU_GI}Gi"}}}],
+            )
+        )
     return objs
 
 
 def _pod_and_claim(name: str, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    request = (
+    request: dict[str, Any] = (
         {"deviceClassName": CLASS_ANY} if kind == "partition" else {"deviceClassName": CLASS_WHOLE, "count": 1 if kind == "gpu" else GPUS}
     )
+    if kind == "share":
+        request = {"deviceClassName": CLASS_SHARE, "capacity": {"requests": {"memory": f"{PART_GI}Gi"}}}
     claim = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -122,19 +137,25 @@ async def _figures(api: Api, nodes: int, alive: dict[str, str], model: KubeSched
     listed = await api.list("/apis/resource.k8s.io/v1/resourceclaims")
     claims = listed[0] if listed else []
     used_gi: Counter[tuple[str, str]] = Counter()  # (node, gpu) -> Gi allocated
+    shared_gi: Counter[str] = Counter()  # node -> Gi of its shared device taken by shares
     for c in claims:
         for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+            if r["driver"] == SHARE_DRIVER:
+                shared_gi[r["pool"]] += PART_GI
+                continue
             gpu, _, part = r["device"].rpartition("-part-")
             used_gi[(r["pool"], gpu)] += PARTITIONS_GI[int(part)]
     names = [f"perf-node-{i}" for i in range(nodes)]
-    touched_nodes = {n for n, _ in used_gi}
+    touched_nodes = {n for n, _ in used_gi} | set(shared_gi)
     free_gi = nodes * GPUS * GPU_GI - sum(used_gi.values())
+    free_shared_gi = nodes * GPU_GI - sum(shared_gi.values())
     unplaced = [k for k in alive if f"{NAMESPACE}/{k}" not in model.bound_node]
-    with_room = [k for k in unplaced if NEED_GI[alive[k]] <= free_gi]
+    with_room = [k for k in unplaced if NEED_GI[alive[k]] <= (free_shared_gi if alive[k] == "share" else free_gi)]
     kinds = Counter(alive.values())
     ideal_gpus_other = kinds["gpu"] + math.ceil(kinds["partition"] / PER_GPU)
     ideal_gpus = ideal_gpus_other + GPUS * kinds["node"]
-    ideal_nodes = kinds["node"] + math.ceil(ideal_gpus_other / GPUS)
+    ideal_shared = math.ceil(kinds["share"] / PER_GPU)
+    ideal_nodes = kinds["node"] + max(math.ceil(ideal_gpus_other / GPUS), ideal_shared)
     fits = ideal_nodes <= nodes
     return {
         "pods_alive": dict(kinds),
@@ -143,11 +164,13 @@ async def _figures(api: Api, nodes: int, alive: dict[str, str], model: KubeSched
         "unplaced_with_room_by_kind": dict(Counter(alive[k] for k in with_room)),
         "whole_nodes_free": len([n for n in names if n not in touched_nodes]),
         "whole_gpus_free": nodes * GPUS - len(used_gi),
+        "whole_shared_devices_free": nodes - len(shared_gi),
         "gpus_touched": len(used_gi),
         "nodes_touched": len(touched_nodes),
         "ideal": {
             "whole_nodes_free": nodes - ideal_nodes if fits else 0,
             "whole_gpus_free": nodes * GPUS - ideal_gpus if fits else 0,
+            "whole_shared_devices_free": nodes - ideal_shared if fits else 0,
             "unplaced_with_room": 0 if fits else None,
         },
     }
@@ -189,8 +212,8 @@ async def _drive(api_url: str, ext_url: str, nodes: int, seed: int, settle: floa
         try:
             for phase in _phases(nodes):
                 t0 = now()
-                partitions = [k for k, kind in alive.items() if kind == "partition" and f"{NAMESPACE}/{k}" in model.bound_node]
-                leaving = rng.sample(partitions, int(len(partitions) * phase["depart_partition_share"]))
+                small = [k for k, kind in alive.items() if kind in LEAVING and f"{NAMESPACE}/{k}" in model.bound_node]
+                leaving = rng.sample(small, int(len(small) * phase["depart_share"]))
                 for name in leaving:
                     await _release(api, name)
                     del alive[name]
@@ -284,22 +307,25 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Placement quality (`python -m bench placement`)",
         "",
-        f"{report['nodes']} nodes x {GPUS} partitionable {GPU_GI}Gi GPUs (7 partitions each on the GPU's counters); the kube-scheduler "
+        f"{report['nodes']} nodes x {GPUS} partitionable {GPU_GI}Gi GPUs (7 partitions each on the GPU's counters) + 1 shared "
+        f"{GPU_GI}Gi device (10Gi shares); the kube-scheduler "
         f"model against `dra-extender serve --kubeconfig` and the fake API server, once per `--node-placement`. {m['cores']} cores "
         f"({m['cpu']}), Python {m['python']}; started {report['started']}.",
         "",
         "Ideal: the exact minimum for the pods alive after the phase, packed from scratch (a bound no online policy can beat). "
-        "Unplaced with room: pods left unbound although the cluster's free GPU memory in total was enough for them.",
+        "Unplaced with room: pods left unbound although the cluster's free GPU (or shared-device) memory in total was enough for them.",
         "",
-        "| policy | phase | pods alive | whole nodes free (ideal) | whole GPUs free (ideal) | unplaced with room | pods/s | failed binds | load before -> after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| policy | phase | pods alive | whole nodes free (ideal) | whole GPUs free (ideal) | whole shared devices free (ideal) "
+        "| unplaced with room | pods/s | failed binds | load before -> after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         for p in run["phases"]:
             alive = ", ".join(f"{v} {k}" for k, v in sorted(p["pods_alive"].items()))
             lines.append(
                 f"| {run['policy']} | {p['phase']} | {alive} | {p['whole_nodes_free']} ({p['ideal']['whole_nodes_free']}) | "
-                f"{p['whole_gpus_free']} ({p['ideal']['whole_gpus_free']}) | {p['unplaced_with_room']} "
+                f"{p['whole_gpus_free']} ({p['ideal']['whole_gpus_free']}) | "
+                f"{p['whole_shared_devices_free']} ({p['ideal']['whole_shared_devices_free']}) | {p['unplaced_with_room']} "
                 f"{p['unplaced_with_room_by_kind'] or ''} | {p['pods_per_s']} | {p['failed_binds']} | "
                 f"{run['loadavg_before']} -> {run['loadavg_after']} |"
             )
