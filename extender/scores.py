@@ -24,6 +24,7 @@ DEFAULT_NODE_PLACEMENT = BINPACK
 AIM_TTL = 10.0  # seconds a pod's best node counts as where it goes, if its /bind does not say otherwise first
 PLACEMENT_POINTS = 2  # the policy's points: 2 for the one best node of a health level, 1 for the better half, 0 else
 HEALTH_STRIDE = PLACEMENT_POINTS + 1  # health levels never overlap: health first
+assert 1 + 2 * HEALTH_STRIDE + PLACEMENT_POINTS <= MAX_PRIORITY  # the best score (9) is one the scheduler accepts
 
 
 @dataclass(frozen=True, slots=True)
