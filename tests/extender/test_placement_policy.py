@@ -66,13 +66,16 @@ Start = Callable[..., Awaitable[Service]]
 async def start(tmp_path: Path) -> AsyncIterator[Start]:
     tasks: list[asyncio.Task] = []
 
-    async def run(policy: str, kind: str = "plain", devices: int = 4, taints: dict[str, str] | None = None) -> Service:
+    async def run(
+        policy: str, kind: str = "plain", devices: int = 4, taints: dict[str, str] | None = None, device_placement: str = "binpack"
+    ) -> Service:
         directory = tmp_path / f"c{len(tasks)}"
         _manifest(directory, kind, devices, taints or {})
         cel = CelEnvironment()
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
-        service = Service(state, source, Allocator(cel), Metrics(), placement_wait=0.2, node_placement=policy)
+        allocator = Allocator(cel, device_placement=device_placement)
+        service = Service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
         tasks.append(asyncio.create_task(source.run(state)))
         for _ in range(300):
             if state.ready:
@@ -189,3 +192,14 @@ async def test_a_pod_scored_before_the_previous_pods_bind_sees_where_that_pod_go
     passed, _ = await service.filter(_args(6))
     scores = dict(service.prioritize(_args(6)))
     assert max(scores, key=lambda n: scores[n]) == want, scores
+
+
+@pytest.mark.parametrize(("device_placement", "want"), [("binpack", "gpu-0-part-1"), ("spread", "gpu-1-part-0")])
+async def test_device_placement_decides_which_gpu_of_the_node_a_bind_takes(start: Start, device_placement: str, want: str) -> None:
+    """The second one-partition pod on n0: binpack (upstream's first fit) cuts gpu-0 again; spread takes the untouched gpu-1."""
+    service = await start("binpack", "partitions", 2, device_placement=device_placement)
+    await _place(service, 0, "n0")
+    await _place(service, 1, "n0")
+    allocation = service.state.claims["default/c1"].allocation
+    assert allocation is not None
+    assert [r.device for r in allocation.results] == [want]
