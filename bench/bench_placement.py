@@ -29,6 +29,12 @@ pods / 4), shared devices = ceil(share pods / 4), nodes = node pods +
 max(ceil((the other GPUs) / 8), shared devices). No online policy
 can do better (the ideal may move pods; a scheduler never does).
 
+Beside the runs, `extender CPU per pod`: the extender's own CPU time per
+pod in-process (one Service over the same kind of cluster from a manifest,
+/filter, /prioritize as the HTTP thread answers it, and each /bind after
+the next pod's /filter, as kube-scheduler's asynchronous binds), which a
+shared machine's load does not blur as it does pods/s.
+
 Results: bench/results/placement.json and .md, with the load average before
 and after each run (the machine is shared: pods/s is indicative).
 """
@@ -295,6 +301,67 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
+    """The extender's CPU milliseconds per one-partition pod, in-process (see the module docstring)."""
+    from allocator.allocation import Allocator
+    from allocator.cel import CelEnvironment
+    from extender.metrics import Metrics
+    from extender.service import Service
+    from extender.wire import BindingArgs, parse_extender_args
+    from tracker.manifest_source import ManifestSource
+    from tracker.state import ClusterState
+
+    names = [f"perf-node-{i}" for i in range(nodes)]
+    objs = _cluster(nodes)
+    for i in range(pods):
+        pod, claim = _pod_and_claim(f"partition-{i}", "partition")
+        pod["metadata"]["uid"] = f"uid-{i}"
+        objs += [claim, pod]
+
+    def args(i: int, offered: list[str]) -> Any:
+        pod: dict[str, Any] = {
+            "metadata": {"name": f"partition-{i}", "namespace": NAMESPACE, "uid": f"uid-{i}"},
+            "spec": {"resourceClaims": [{"name": "dev", "resourceClaimName": f"partition-{i}"}]},
+        }
+        return parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": offered}))
+
+    async def run(directory: Path) -> float:
+        cel = CelEnvironment()
+        state = ClusterState(cel)
+        source = ManifestSource(directory, watch=False)
+        service = Service(state, source, Allocator(cel), Metrics(), node_placement=policy)
+        task = asyncio.create_task(source.run(state))
+        while not state.ready:
+            await asyncio.sleep(0.01)
+        started = time.process_time()
+        pending = None
+        for i in range(pods):
+            passed, failed = await service.filter(args(i, names))
+            assert passed, failed
+            if len(passed) > 1:
+                scored = service.prioritize_without_state(args(i, passed)) or service.prioritize(args(i, passed))
+                host = max(scored, key=lambda e: e[1])[0]
+            else:
+                host = passed[0]
+            if pending is not None:
+                assert await service.bind(pending) == ""
+            pending = BindingArgs(f"partition-{i}", NAMESPACE, f"uid-{i}", host)
+        if pending is not None:
+            assert await service.bind(pending) == ""
+        spent = time.process_time() - started
+        task.cancel()
+        return round(spent * 1000 / pods, 2)
+
+    import yaml
+
+    tmp = Path(tempfile.mkdtemp(prefix="dra-bench-placement-cpu-"))
+    try:
+        (tmp / "cluster.yaml").write_text(yaml.safe_dump_all(objs))
+        return asyncio.run(run(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _loadavg() -> list[float]:
     try:
         return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
@@ -329,6 +396,14 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{p['unplaced_with_room_by_kind'] or ''} | {p['pods_per_s']} | {p['failed_binds']} | "
                 f"{run['loadavg_before']} -> {run['loadavg_after']} |"
             )
+    cpu = report.get("cpu_ms_per_pod")
+    if cpu:
+        lines += [
+            "",
+            f"Extender CPU per one-partition pod, in-process ({report['cpu_pods']} pods, /bind after the next /filter): "
+            + ", ".join(f"{policy} {ms} ms" for policy, ms in cpu.items())
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -338,6 +413,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policy", action="append", choices=("binpack", "spread"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=2.0, help="seconds without a bind or rejection that end a phase")
+    parser.add_argument("--cpu-pods", type=int, default=300, help="pods of the in-process CPU measurement")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="placement")
     args = parser.parse_args(argv)
@@ -346,6 +422,8 @@ def main(argv: list[str] | None = None) -> None:
         "nodes": args.nodes,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "runs": [run_policy(p, args.nodes, args.seed, args.settle) for p in args.policy or ("binpack", "spread")],
+        "cpu_pods": args.cpu_pods,
+        "cpu_ms_per_pod": {p: cpu_per_pod(p, args.nodes, args.cpu_pods) for p in args.policy or ("binpack", "spread")},
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1) + "\n")

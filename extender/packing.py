@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fractions import Fraction
 
 from allocator.allocated_state import AllocatedState
 from allocator.device_view import DeviceView
@@ -37,8 +36,8 @@ UnitKey = tuple[str, str, str]  # (driver, pool, counter set) or (driver, pool, 
 
 @dataclass(slots=True)
 class _Unit:
-    totals: dict[str, Fraction]  # counter (or capacity) -> total; empty: a device held whole or not at all
-    used: dict[str, Fraction]  # counter -> consumed by allocated devices
+    totals: dict[str, float]  # counter (or capacity) -> total; empty: a device held whole or not at all
+    used: dict[str, float]  # counter -> consumed by allocated devices
     whole: bool  # a device without counters allocated whole
 
 
@@ -48,7 +47,7 @@ class NodeUnits:
 
     units: dict[UnitKey, _Unit]
     # device -> (unit, counters it consumes); None: the device whole; {}: a share of it (touched, use unknown)
-    device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, Fraction] | None], ...]]
+    device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]]
 
     allocated: set[DeviceID]  # already counted in the base
     base_touched: int = 0
@@ -64,7 +63,7 @@ class NodeUnits:
         """(touched units, mean use of all units), with the `extra` devices (a pod's, pods expected here) taken too."""
         if not self.units:
             return 0, 0.0
-        added: dict[UnitKey, dict[str, Fraction]] = {}
+        added: dict[UnitKey, dict[str, float]] = {}
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
         for d in {d.id: d for d in extra if d.id not in self.allocated}.values():
@@ -76,7 +75,7 @@ class NodeUnits:
                 else:
                     into = added.setdefault(key, {})
                     for name, v in counters.items():
-                        into[name] = into.get(name, Fraction(0)) + v
+                        into[name] = into.get(name, 0.0) + v
         touched = self.base_touched
         use = self.base_use
         for key in {*added, *whole, *shared}:
@@ -90,23 +89,24 @@ class NodeUnits:
         return touched, use / len(self.units)
 
 
-def _touched_use(unit: _Unit, more: dict[str, Fraction] | None, whole: bool, shared: bool) -> tuple[int, float]:
+def _touched_use(unit: _Unit, more: dict[str, float] | None, whole: bool, shared: bool) -> tuple[int, float]:
     """(1 if touched, its use) of one unit, with `more` counters consumed, taken `whole`, or a `shared` share of it."""
     if unit.whole or whole:
         return 1, 1.0
-    fraction = Fraction(0)
+    fraction = 0.0
     any_use = shared
     for name, total in unit.totals.items():
-        used = unit.used.get(name, Fraction(0)) + (more.get(name, Fraction(0)) if more else Fraction(0))
+        used = unit.used.get(name, 0.0) + (more.get(name, 0.0) if more else 0.0)
         if used > 0:
             any_use = True
             if total > 0:
                 fraction = max(fraction, used / total)
-    return (1, min(1.0, float(fraction))) if any_use else (0, 0.0)
+    return (1, min(1.0, fraction)) if any_use else (0, 0.0)
 
 
-def _value(q: Quantity) -> Fraction:
-    return Fraction(q.value)
+def _value(q: Quantity) -> float:
+    """Floats: fullness only orders nodes, and exact fractions cost ~20x more per /prioritize."""
+    return float(q.value)
 
 
 class NodeFullness:
@@ -139,7 +139,7 @@ class NodeFullness:
     def _compute(self, node: str) -> NodeUnits:
         ledger: AllocatedState = self.state.ledger
         units: dict[UnitKey, _Unit] = {}
-        device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, Fraction] | None], ...]] = {}
+        device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]] = {}
         taken: set[DeviceID] = set()
         reachable = self.state.slices_for_node(node)
         # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
@@ -158,7 +158,7 @@ class NodeFullness:
                 if allocated:
                     taken.add(d.id)
                 if d.consumes_counters:
-                    entries: list[tuple[UnitKey, dict[str, Fraction] | None]] = []
+                    entries: list[tuple[UnitKey, dict[str, float] | None]] = []
                     for use in d.consumes_counters:
                         key = (s.driver, s.pool, use.counter_set)
                         counters = {c: _value(q) for c, q in use.counters.items()}
@@ -166,7 +166,7 @@ class NodeFullness:
                         unit = units.get(key)
                         if unit is not None and allocated:
                             for c, v in counters.items():
-                                unit.used[c] = unit.used.get(c, Fraction(0)) + v
+                                unit.used[c] = unit.used.get(c, 0.0) + v
                     device_units[d.id] = tuple(entries)
                     continue
                 key = (s.driver, s.pool, "device:" + d.id.device)
