@@ -21,6 +21,7 @@ from allocator import capacity as cap
 from allocator.allocated_state import AllocatedState, DedicatedOnly, SharesFolded
 from allocator.candidates import CandidateFinder, Selector, SelectorEngine, SelectorT, Slot
 from allocator.counters import Availability
+from allocator.device_order import BINPACK, SPREAD, order_name, spread_candidates
 from allocator.device_view import DeviceView, SliceView
 from allocator.failures import (
     REASON_CLAIM_UNUSABLE,
@@ -98,8 +99,10 @@ class Allocator(Generic[SelectorT]):
         *,
         search_budget: int = DEFAULT_SEARCH_BUDGET,
         features: Features = DEFAULT_FEATURES,
+        device_placement: str = BINPACK,
     ) -> None:
         self.features = features
+        self._spread = order_name(device_placement) == SPREAD  # allocator/device_order.py; off: upstream's first fit
         self._budget = search_budget
         self._candidates = CandidateFinder(selectors, features)
 
@@ -184,7 +187,7 @@ class Allocator(Generic[SelectorT]):
     ) -> Outcome:
         avail: Availability = {}  # pool name -> counters left by allocated devices: the same for every tally of this call
         slots: list[Slot] = []
-        first = self._candidates.first_fit(pending, node, pools, classes, state, avail)
+        first = None if self._spread else self._candidates.first_fit(pending, node, pools, classes, state, avail)
         if first is not None:
             slots.append(first)
         for ci, claim in enumerate(pending if first is None else ()):
@@ -193,6 +196,8 @@ class Allocator(Generic[SelectorT]):
                 if isinstance(slot_or_failure, Failure):
                     return Outcome(_with_invalid_pools(slot_or_failure, pools))
                 slots.append(slot_or_failure)
+        if self._spread:
+            spread_candidates(slots, avail, state)
         search = Search(pending, slots, self._budget, state, any(p.counter_sets for p in pools), avail)
         solution = search.run()
         if solution is None:

@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_wait_flags,
         _add_feature_flags,
         _add_offer_and_eviction_flags,
+        _add_placement_flags,
         _add_limit_flags,
         add_health_flags,
     ):
@@ -275,6 +276,25 @@ def _add_feature_flags(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
         "(default %(default)s)",
+    )
+
+
+def _add_placement_flags(serve: argparse.ArgumentParser) -> None:
+    """Where /prioritize sends pods among nodes that fit equally well, and which devices of a node they get (docs/scoring.md)."""
+    serve.add_argument(
+        "--node-placement",
+        choices=("binpack", "spread"),  # extender.scores.NODE_PLACEMENTS (not imported: the CLI starts without it)
+        default="binpack",
+        help="binpack: prefer the node whose own devices are fullest (whole GPUs and nodes stay free for large claims); "
+        "spread: prefer the emptiest. Health comes first either way (default %(default)s; see docs/scoring.md)",
+    )
+    serve.add_argument(
+        "--device-placement",
+        choices=("binpack", "spread"),  # allocator.device_order (not imported: the CLI starts without it)
+        default="binpack",
+        help="which devices of the chosen node a claim gets. binpack: upstream's first fit in pool order (a partition goes "
+        "into the first GPU with room); spread: the devices whose counter sets or shared capacity have the most left "
+        "first (default %(default)s; see docs/scoring.md)",
     )
 
 
@@ -608,7 +628,7 @@ async def serve(args: argparse.Namespace) -> int:
     service = Service(
         state,
         source,
-        Allocator(cel, features=features),
+        Allocator(cel, features=features, device_placement=args.device_placement),
         metrics,
         is_leader=is_leader,
         placement_wait=args.placement_wait,
@@ -617,6 +637,7 @@ async def serve(args: argparse.Namespace) -> int:
         features=features,
         binding_timeout=args.binding_timeout,
         offer_nodes=args.offer_nodes,
+        node_placement=args.node_placement,
     )
     eviction = None
     if args.read_only:

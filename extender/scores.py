@@ -1,49 +1,139 @@
-"""/prioritize's scores: health first, packing only breaks ties (formula in docs/scoring.md)."""
+"""/prioritize's scores: health first, then the placement policy (formula in docs/scoring.md)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from allocator.allocation import Outcome
+from allocator.device_view import DeviceView
 from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
 from extender.outcomes import OutcomeCache
+from extender.packing import NodeFullness
 from extender.request_nodes import RequestNodes
 from tracker.state import ClusterState
 
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
 MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
+BINPACK, SPREAD = "binpack", "spread"
+NODE_PLACEMENTS = (BINPACK, SPREAD)
+DEFAULT_NODE_PLACEMENT = BINPACK
+AIM_TTL = 10.0  # seconds a pod's best node counts as where it goes, if its /bind does not say otherwise first
+PLACEMENT_POINTS = 2  # the policy's points: 2 for the one best node of a health level, 1 for the better half, 0 else
+HEALTH_STRIDE = PLACEMENT_POINTS + 1  # health levels never overlap: health first
+assert 1 + 2 * HEALTH_STRIDE + PLACEMENT_POINTS <= MAX_PRIORITY  # the best score (9) is one the scheduler accepts
+
+
+@dataclass(frozen=True, slots=True)
+class Aim:
+    """The node a scored pod is expected on (its unique best score) and the devices it would take there."""
+
+    node: str
+    claims: tuple[ResourceClaim, ...]  # those its /bind allocates
+    devices: tuple[DeviceView, ...]
+    at: float
+
+
+def health_level(outcome: Outcome) -> int:
+    """2: none of the pod's devices carries a non-blocking taint (or it uses none); 1: some do; 0: all do."""
+    devices = outcome.devices
+    if not devices:
+        return 2
+    degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
+    return 2 if degraded == 0 else (0 if degraded == len(devices) else 1)
 
 
 class Scores:
-    def __init__(self, state: ClusterState, outcomes: OutcomeCache) -> None:
+    def __init__(self, state: ClusterState, outcomes: OutcomeCache, node_placement: str = DEFAULT_NODE_PLACEMENT) -> None:
+        if node_placement not in NODE_PLACEMENTS:
+            raise ValueError(f"node placement {node_placement!r}: must be one of {', '.join(NODE_PLACEMENTS)}")
         self.state = state
         self.outcomes = outcomes
+        self.node_placement = node_placement
+        self.fullness = NodeFullness(state)
         self._kept: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
+        self._aimed: dict[str, Aim] = {}  # pod uid -> where it is expected, until its /bind is decided
 
-    def score(self, node_name: str, outcome: Outcome) -> int:
-        """score = round(9 * healthy) + (1 if the node already has devices in use), 0 when nothing fits.
+    def rank(
+        self, uid: str, claims: Sequence[ResourceClaim], names: Sequence[str], verdicts: Sequence[Outcome], nodes: RequestNodes
+    ) -> list[int]:
+        """Each node's score for one pod; the pod's unique best node is remembered as where it goes (`aim`).
 
-        `healthy` is the share of the pod's devices without a non-blocking
-        (None/unknown effect) taint. Packing is worth one point only: enough to
-        prefer a node already in use over an empty one among equally healthy
-        nodes, never enough to outweigh kube-scheduler's own spreading scores
-        and its random choice among equal totals.
+        score = 0 where the claims do not fit, else 1 + 3 x health + placement
+        (docs/scoring.md). Placement points compare nodes of the same health
+        level only: 2 for the single best by the policy's order, 1 for a node
+        as good (a tie lost on the name) or better than the median node, 0
+        for the rest. binpack orders by whole units the pod would break
+        (fewest first), then fullness after it (fullest first); spread by
+        fullness after it (emptiest first); ties by node name. Fullness
+        counts the pods scored before whose /bind has not come, on the node
+        each is aimed at: there the pod's devices are those of one joint
+        allocation, theirs first (as their binds come first), so consecutive
+        pods see each other before any bind.
         """
-        if not outcome.ok:
-            return 0
-        devices = outcome.devices
-        healthy = 1.0
-        if devices:
-            degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
-            healthy = 1.0 - degraded / len(devices)
-        in_use = self.state.taken_on_node(node_name) > 0
-        return max(0, min(MAX_PRIORITY, round((MAX_PRIORITY - 1) * healthy) + (1 if in_use else 0)))
+        now = time.monotonic()
+        expected: dict[str, list[Aim]] = {}
+        for other, aim in list(self._aimed.items()):
+            if now - aim.at > AIM_TTL:
+                del self._aimed[other]
+            elif other != uid:
+                expected.setdefault(aim.node, []).append(aim)
+        spread = self.node_placement == SPREAD
+        levels: dict[int, list[tuple[tuple[float, ...], str, int]]] = {}  # health -> (order key, name, index)
+        for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
+            if not outcome.ok:
+                continue
+            units = self.fullness.of(name)
+            aims = expected.get(name)
+            before = [d for a in aims for d in a.devices] if aims else []
+            devices = self._joint_devices(aims, claims, name, nodes) if aims else None
+            touched_before, _ = units.measure(before)
+            touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
+            key: tuple[float, ...] = (touched + use,) if spread else (touched - touched_before, -(touched + use))
+            levels.setdefault(health_level(outcome), []).append((key, name, i))
+        scores = [0] * len(names)
+        for health, group in levels.items():
+            group.sort()
+            best, median = group[0][0], group[(len(group) - 1) // 2][0]
+            for rank, (order, _, i) in enumerate(group):
+                points = PLACEMENT_POINTS if rank == 0 else (PLACEMENT_POINTS - 1 if order == best or order < median else 0)
+                scores[i] = 1 + HEALTH_STRIDE * health + points
+        if uid and levels:
+            top = max(range(len(names)), key=lambda i: (scores[i], -i))
+            if scores.count(scores[top]) == 1:
+                self._aimed[uid] = Aim(names[top], tuple(c for c in claims if c.allocation is None), verdicts[top].devices, now)
+            else:
+                self._aimed.pop(uid, None)
+        return scores
 
-    def of(self, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:
+    def _joint_devices(
+        self, aims: list[Aim], claims: Sequence[ResourceClaim], name: str, nodes: RequestNodes
+    ) -> tuple[DeviceView, ...] | None:
+        """The devices of the aimed pods and this one allocated together on `name` (None: they share a claim, or do not fit).
+
+        A joint verdict is cached like any other; /filter's contested-node
+        check computes the same ones while those pods are being bound.
+        """
+        own = {c.key for c in claims}
+        theirs = [c for a in aims for c in a.claims]
+        if any(c.key in own for c in theirs):
+            return None
+        joint = [*theirs, *claims]
+        outcome = self.outcomes.verdicts(self.outcomes.signature(joint), joint, nodes.resolve([name]))[0]
+        return outcome.devices if outcome.ok else None
+
+    def aim(self, uid: str, claims: Sequence[ResourceClaim], node: str, outcome: Outcome) -> None:
+        """A pod offered one node only goes there (if it goes at all)."""
+        if uid:
+            self._aimed[uid] = Aim(node, tuple(c for c in claims if c.allocation is None), outcome.devices, time.monotonic())
+
+    def of(self, uid: str, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:
         """Each node's score for these claims (verdicts shared through the outcome cache)."""
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes.resolve(names), self.score)
-        return list(zip(names, scores, strict=True))
+        verdicts = self.outcomes.verdicts(self.outcomes.signature(claims), claims, nodes.resolve(names))
+        return list(zip(names, self.rank(uid, claims, names, verdicts, nodes), strict=True))
 
     def keep(self, uid: str, claims: list[ResourceClaim], passed: list[str], verdicts: list[Outcome], nodes: RequestNodes) -> None:
         """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
@@ -53,14 +143,23 @@ class Scores:
         by what changed in between (a few ms), and they only order nodes that
         all fit.
         """
-        scores = self.outcomes.scores(self.outcomes.signature(claims), claims, nodes.resolve(passed), self.score, verdicts)
+        scores = self.rank(uid, claims, passed, verdicts, nodes)
         kept = self._kept
         if len(kept) >= MAX_KEPT_SCORES:
             del kept[next(iter(kept))]  # the oldest: its pod had one node left, or went away
         kept[uid] = dict(zip(passed, scores, strict=True))
 
     def forget(self, uid: str) -> None:
+        """The pod is in /filter again: its kept scores and its aim are stale."""
         self._kept.pop(uid, None)
+        self._aimed.pop(uid, None)
+
+    def decided(self, uid: str) -> None:
+        """The pod's /bind is decided: its devices are in the ledger (or it goes nowhere); its aim counts no more."""
+        self._aimed.pop(uid, None)
+
+    def expected(self) -> int:
+        return len(self._aimed)
 
     def take(self, uid: Any, names: list[str]) -> list[tuple[str, int]] | None:
         """The scores kept for the pod's nodes, or None (none kept, or not the nodes its /filter offered).

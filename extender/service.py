@@ -38,7 +38,7 @@ from extender.outcomes import OutcomeCache
 from extender.placements import PlacementGate
 from extender.request_nodes import RequestNodes
 from extender.requeue import Requeuer
-from extender.scores import Scores
+from extender.scores import DEFAULT_NODE_PLACEMENT, Scores
 from extender.volume_checks import VolumeChecks
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
@@ -104,6 +104,7 @@ class Service:
         binding_timeout: float = 600.0,
         offer_nodes: int = DEFAULT_OFFER_NODES,
         observe_only: bool = False,
+        node_placement: str = DEFAULT_NODE_PLACEMENT,
     ) -> None:
         """`observe_only`: answer /filter exactly, but never act on the answer (no deallocation of a
         claim whose binding failed): `kubectl dra why` asks this way over its own snapshot."""
@@ -131,7 +132,7 @@ class Service:
         self.extended = ExtendedGroups(state, features)
         self.fit = NodeFit(self.outcomes, offer_nodes)
         self.contested = ContestedNodes(state, self.outcomes, self.extended.memory_claims)
-        self.scores = Scores(state, self.outcomes)
+        self.scores = Scores(state, self.outcomes, node_placement)
         self.volumes = VolumeChecks(state, metrics)
         self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
 
@@ -164,6 +165,7 @@ class Service:
     def bind_decided(self, pod_uid: str) -> None:
         """A /bind that cannot be read is decided too: later filters must not wait for it."""
         self.placements.decided(pod_uid)
+        self.scores.decided(pod_uid)
 
     def debug_devices(self, node: str, driver: str, pool: str, tainted: str, limit: int, cont: str) -> dict[str, object]:
         """/debug/devices: one page of the patched device view."""
@@ -196,10 +198,6 @@ class Service:
             # The class is at fault, not the claim: tell its owner with an Event.
             self.state.report(Problem(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, failure.device_class, failure.message))
         self.metrics.outcomes.labels("ok" if failure is None else failure.code).inc()
-
-    def _score(self, node_name: str, outcome: Outcome) -> int:
-        """The /prioritize score of one verdict (extender/scores.py)."""
-        return self.scores.score(node_name, outcome)
 
     def _tell_requeuer(self, pod: Pod, passed: list[str], names: list[str]) -> None:
         if self.requeuer is not None:
@@ -282,6 +280,8 @@ class Service:
                 self.placements.expect_bind(pod.meta.uid, frozenset(passed), to_allocate)
         if len(passed) > 1:
             self.scores.keep(pod.meta.uid, claims, passed, [fits[n] for n in passed], nodes)
+        elif passed and to_allocate:
+            self.scores.aim(pod.meta.uid, claims, passed[0], fits[passed[0]])
         self._tell_requeuer(pod, passed, names)
         return passed, failed
 
@@ -374,7 +374,7 @@ class Service:
         return self.scores.take(meta.get("uid") if isinstance(meta, dict) else None, names)
 
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
-        """Health first; packing only breaks ties (formula in docs/scoring.md)."""
+        """Health first, then the placement policy (formula in docs/scoring.md)."""
         names = args.names
         if not pod_has_claims(args.pod):
             return [(n, 0) for n in names]
@@ -383,7 +383,7 @@ class Service:
         claims, problem = self.claims.claims_for(pod)
         if problem is not None:
             return [(n, 0) for n in names]
-        return self.scores.of(claims, names, RequestNodes(self.state, args.nodes))
+        return self.scores.of(pod.meta.uid, claims, names, RequestNodes(self.state, args.nodes))
 
     # ------------------------------------------------------------------ bind
 
@@ -400,6 +400,7 @@ class Service:
             return await self.binder.bind(args)
         finally:
             self.placements.decided(args.pod_uid)
+            self.scores.decided(args.pod_uid)
 
 
 def _readiness_gone(claim: str, node: str) -> Readiness:

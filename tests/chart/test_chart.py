@@ -174,6 +174,7 @@ def test_flags_toggled_by_values() -> None:
     dep = one(objects(VARIANTS["everything-on"]), "Deployment")
     args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(dep, "dra-extender")["args"]])
     assert (args.no_debug, args.eviction_mode, args.evict_upstream, args.placement_wait) == (False, "evict", True, 0.5)
+    assert (args.node_placement, args.device_placement) == ("binpack", "binpack")
     dep = one(objects(VARIANTS["eviction-off"]), "Deployment")
     assert "--no-eviction" in _container(dep, "dra-extender")["args"]
     assert not [o for o in objects(VARIANTS["eviction-off"]) if o["kind"] == "PodDisruptionBudget"]

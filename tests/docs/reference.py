@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # What each endpoint is for; a route missing here fails the generation (and so the test).
 ENDPOINTS = {
     "/filter": "kube-scheduler's filterVerb: nodes whose devices fit the pod's claims (taints and tolerations included); the rest with reasons, all unresolvable.",
-    "/prioritize": "kube-scheduler's prioritizeVerb: 0-10 per node, healthy devices first, packing breaks ties (docs/scoring.md).",
+    "/prioritize": "kube-scheduler's prioritizeVerb: 0-10 per node, healthy devices first, then the placement policy (docs/scoring.md).",
     "/bind": "kube-scheduler's bindVerb: allocate, write claim status and reservation, then the Binding; the leader only.",
     "/livez": "200 while the event loop turns; 503 past --livez-stall-threshold (kubelet liveness).",
     "/healthz": "The same as /livez.",

@@ -18,6 +18,7 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_pod
 from extender.metrics import Metrics
+from extender.request_nodes import RequestNodes
 from extender.service import Service
 from extender.wire import parse_extender_args
 from kubesim.null_source import NullSource
@@ -227,7 +228,7 @@ class World:
             passed, failed = await self.service.filter(args)
             claims, problem = state.pod_claims(parse_pod(raw_pod))
             assert problem is None
-            want_passed, want_failed, want_scores = [], {}, []
+            want_passed, want_failed, fresh = [], {}, []
             for n in NODES:
                 outcome = self.reference.allocate(
                     state.nodes[n],
@@ -242,9 +243,17 @@ class World:
                     want_passed.append(n)
                 else:
                     want_failed[n] = outcome.failure.message  # type: ignore[union-attr]
-                want_scores.append((n, self.service._score(n, outcome)))
+                fresh.append(outcome)
             assert (passed, failed) == (want_passed, want_failed), pod_name
-            assert self.service.prioritize(args) == want_scores, pod_name
+            got = self.service.prioritize(args)
+            want_scores = list(
+                zip(
+                    NODES,
+                    self.service.scores.rank(raw_pod["metadata"]["uid"], claims, NODES, fresh, RequestNodes(state, None)),
+                    strict=True,
+                )
+            )
+            assert got == want_scores, pod_name
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -1,0 +1,186 @@
+"""How full a node's own devices are: the measure /prioritize packs or spreads by (docs/scoring.md).
+
+A node's node-local devices come in *units*, the things a large claim
+wants whole: each shared counter set (a partitionable GPU: its partitions
+draw on it) and each device that consumes no counters. A unit is *touched*
+when anything on it is allocated or in flight (a partition, a share, the
+device); its *use* is the share of it taken (a counter set: the largest
+fraction of any of its counters consumed; a device held whole: 1; a shared
+device: the largest fraction of its capacity the shares consume).
+
+A node's *fullness* is its touched units plus the mean use of all its
+units (< 1): touched units count first, so a node whose GPUs are all
+touched is fuller than one with two GPUs used to the brim, and the mean use
+orders nodes with the same number of touched units. /prioritize also asks
+how many whole units a pod would break: the units its devices touch that
+nothing touched before.
+
+The per-node base (what is allocated and in flight) is kept until the
+tracker's change log names the node; a pod's own devices, and those of
+pods expected on the node, are added per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from allocator.allocated_state import AllocatedState
+from allocator.device_view import DeviceView
+from allocator.quantity import Quantity
+from allocator.types import DeviceID
+from tracker.state import ClusterState
+
+UnitKey = tuple[str, str, str]  # (driver, pool, counter set) or (driver, pool, "device:" + name)
+
+
+@dataclass(slots=True)
+class _Unit:
+    totals: dict[str, float]  # counter (or capacity) -> total; empty: a device held whole or not at all
+    used: dict[str, float]  # counter -> consumed by allocated devices
+    whole: bool  # a device without counters allocated whole
+
+
+@dataclass(slots=True)
+class NodeUnits:
+    """A node's units as of the tracker's state (allocated and in-flight devices)."""
+
+    units: dict[UnitKey, _Unit]
+    # device -> (unit, counters it consumes); None: the device whole; {}: a share of it (touched, use unknown)
+    device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]]
+
+    allocated: set[DeviceID]  # already counted in the base
+    base_touched: int = 0
+    base_use: float = 0.0
+
+    def __post_init__(self) -> None:
+        for unit in self.units.values():
+            touched, use = _touched_use(unit, None, False, False)
+            self.base_touched += touched
+            self.base_use += use
+
+    def measure(self, extra: Iterable[DeviceView] = ()) -> tuple[int, float]:
+        """(touched units, mean use of all units), with the `extra` devices (a pod's, pods expected here) taken too."""
+        if not self.units:
+            return 0, 0.0
+        added: dict[UnitKey, dict[str, float]] = {}
+        whole: set[UnitKey] = set()
+        shared: set[UnitKey] = set()
+        for d in {d.id: d for d in extra if d.id not in self.allocated}.values():
+            for key, counters in self.device_units.get(d.id, ()):
+                if counters is None:
+                    whole.add(key)
+                elif not counters:
+                    shared.add(key)
+                else:
+                    into = added.setdefault(key, {})
+                    for name, v in counters.items():
+                        into[name] = into.get(name, 0.0) + v
+        touched = self.base_touched
+        use = self.base_use
+        for key in {*added, *whole, *shared}:
+            unit = self.units.get(key)
+            if unit is None:
+                continue
+            t0, u0 = _touched_use(unit, None, False, False)
+            t1, u1 = _touched_use(unit, added.get(key), key in whole, key in shared)
+            touched += t1 - t0
+            use += u1 - u0
+        return touched, use / len(self.units)
+
+
+def _touched_use(unit: _Unit, more: dict[str, float] | None, whole: bool, shared: bool) -> tuple[int, float]:
+    """(1 if touched, its use) of one unit, with `more` counters consumed, taken `whole`, or a `shared` share of it."""
+    if unit.whole or whole:
+        return 1, 1.0
+    fraction = 0.0
+    any_use = shared
+    for name, total in unit.totals.items():
+        used = unit.used.get(name, 0.0) + (more.get(name, 0.0) if more else 0.0)
+        if used > 0:
+            any_use = True
+            if total > 0:
+                fraction = max(fraction, used / total)
+    return (1, min(1.0, fraction)) if any_use else (0, 0.0)
+
+
+def _value(q: Quantity) -> float:
+    """Floats: fullness only orders nodes, and exact fractions cost ~20x more per /prioritize."""
+    return float(q.value)
+
+
+class NodeFullness:
+    """Each node's units, kept until the tracker's change log names the node."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._nodes: dict[str, NodeUnits] = {}
+        self._seq = state.change_seq
+
+    def of(self, node: str) -> NodeUnits:
+        self._catch_up()
+        units = self._nodes.get(node)
+        if units is None:
+            units = self._nodes[node] = self._compute(node)
+        return units
+
+    def _catch_up(self) -> None:
+        if self._seq == self.state.change_seq:
+            return
+        changed = self.state.changed_nodes_since(self._seq)
+        if changed is None:
+            self._nodes.clear()
+        else:
+            for name in changed:
+                if name is not None:
+                    self._nodes.pop(name, None)
+        self._seq = self.state.change_seq
+
+    def _compute(self, node: str) -> NodeUnits:
+        ledger: AllocatedState = self.state.ledger
+        units: dict[UnitKey, _Unit] = {}
+        device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]] = {}
+        taken: set[DeviceID] = set()
+        reachable = self.state.slices_for_node(node)
+        # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
+        pools = {(s.driver, s.pool) for s in reachable if s.node_name == node or any(d.node_name == node for d in s.devices)}
+        for s in reachable:
+            if (s.driver, s.pool) in pools:
+                for cs in s.shared_counters:
+                    units.setdefault((s.driver, s.pool, cs.name), _Unit({c: _value(q) for c, q in cs.counters.items()}, {}, False))
+        for s in reachable:
+            if (s.driver, s.pool) not in pools:
+                continue
+            for d in s.devices:
+                if s.node_name != node and d.node_name != node:
+                    continue
+                allocated = ledger.is_allocated(d.id)
+                if allocated:
+                    taken.add(d.id)
+                if d.consumes_counters:
+                    entries: list[tuple[UnitKey, dict[str, float] | None]] = []
+                    for use in d.consumes_counters:
+                        key = (s.driver, s.pool, use.counter_set)
+                        counters = {c: _value(q) for c, q in use.counters.items()}
+                        entries.append((key, counters))
+                        unit = units.get(key)
+                        if unit is not None and allocated:
+                            for c, v in counters.items():
+                                unit.used[c] = unit.used.get(c, 0.0) + v
+                    device_units[d.id] = tuple(entries)
+                    continue
+                key = (s.driver, s.pool, "device:" + d.id.device)
+                if d.allow_multiple_allocations and d.capacity:
+                    # Shares: a unit whose counters are the device's capacity, used as far as the shares consume it.
+                    unit = _Unit({c: _value(q) for c, q in d.capacity.items()}, {}, False)
+                    consumed = ledger.consumed_capacity(d.id) if allocated else None
+                    if consumed:
+                        unit.used = {c: _value(q) for c, q in consumed.items()}
+                    elif allocated:
+                        unit.whole = True
+                    units[key] = unit
+                    device_units[d.id] = ((key, {}),)  # a pod's share is not known here: counted as touching it
+                else:
+                    units[key] = _Unit({}, {}, allocated)
+                    device_units[d.id] = ((key, None),)
+        return NodeUnits(units, device_units, taken)
