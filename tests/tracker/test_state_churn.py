@@ -98,7 +98,10 @@ def new_state(problems: list[Problem]) -> ClusterState:
     pool = {"name": "p1", "generation": 1, "resourceSliceCount": 1}
     slice_spec = {"driver": D, "nodeName": "n1", "pool": pool, "devices": [{"name": f"g{j}"} for j in range(4)]}
     s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", {"metadata": {"name": "s1"}, "spec": slice_spec}))
-    template = {"metadata": {"name": "t", "namespace": NS}, "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": "gpu"}}]}}}}
+    template = {
+        "metadata": {"name": "t", "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": "gpu"}}]}}},
+    }
     s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_CLAIM_TEMPLATE, ev.GROUP_RESOURCE, f"{NS}/t", template))
     return s
 
