@@ -243,6 +243,7 @@ def growth(snaps: list[dict[str, Any]], start: float, end: float) -> dict[str, A
         "snapshot_s": [s["snapshot_s"] for s in snaps],
         "compared_s": [first["t"], mid["t"], last["t"]],
         "grew_first_to_last": top,
+        "shrank_first_to_last": _diff(last, first, 10),  # freed: e.g. the initial lists' objects as their pods go
         "grew_first_half": _diff(first, mid, 15),
         "grew_second_half": _diff(mid, last, 15),
         "types_grew_first_half": _types_diff(first, mid, 15),
@@ -316,6 +317,14 @@ def markdown(report: dict[str, Any]) -> str:
             f"| `{g['site']}` | {g['kb']} | {g['blocks']} | {g['kb_now']} | {'<br>'.join(f'`{f}`' for f in g['traceback'][1:]) or '–'} |"
             for g in s["grew_first_to_last"]
         ]
+        lines += [
+            "",
+            "Sites that shrank most, first to last compared snapshot (what the new objects replaced):",
+            "",
+            "| site | KB freed | blocks freed |",
+            "| --- | --- | --- |",
+        ]
+        lines += [f"| `{g['site']}` | {g['kb']} | {g['blocks']} |" for g in s.get("shrank_first_to_last", [])]
         for half in ("first", "second"):
             lines += ["", f"Sites that grew in the {half} half:", "", "| site | KB gained | blocks gained |", "| --- | --- | --- |"]
             lines += [f"| `{g['site']}` | {g['kb']} | {g['blocks']} |" for g in s[f"grew_{half}_half"]]
