@@ -29,7 +29,7 @@ def claim(i: int, rv: int, *, allocated: bool = False) -> dict[str, Any]:
     return out
 
 
-def _apply(state: ClusterState, kind: str, raw: dict[str, Any]) -> None:
+def _apply(state: ClusterState, kind: ev.EventType, raw: dict[str, Any]) -> None:
     state.apply(ev.ObjectEvent(kind, ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"{NS}/{raw['metadata']['name']}", raw))
 
 

@@ -106,11 +106,11 @@ def new_state(problems: list[Problem]) -> ClusterState:
     return s
 
 
-def _pod(s: ClusterState, kind: str, raw: dict[str, Any]) -> None:
+def _pod(s: ClusterState, kind: ev.EventType, raw: dict[str, Any]) -> None:
     s.apply(ev.ObjectEvent(kind, ev.POD, "", f"{NS}/{raw['metadata']['name']}", raw))
 
 
-def _claim(s: ClusterState, kind: str, raw: dict[str, Any]) -> None:
+def _claim(s: ClusterState, kind: ev.EventType, raw: dict[str, Any]) -> None:
     s.apply(ev.ObjectEvent(kind, ev.RESOURCE_CLAIM, ev.GROUP_RESOURCE, f"{NS}/{raw['metadata']['name']}", raw))
 
 
