@@ -86,6 +86,9 @@ class _Group:
     interned: dict[FailureTemplate, FailureTemplate] = field(default_factory=dict)
 
 
+SIGNATURES_SLACK = 64  # claim signatures kept beyond twice the claims held before the gone ones are dropped
+
+
 class OutcomeCache:
     def __init__(
         self,
@@ -101,7 +104,8 @@ class OutcomeCache:
         self.on_computed = on_computed
         self._groups: OrderedDict[tuple[ClaimSignature, ...], _Group] = OrderedDict()
         self._entries = 0
-        self._signatures: dict[tuple[str, str], ClaimSignature] = {}
+        # claim key -> (resourceVersion, signature): one entry per claim, dropped once the state no longer holds it.
+        self._signatures: dict[str, tuple[str, ClaimSignature]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -112,18 +116,32 @@ class OutcomeCache:
         if claim.allocation is None and claim.key not in self.state.claims:
             # An extended-resource claim not created yet: its requests are all there is (and differ per node).
             return ("memory", claim.requests)
-        ident = (claim.key, claim.meta.resource_version)
-        sig = self._signatures.get(ident)
-        if sig is not None:
-            return sig
+        rv = claim.meta.resource_version
+        held = self._signatures.get(claim.key)
+        if held is not None and held[0] == rv:
+            return held[1]
+        sig: ClaimSignature
         if claim.allocation is not None:
-            sig = ("allocated", claim.key, claim.meta.resource_version)
+            sig = ("allocated", claim.key, rv)
         else:
             sig = ("new", *spec_signature(claim), claim.meta.annotations.get(TOLERATIONS_ANNOTATION), bool(claim.meta.deletion_timestamp))
+        if held is None and len(self._signatures) >= 2 * len(self.state.claims) + SIGNATURES_SLACK:
+            self._drop_gone_claims()
+        self._signatures[claim.key] = (rv, sig)
+        return sig
+
+    def _drop_gone_claims(self) -> None:
+        """Forget the signatures of claims the state no longer holds (each keeps its parsed requests alive).
+
+        Called when the map reaches twice the claims held (plus a slack), so
+        its cost is spread over as many new entries as it keeps: under churn
+        of pods and claims it stays at the size of the cluster's claims, not
+        of every claim ever seen.
+        """
+        claims = self.state.claims
+        self._signatures = {k: v for k, v in self._signatures.items() if k in claims}
         if len(self._signatures) >= self.size:
             self._signatures.clear()
-        self._signatures[ident] = sig
-        return sig
 
     def verdicts(
         self,

@@ -184,7 +184,7 @@ class ClusterState:
         """Report a faulty object once (an Event and a metric downstream).
 
         Classes, rules and patches are reported once per spec (a new spec or a
-        re-created object may be reported again); other kinds once per message.
+        re-created object may be reported again); other kinds once per message while the object exists.
         """
         self._problems.report(problem)
 

@@ -146,7 +146,7 @@ class ChangeLog:
 
 
 class ProblemReporter:
-    """Problems reported once: classes, rules and patches once per spec, other kinds once per message."""
+    """Problems reported once: classes, rules and patches once per spec, other kinds once per message while the object exists."""
 
     def __init__(self, on_problem: Callable[[Problem], None] | None, uid_of: Callable[[str, str, str], str]) -> None:
         self._on_problem = on_problem
@@ -156,13 +156,18 @@ class ProblemReporter:
         self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
 
     def track_spec(self, event: ev.ObjectEvent) -> None:
-        """A class, rule or patch with a new spec (or re-created) may be blamed again."""
-        if event.kind not in _BLAMED_PER_SPEC:
-            return
+        """A class, rule or patch with a new spec (or re-created) may be blamed again; a deleted object of any kind is forgotten.
+
+        Forgetting on delete keeps one entry per faulty object that exists, not
+        one per faulty pod or claim ever seen (a workload that keeps creating
+        faulty pods would grow it for good), and a re-created object is new.
+        """
         ident = (event.kind, event.group, event.key)
         if event.type == "DELETED":
             self._spec_tokens.pop(ident, None)
             self._reported.pop(ident, None)
+            return
+        if event.kind not in _BLAMED_PER_SPEC:
             return
         meta = event.object.get("metadata") or {}
         spec = event.object.get("spec")
