@@ -9,8 +9,9 @@ delete each device's rule, Events, the policy's status, metrics.
 What it knows lives in the API: every device's ladder state is in its
 rule's annotation (rules.py), read back with one list whenever this process
 becomes leader, so a restart or a failover resumes each device at its rung
-and never escalates it twice. Memory holds only that state while leading,
-and what the API was last told (to write only differences).
+and never escalates it twice. Memory holds that state while leading, what
+the API was last told (to write only differences), and what deliveries
+changed since: the loop writes it right after their 200 (docs/health.md, Writes).
 """
 
 from __future__ import annotations
