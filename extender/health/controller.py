@@ -9,8 +9,9 @@ delete each device's rule, Events, the policy's status, metrics.
 What it knows lives in the API: every device's ladder state is in its
 rule's annotation (rules.py), read back with one list whenever this process
 becomes leader, so a restart or a failover resumes each device at its rung
-and never escalates it twice. Memory holds only that state while leading,
-and what the API was last told (to write only differences).
+and never escalates it twice. Memory holds that state while leading, what
+the API was last told (to write only differences), and what deliveries
+changed since: the loop writes it right after their 200 (docs/health.md, Writes).
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ class HealthController:
         self.wake = asyncio.Event()
         self.lock = asyncio.Lock()
         self.idle = False
-        self.policies = _ObjectSink(self.wake.set)
-        self.nodes = _NodeSink(self.wake.set)  # Node objects with their conditions, watched while a rule needs them
+        self.policies = _ObjectSink(self._changed)
+        self.nodes = _NodeSink(self._changed)  # Node objects with their conditions, watched while a rule needs them
         self._node_task: asyncio.Task[None] | None = None
         self._parsed: dict[str, tuple[str, Policy | PolicyError]] = {}  # name -> (resourceVersion, parsed)
         self._warned: set[tuple[str, int]] = set()
@@ -162,6 +163,11 @@ class HealthController:
         self._status_written: dict[str, dict[str, Any]] = {}
         self._transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (policy, condition) -> (status, time)
         self._failed = False
+        self._error = ""  # the last write error of a pass
+        self.failing: str | None = None  # the last pass's write error while writes fail: deliveries get 503
+        self.dirty: set[tuple[str, str]] = set()  # policy rules whose devices deliveries changed, to write
+        self._pins: dict[str, bool] = {}  # rule key -> pinned, as the tracker's events last said
+        self._full = True  # a tracker or policy change: the next pass looks at every rule
         self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
         self._names: dict[tuple[str, str, str], str] = {}
         self._same: dict[str, tuple[DeviceState, Taint]] = {}  # rule name -> the state and taint `written` holds
@@ -172,11 +178,26 @@ class HealthController:
 
     # ------------------------------------------------------------------ inputs
 
+    def _changed(self) -> None:
+        self._full = True
+        self.wake.set()
+
     def _tracker_event(self, event: ev.ObjectEvent) -> None:
-        if event.kind == ev.RESOURCE_SLICE or (
-            event.kind == ev.DEVICE_TAINT_RULE and POLICY_LABEL in (event.object.get("metadata") or {}).get("labels", {})
-        ):
-            self.wake.set()  # a driver taint may have come or gone; an operator may have pinned a device
+        if event.kind == ev.RESOURCE_SLICE:
+            self._changed()  # a driver taint may have come or gone
+        elif event.kind == ev.DEVICE_TAINT_RULE:
+            meta = event.object.get("metadata") or {}
+            if POLICY_LABEL not in (meta.get("labels") or {}):
+                return
+            # Our own writes (and the eviction controller's status on them) change nothing here: a pass over
+            # every rule for each would cost a thousand passes in a mass failure. A pin, or a deletion, does.
+            pinned = (meta.get("annotations") or {}).get(PIN, "").lower() == "true"
+            if event.type == "DELETED":
+                self._pins.pop(event.key, None)
+                self._changed()
+            elif self._pins.get(event.key, False) != pinned:
+                self._pins[event.key] = pinned
+                self._changed()
 
     def valid_policies(self) -> list[Policy]:
         """The policies that parse, in name order; a faulty one is warned about once per generation."""
@@ -230,24 +251,30 @@ class HealthController:
         return self.state.ready and self.policies.synced
 
     async def _loop(self) -> None:
+        """The writer: a pass over every rule at each change and deadline, and over the delivered ones in between."""
+        full_at = 0.0
         while True:
             if not self.ready:
                 await asyncio.sleep(0.05)
                 continue
             self.wake.clear()
             now = self.clock.now()
-            deadline = now + self.leader_poll
             self._follow_nodes()
             if self.is_leader():
+                full = self._full or now >= full_at
+                only, self.dirty, self._full = (None if full else self.dirty), set(), False
                 async with self.lock:
-                    nxt = await self.reconcile(now)
+                    nxt = await self.reconcile(now, only=only)
+                if full:
+                    full_at = now + self.leader_poll
                 if nxt is not None:
-                    deadline = min(deadline, nxt)
+                    full_at = min(full_at, nxt)
             else:
                 self._drop()
+                full_at = now + self.leader_poll
             self.idle = True
             try:
-                await self.clock.wait(self.wake, deadline)
+                await self.clock.wait(self.wake, full_at)
             finally:
                 self.idle = False
 
@@ -275,6 +302,8 @@ class HealthController:
         self.written.clear()
         self._same.clear()
         self._status_written.clear()
+        self.dirty.clear()
+        self.failing = None
 
     async def _load(self) -> None:
         """Every rule we own, listed fresh from the API (not the tracker's cache, which may lag a hand-over)."""
@@ -298,29 +327,33 @@ class HealthController:
     # ------------------------------------------------------------------ alerts
 
     async def deliver(self, delivery: Delivery) -> Answer:
-        """One webhook delivery: every alert applied, every resulting write made, before the answer.
+        """One webhook delivery, applied to the ladder's state in memory and answered at once; the loop writes it.
 
-        503 when this process cannot act (not the leader, not synced) or the API server
-        refused a write: Alertmanager then retries, and the retry is idempotent.
+        Written from the loop's queue (`dirty`, at most one write per device however many
+        deliveries name it), so a mass failure's thousand rules never hold the answer. 503 when
+        this process cannot act (not the leader, not synced, the rules not read back) or while
+        the API server refuses the writes: Alertmanager then retries, and the retry is idempotent.
+        The window between the 200 and the write is in docs/health.md (Limits).
         """
         if not self.is_leader():
             return Answer(503, {"error": "not the leader: retry"})
         if not self.ready:
             return Answer(503, {"error": "not synced with the API server yet: retry"})
+        if not self.loaded:
+            async with self.lock:  # only at the start of a leadership: the loop holds it to read the rules back too
+                try:
+                    if not self.loaded:
+                        await self._load()
+                except (SourceError, OSError, TimeoutError) as e:
+                    log.warning("could not read the health rules back; the delivery will be retried", extra={"err": str(e)})
+                    return Answer(503, {"error": f"API server read failed: {e}"})
+        if self.failing is not None:
+            return Answer(503, {"error": f"API server write failed: {self.failing}: retry"})
         counts: dict[str, int] = {}
-        async with self.lock:
-            now = self.clock.now()
-            try:
-                if not self.loaded:
-                    await self._load()
-                touched = self._apply_alerts(delivery, now, counts)
-                self._failed = False
-                await self.reconcile(now, only=touched)
-            except (SourceError, OSError, TimeoutError) as e:
-                log.warning("health write failed; the delivery will be retried", extra={"err": str(e)})
-                return Answer(503, {"error": f"API server write failed: {e}"})
-            if self._failed:
-                return Answer(503, {"error": "API server write failed: retry", "alerts": counts})
+        touched = self._apply_alerts(delivery, self.clock.now(), counts)
+        if touched:
+            self.dirty |= touched
+            self.wake.set()
         return Answer(200, {"alerts": counts})
 
     def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
@@ -351,8 +384,10 @@ class HealthController:
         assert rule.device is not None  # an alert rule
         found = resolve(self.state, rule.device, labels)
         if isinstance(found, Unresolved):
+            touched.add(ident)  # its status reports the unmatched alert
             return self._unmatched(ident, found.reason, labels, now)
         if not self._selected(rule, found):
+            touched.add(ident)
             return self._unmatched(ident, f"device {found.id} is not among the rule's devices", labels, now, outcome="unselected")
         key = device_key(found.id)
         self.where.setdefault(key, (found.id, found.node_name or ""))
@@ -489,6 +524,7 @@ class HealthController:
                 await self._invalid(name, err)
         if self._failed:
             times.append(now + self.retry)
+        self.failing = self._error if self._failed else None
         return min(times) if times else None
 
     def _fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
@@ -606,7 +642,7 @@ class HealthController:
                         policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0][2]} -> {effect} ({st.cause})"
                     )
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed = True
+            self._failed, self._error = True, str(e)
             log.warning("health rule write failed", extra={"object": name, "err": str(e)})
             return
         self.written[name] = (taint, annotation)
@@ -633,8 +669,8 @@ class HealthController:
         except NotFound:
             pass
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed = True
-            self.states[(policy.name, rule.name)][key] = st  # still there: try again
+            self._failed, self._error = True, str(e)
+            self.states.setdefault((policy.name, rule.name), {}).setdefault(key, st)  # still there: try again (unless fired anew)
             log.warning("health rule delete failed", extra={"object": name, "err": str(e)})
             return
         self.written.pop(name, None)
@@ -673,8 +709,8 @@ class HealthController:
                     await self._write("DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
                 except NotFound:
                     pass
-                except (SourceError, OSError, TimeoutError):
-                    self._failed = True
+                except (SourceError, OSError, TimeoutError) as e:
+                    self._failed, self._error = True, str(e)
                     continue
                 self.written.pop(name, None)
                 del self.states[ident][key]
@@ -782,7 +818,7 @@ class HealthController:
             return
         except (SourceError, OSError, TimeoutError) as e:
             if not background:
-                self._failed = True
+                self._failed, self._error = True, str(e)
             log.warning("policy status write failed", extra={"object": name, "err": str(e)})
             return
         self._status_written[name] = status

@@ -5,8 +5,9 @@ extender's (same body size and time limits). Every request needs the bearer
 token read from `--alerts-token-file` (re-read when the mounted Secret
 changes): 401 without it. A body that is not a valid delivery is a 400
 naming the field; a valid one is handed to the controller on the main loop,
-which answers 200 once its writes are in, or 503 when it cannot act (not the
-leader, the API server refused a write) so that Alertmanager retries.
+which answers 200 once it is applied in memory (its loop writes the rules
+right after), or 503 when it cannot act (not the leader, the API server
+refusing writes) so that Alertmanager retries.
 """
 
 from __future__ import annotations

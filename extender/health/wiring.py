@@ -51,6 +51,14 @@ class HealthSetup:
 
         self.controller = HealthController(state, cluster, is_leader=is_leader, metrics=metrics)
         self.background.append(("health", self.controller.run))
+        if self.listen is not None:
+            from extender.health.leader_label import LeaderLabel, own_pod
+
+            pod = own_pod()
+            if pod is None:
+                log.info("no POD_NAME/POD_NAMESPACE: the own pod is not labelled as the health leader")
+            else:
+                self.background.append(("health-leader-label", LeaderLabel(cluster, *pod, is_leader).run))
 
     def apps(self, bridge: LoopBridge, limits: Limits) -> list[tuple[Any, ...]]:
         if self.sock is None or self.controller is None or self.listen is None:

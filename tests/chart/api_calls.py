@@ -9,10 +9,13 @@ that RBAC authorizes. Nothing here is written by hand from reading the code.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from extender.health.leader_label import LABEL as LEADER_LABEL
 from extender.requeue import REQUEUE_ANNOTATION
 from tests.e2e.cluster import (
     CRD_GROUP,
@@ -21,7 +24,7 @@ from tests.e2e.cluster import (
     wait_converged,
     wait_for,
 )
-from tests.e2e.harness import DEMO
+from tests.e2e.harness import DEMO, free_port
 from tests.e2e.test_cluster_mode import (
     add_node,
     add_pod,
@@ -131,11 +134,22 @@ def record_extender_calls() -> set[ApiCall]:
     try:
         api.create(_lease("rbac-a_0001"))
         follow = ("--follow-scheduler-lease", f"{NAMESPACE}/{LEASE}")
-        ext = cluster_extender(api, *follow, "--eviction-mode", "delete", env={"HOSTNAME": "rbac-a", "POD_NAMESPACE": NAMESPACE})
+        # The alert receiver as the chart runs it: the health leader labels its own pod (POD_NAME, the downward API's).
+        api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rbac-a", "namespace": NAMESPACE}, "spec": {"containers": []}})
+        token = Path(tempfile.mkdtemp()) / "token"
+        token.write_text("rbac-token\n")
+        alerts = ("--alerts-listen", f"127.0.0.1:{free_port()}", "--alerts-token-file", str(token))
+        ext = cluster_extender(
+            api, *follow, *alerts, "--eviction-mode", "delete", env={"HOSTNAME": "rbac-a", "POD_NAME": "rbac-a", "POD_NAMESPACE": NAMESPACE}
+        )
         try:
             ext.wait_ready()
             wait_converged(api, ext)
             wait_for(lambda: ext.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="leadership")
+            wait_for(
+                lambda: (_must(api.get("Pod", NAMESPACE, "rbac-a"))["metadata"].get("labels") or {}).get(LEADER_LABEL) == "true",
+                what="the health leader label on the own pod",
+            )
             # /bind: claim finalizer, allocation and reservation, the Binding.
             uid = _must(api.get("Pod", "default", "trainer"))["metadata"]["uid"]
             assert ext.post("bind", bind_args("trainer", uid, "node-a")).json() == {"Error": ""}

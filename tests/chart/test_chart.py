@@ -269,6 +269,13 @@ def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> N
     assert volumes["alerts-token"]["secret"]["secretName"] == secret["metadata"]["name"] and secret["data"]["token"]
     service = one(objs, "Service", "-alerts")
     assert service["spec"]["ports"][0]["targetPort"] == "alerts"
+    # The leader alone: the health leader labels its own pod (extender/health/leader_label.py), named by the downward API.
+    assert service["spec"]["selector"]["resource.dra-extender.io/health-leader"] == "true"
+    assert set(dep["spec"]["template"]["metadata"]["labels"].items()) >= {
+        (k, v) for k, v in service["spec"]["selector"].items() if k != "resource.dra-extender.io/health-leader"
+    }
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "fieldRef" in e.get("valueFrom", {})}
+    assert (env["POD_NAME"], env["POD_NAMESPACE"]) == ("metadata.name", "metadata.namespace")
     rules = [r for o in objs if o["kind"] == "ClusterRole" for r in o["rules"]]
     assert any("devicehealthpolicies" in r["resources"] and "watch" in r["verbs"] for r in rules)
     assert any("devicehealthpolicies/status" in r["resources"] and "patch" in r["verbs"] for r in rules)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pytest
 
+from kubesim.fakeapi.server import RequestInfo
 from tests.eviction.harness import node, seed
-from tests.health.harness import TOKEN, HealthCluster, alert, delivery, policy, uuid_slice
+from tests.health.harness import TOKEN, HealthCluster, alert, asgi_post, delivery, policy, uuid_slice
 
 GOOD = delivery(alert("GPU-node-a-0"))
 
@@ -123,15 +125,59 @@ async def test_deliveries_are_idempotent_by_fingerprint(cluster: HealthCluster) 
     assert len(cluster.recorder.writes) == writes
 
 
-async def test_an_api_server_that_refuses_writes_gets_a_503_and_the_retry_succeeds(cluster: HealthCluster) -> None:
+def rules_in(cluster: HealthCluster) -> list[str]:
+    return sorted(r["spec"]["deviceSelector"]["device"] for r in cluster.api.list("devicetaintrules", group="resource.dra-extender.io"))
+
+
+async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succeed_then_the_queue_drains(cluster: HealthCluster) -> None:
     seed(cluster.api, node(), uuid_slice(2), policy())
     await cluster.start()
     cluster.api.set_faults(error_rate=1.0, error_status=500, verbs=("create",), paths=("devicetaintrules",))
-    status, answer = await cluster.post(GOOD)
-    assert status == 503 and "API server write failed" in answer["error"]
+    # Accepted into memory at once; the loop's write then fails.
+    assert await cluster.post(GOOD) == (200, {"alerts": {"firing": 1}})
+    assert rules_in(cluster) == []
+    second = delivery(alert("GPU-node-a-1"))
+    for _ in range(2):  # while the failure lasts, every delivery is refused (and not applied), so Alertmanager retries
+        status, answer = await cluster.post(second)
+        assert status == 503 and "API server write failed" in answer["error"], answer
+        await cluster.advance(1.0)  # the loop retries the write, still refused
     cluster.api.clear_faults()
-    assert await cluster.post(GOOD) == (200, {"alerts": {"repeat": 1}})
-    assert len(cluster.api.list("devicetaintrules", group="resource.dra-extender.io")) == 1
+    await cluster.advance(1.0)  # the retry gets through: the queue drains
+    assert rules_in(cluster) == ["gpu-0"]
+    assert await cluster.post(second) == (200, {"alerts": {"firing": 1}})  # Alertmanager's retry
+    assert rules_in(cluster) == ["gpu-0", "gpu-1"]
+
+
+async def test_a_thousand_new_alerts_are_answered_before_their_rules_are_written_then_all_are_written(cluster: HealthCluster) -> None:
+    nodes = [f"node-{i}" for i in range(10)]
+    seed(cluster.api, *(node(n) for n in nodes), *(uuid_slice(100, node_name=n) for n in nodes), policy())
+    await cluster.start()
+    gate = asyncio.Event()
+    held = 0
+
+    async def hold_creates(info: RequestInfo) -> None:
+        nonlocal held
+        if info.verb == "create" and info.resource == "devicetaintrules":
+            held += 1
+            await gate.wait()  # the API server answers no create until the test says so
+
+    cluster.api.add_reactor(hold_creates)
+    alerts = [alert(f"GPU-{n}-{g}", node=n) for n in nodes for g in range(100)]
+    assert cluster.receiver is not None
+    data = orjson.dumps(delivery(*alerts))
+    headers = [(b"content-type", b"application/json"), (b"authorization", f"Bearer {TOKEN}".encode())]
+    # Answered while no create has been answered (a receiver that waited for its writes would never be).
+    status, answer = await asyncio.wait_for(asgi_post(cluster.receiver.app, "/alerts", headers, data), 30)
+    assert (status, answer) == (200, {"alerts": {"firing": 1000}})
+    assert rules_in(cluster) == []  # answered with none written
+    for _ in range(1000):
+        if held:
+            break
+        await asyncio.sleep(0.01)
+    assert held and rules_in(cluster) == []  # the writes are under way, held at the API server
+    gate.set()
+    await cluster.settle(timeout=300)
+    assert len(rules_in(cluster)) == 1000
 
 
 async def test_a_follower_answers_503_so_that_alertmanager_retries(cluster: HealthCluster) -> None:

@@ -1,0 +1,87 @@
+"""The leader labels its own pod, so that the alerts Service selects it alone; a follower removes the label."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from extender.eviction.clock import FakeClock
+from extender.health.leader_label import LABEL, LeaderLabel
+from kubesim.fakeapi import FakeApiServer
+from tracker.api_source import ApiSource
+
+NAMESPACE = "dra-system"
+
+
+def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "dra-extender", **(labels or {})}},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+
+def labels(api: FakeApiServer, name: str) -> dict[str, str]:
+    obj = api.get("pods", NAMESPACE, name)
+    assert obj is not None
+    return obj["metadata"].get("labels") or {}
+
+
+async def settle(api: FakeApiServer, label: LeaderLabel, want: bool) -> None:
+    """The label task has written what leadership says (state, not time: at most a few loop turns)."""
+    for _ in range(500):
+        if label.labelled == want:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"labelled={label.labelled}, want {want}")
+
+
+async def test_the_leader_labels_its_pod_and_removes_the_label_when_it_stops_leading(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        api.create(pod("ext-a", {LABEL: "true"}))  # a stale label: this container restarted as a follower
+        api.create(pod("ext-b"))
+        leader = {"ext-a": False, "ext-b": True}
+        clock = FakeClock()
+        source = ApiSource(kubeconfig=str(kubeconfig))
+        a = LeaderLabel(source, NAMESPACE, "ext-a", lambda: leader["ext-a"], clock=clock)
+        b = LeaderLabel(source, NAMESPACE, "ext-b", lambda: leader["ext-b"], clock=clock)
+        tasks = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
+        try:
+            await settle(api, a, False)
+            await settle(api, b, True)
+            assert LABEL not in labels(api, "ext-a")  # the stale label is gone at startup
+            assert labels(api, "ext-b")[LABEL] == "true"
+            assert labels(api, "ext-b")["app"] == "dra-extender"  # the pod's other labels are kept
+
+            leader.update({"ext-a": True, "ext-b": False})  # hand-over
+            clock.advance(1.0)
+            await settle(api, a, True)
+            await settle(api, b, False)
+            assert labels(api, "ext-a")[LABEL] == "true"
+            assert LABEL not in labels(api, "ext-b")
+
+            api.set_faults(error_rate=1.0, error_status=500, verbs=("patch",), paths=("pods",))
+            leader["ext-a"] = False  # loses the lease while the API server refuses: retried at each poll
+            clock.advance(1.0)
+            for _ in range(500):  # until the refused patch is answered
+                if any(r.fault for r in api.requests_for(verb="patch", resource="pods")):
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)
+            assert any(r.fault for r in api.requests_for(verb="patch", resource="pods"))
+            assert a.labelled is True and labels(api, "ext-a")[LABEL] == "true"
+            api.clear_faults()
+            clock.advance(1.0)
+            await settle(api, a, False)
+            assert LABEL not in labels(api, "ext-a")
+
+            leader["ext-b"] = True
+            clock.advance(1.0)
+            await settle(api, b, True)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        assert LABEL not in labels(api, "ext-b")  # a leader that stops removes its label
