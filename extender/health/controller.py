@@ -34,6 +34,8 @@ from extender.health.resolver import Unresolved, device_key, resolve
 from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
 from extender.metrics import Metrics
 from tracker import events as ev
+from tracker.api_source import OPTIONAL_RECHECK_SECONDS
+from tracker.discovery import served
 from tracker.reflector import Freshness, Reflector, WatchTransport
 from tracker.resources import KIND_RESOURCES, OWN_RULES, Resource
 from tracker.source import NotFound, SourceError, status_error
@@ -136,6 +138,7 @@ class HealthController:
         metrics: Metrics | None = None,
         leader_poll: float = 1.0,
         retry: float = 1.0,
+        policy_recheck: float = OPTIONAL_RECHECK_SECONDS,
     ) -> None:
         self.state = state
         self.source = source
@@ -145,6 +148,7 @@ class HealthController:
         self.metrics = metrics or Metrics()
         self.leader_poll = leader_poll
         self.retry = retry
+        self.policy_recheck = policy_recheck
         self.wake = asyncio.Event()
         self.lock = asyncio.Lock()
         self.idle = False
@@ -232,7 +236,7 @@ class HealthController:
 
     async def run(self) -> None:
         log.info("device health controller started")
-        policy_task = asyncio.create_task(self._reflector(POLICIES, self.policies).run(), name="health-policies")
+        policy_task = asyncio.create_task(self._follow_policies(), name="health-policies")
         loop_task = asyncio.create_task(self._loop(), name="health-loop")
         try:
             # A reflector that ends has failed for good: so does the controller (the process exits and restarts).
@@ -277,6 +281,26 @@ class HealthController:
                 await self.clock.wait(self.wake, full_at)
             finally:
                 self.idle = False
+
+    async def _follow_policies(self) -> None:
+        """Watch DeviceHealthPolicies once the CRD is served; until then there is no policy (asked again every minute).
+
+        As the tracker's optional APIs: a cluster without the CRD is told once in the log and never hammered.
+        """
+        reported = False
+        while True:
+            plurals = await served(self.feed, POLICIES.group, POLICIES.version)
+            if plurals is not None and POLICIES.plural in plurals:
+                await self._reflector(POLICIES, self.policies).run()
+                return  # a reflector that ends has failed for good
+            if plurals is not None:  # known not served: no policy, and that view is complete
+                if not reported:
+                    log.info("DeviceHealthPolicy CRD not installed: no device health policy; checking again periodically")
+                    reported = True
+                if self.policies.objects or not self.policies.synced:
+                    self.policies.replace(KIND, GROUP, [])
+                    self.policies.mark_synced(KIND, GROUP)
+            await asyncio.sleep(self.policy_recheck)
 
     def _reflector(self, res: Resource, sink: _ObjectSink) -> Reflector:
         stats = dict.fromkeys(("lists", "watch_events", "relists_410", "watch_restarts", "errors"), 0)
@@ -492,6 +516,10 @@ class HealthController:
 
     async def reconcile(self, now: float, only: set[tuple[str, str]] | None = None) -> float | None:
         """Decide every rule (or `only` these) at `now` and write what changed; the next instant to look again."""
+        if not self.policies.objects and not self.written:
+            # No policy and no rule of ours known: nothing to read back or write (a policy's arrival wakes the loop;
+            # the rules of a policy deleted meanwhile go with it, by their owner reference).
+            return None
         if not self.loaded:
             try:
                 await self._load()

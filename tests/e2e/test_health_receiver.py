@@ -24,7 +24,7 @@ def test_the_receiver_over_tls_takes_the_worked_examples_alerts(tmp_path: Path) 
     api = FakeApi(DEMO, EXAMPLES / "policy.yaml")
     port = free_port()
     ext = Extender(
-        "--kubeconfig", str(api.kubeconfig), "--alerts-listen", f"127.0.0.1:{port}", "--alerts-token-file", str(EXAMPLES / "token"),
+        "--kubeconfig", str(api.kubeconfig), "--standalone", "--alerts-listen", f"127.0.0.1:{port}", "--alerts-token-file", str(EXAMPLES / "token"),
         "--alerts-tls-cert-file", str(cert), "--alerts-tls-key-file", str(key),
     )  # fmt: skip
     token = (EXAMPLES / "token").read_text().strip()
