@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from allocator.extended_resources import class_mapping, dra_use
+from allocator.parse import parse_pod
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
 from kubectl_dra.health import cmd_health
 from kubectl_dra.taint_spec import (
@@ -500,9 +502,9 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         )
     if node_name:
         out(f"pod {namespace}/{args.pod} is bound to {node_name}; the reasons below are what a new pod like it would get")
-    if not (raw.get("spec") or {}).get("resourceClaims"):
-        out(f"pod {namespace}/{args.pod} has no resource claims: the extender passes every node")
     fits = sorted(n for n, r in reasons.items() if r is None)
+    if len(fits) == len(reasons) and dra_use(parse_pod(raw), class_mapping(state.classes)) is None:
+        out(f"pod {namespace}/{args.pod} uses no DRA device (no resource claim, no DRA-backed extended resource)")
     out(f"{len(fits)} of {len(reasons)} nodes fit{': ' + ', '.join(fits) if fits else ''}")
     rows = [["NODE", "REASON"]] + [[n, r] for n, r in sorted(reasons.items()) if r is not None]
     if len(rows) > 1:

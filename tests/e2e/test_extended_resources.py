@@ -172,7 +172,7 @@ def test_source_mode_creates_the_claim_in_its_overlay(tmp_path) -> None:
 
 def test_kubectl_dra_why_knows_extended_resources(cluster) -> None:
     """`kubectl dra why` gives /filter's answers for a pod asking for a DRA-backed extended resource."""
-    from tests.e2e.test_kubectl_dra import dra_json
+    from tests.e2e.test_kubectl_dra import dra, dra_json
 
     api, ext = cluster
     p = api.create(er_pod("er-why", {RESOURCE: 3}))
@@ -183,6 +183,8 @@ def test_kubectl_dra_why_knows_extended_resources(cluster) -> None:
     filtered.update(result["FailedAndUnresolvableNodes"])
     assert filtered["er-plugin"] is None and filtered["er-a"] is not None, filtered  # device plugin there; too few devices here
     assert dra_json(api, "why", "er-why")["nodes"] == filtered
+    text = dra(api, "why", "er-why").stdout
+    assert "uses no DRA device" not in text and "no resource claims" not in text, text  # it does use one
 
 
 @pytest.mark.parametrize(
