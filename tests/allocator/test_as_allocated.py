@@ -227,7 +227,10 @@ OVER_GEN1 = [
     part("shared-a", "2", allowMultipleAllocations=True, capacity={"memory": {"value": "8"}}),
     part("shared-b", "1", allowMultipleAllocations=True, capacity={"memory": {"value": "8"}}),
 ]
-OVER_GEN2 = [{**d, "consumesCounters": [{"counterSet": "gpu-0", "counters": {"mem": {"value": "4"}}}]} if d["name"] == "shared-a" else d for d in OVER_GEN1]
+OVER_GEN2 = [
+    {**d, "consumesCounters": [{"counterSet": "gpu-0", "counters": {"mem": {"value": "4"}}}]} if d["name"] == "shared-a" else d
+    for d in OVER_GEN1
+]
 
 
 @dataclass

@@ -88,7 +88,9 @@ EXAMPLES = {
     # The same over-commit, but the shared partition asked for last is not held yet: its counters are checked,
     # so the pool refuses it.
     FIRST_SHARE: (
-        _pool([_partition("g0-p0", "gpu-0", 10), _partition("g0-p1", "gpu-0", 40), _partition("g0-p2", "gpu-0", 10, shared=True)], _gpus(80)),
+        _pool(
+            [_partition("g0-p0", "gpu-0", 10), _partition("g0-p1", "gpu-0", 40), _partition("g0-p2", "gpu-0", 10, shared=True)], _gpus(80)
+        ),
         [("alloc", 1, None), ("alloc", 1, None), ("republish", 0, 4), ("alloc", 1, 5)],
     ),
 }
