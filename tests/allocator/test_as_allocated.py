@@ -97,6 +97,10 @@ class Cluster:
     def publish(self, slices: list[SliceView]) -> None:
         self.slices = slices
         self.devices: dict[DeviceID, DeviceView] = {d.id: d for s in slices for d in s.devices}
+        ledger: AllocationLedger | None = getattr(self, "ledger", None)
+        if ledger is not None:  # as the slice watch tells it of every version (tracker/node_changes.py)
+            for did, d in self.devices.items():
+                ledger.learn(did, d.consumes_counters)
 
     def published(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
         d = self.devices.get(did)
@@ -136,6 +140,7 @@ class Republish:
     name: str
     republished: list[dict[str, Any]]  # the pool's devices at generation 2
     restart: str = ""  # "": no restart; "before": the ledger starts after the republish; "after": ...before it, claims kept
+    between: list[dict[str, Any]] | None = None  # the pool's devices at a generation published before `republished`
     want_b: bool = False  # whether B's `full` (2) may be allocated
     fail: str = ""  # a substring of B's failure
     then: tuple[str, bool] | None = None  # another partition asked for afterwards, and whether it fits
@@ -149,6 +154,13 @@ REPUBLISHES = [
         [part("full", "2"), part("part-a", "2"), part("part-b", "1")],
         fail="mem: 0 left",
         then=("part-b", False),
+    ),
+    Republish(
+        "consumption-raised-then-lowered-keeps-the-most",
+        [part("full", "2"), part("part-a", "0"), part("part-b", "1")],
+        fail="mem: 0 left",
+        then=("part-b", False),
+        between=[part("full", "2"), part("part-a", "2"), part("part-b", "1")],
     ),
     Republish(
         "restart-while-still-published-recovers-it",
@@ -182,7 +194,9 @@ def test_counters_of_allocated_devices_survive_a_republish(case: Republish) -> N
     if case.restart == "before":
         cluster.publish(_slices([part("full", "2"), part("part-b", "1")], {"mem": "2"}, generation=2))
         cluster.restart()  # the extender started after the republish: part-a was never seen
-    cluster.publish(_slices(case.republished, {"mem": "2"}, generation=2))
+    if case.between is not None:
+        cluster.publish(_slices(case.between, {"mem": "2"}, generation=2))
+    cluster.publish(_slices(case.republished, {"mem": "2"}, generation=3))
     if case.restart == "after":
         cluster.restart()
     got, why = cluster.allocate("b", named("full"))

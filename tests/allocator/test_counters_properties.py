@@ -4,10 +4,11 @@ devices, no counter and no capacity is ever over-committed by an allocation of o
 every result follows upstream's rules (a device whole or in shares, never both; a share
 never above what the device's policy allows; a device with a negative amount never taken).
 
-What a held device consumes is what its slice said when it was allocated, or what its
-slice says now, whichever is more (docs/design.md, "Counters and shares as allocated").
-The allocated state is the tracker's own ledger (tracker.ledger), fed with the results
-as the claim watch would feed it.
+What a held device consumes is the most any version of its slice said while it was held
+(since the last restart: nothing is persisted), per counter (docs/design.md, "Counters and
+shares as allocated"). The allocated state is the tracker's own ledger (tracker.ledger), fed
+with the results as the claim watch would feed it and told of every published slice as the
+slice watch would tell it.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def _gpus(*gi: int) -> dict[str, dict[str, Any]]:
 # Examples always run (`@example`), each named by how it goes.
 SHARE_OF_HELD = "another-share-of-a-held-shared-partition-after-a-republish-over-commits"
 FIRST_SHARE = "first-share-of-a-shared-partition-after-a-republish-over-commits"
+RAISED_THEN_LOWERED = "held-partitions-raised-then-lowered-keep-the-most"
 EXAMPLES = {
     # CI's falsifying example: g0-p0 whole, a 5Gi share of g0-p1, the pool republished with every consumption
     # doubled (20 + 80 of gpu-0's 80Gi: the republish over-commits it), then another 5Gi share of g0-p1. That
@@ -92,6 +94,12 @@ EXAMPLES = {
             [_partition("g0-p0", "gpu-0", 10), _partition("g0-p1", "gpu-0", 40), _partition("g0-p2", "gpu-0", 10, shared=True)], _gpus(80)
         ),
         [("alloc", 1, None), ("alloc", 1, None), ("republish", 0, 4), ("alloc", 1, 5)],
+    ),
+    # g0-p0 and g0-p1 held (10 + 10 of 40), republished at 20 each (40 of 40), then at 5 each: they are still
+    # charged 20 each, so g0-p2 (5) does not fit.
+    RAISED_THEN_LOWERED: (
+        _pool([_partition(f"g0-p{p}", "gpu-0", 10) for p in range(3)], _gpus(40)),
+        [("alloc", 2, None), ("republish", 0, 4), ("republish", 0, 1), ("alloc", 1, None)],
     ),
 }
 
@@ -196,7 +204,7 @@ class World:
         self.generation = 0
         self.claims: dict[str, AllocationResult] = {}  # claim key -> allocation (ours and foreign)
         # device -> the largest consumption (counter set, counter) -> amount any of its published versions
-        # had while it was held: what the allocator must assume it takes
+        # had while it was held (since the last restart): what the allocator must assume it takes
         self.promised: dict[DeviceID, dict[tuple[str, str], Fraction]] = {}
         self.publish(raw)
         self.ledger = self._new_ledger()
@@ -209,6 +217,10 @@ class World:
         self.counter_sets = {cs.name: {k: q.value for k, q in cs.counters.items()} for s in self.parsed for cs in s.shared_counters}
         for did in list(self.promised):
             self._promise(did)
+        ledger: AllocationLedger | None = getattr(self, "ledger", None)
+        if ledger is not None:  # as the slice watch tells it of every version
+            for did, d in self.devices.items():
+                ledger.learn(did, d.consumes_counters)
 
     def published(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
         d = self.devices.get(did)
@@ -221,7 +233,12 @@ class World:
         return ledger
 
     def restart(self) -> None:
+        """A new ledger from the claims listed again: what held devices consumed before is lost (nothing is
+        persisted), so from now on each is assumed to take what its slice says now."""
         self.ledger = self._new_ledger()
+        self.promised = {did: {} for did in self.promised}
+        for did in self.promised:
+            self._promise(did)
 
     def hold(self, key: str, alloc: AllocationResult) -> None:
         self.claims[key] = alloc
@@ -290,6 +307,7 @@ class World:
 @given(cluster())
 @example(EXAMPLES[SHARE_OF_HELD]).via(SHARE_OF_HELD)
 @example(EXAMPLES[FIRST_SHARE]).via(FIRST_SHARE)
+@example(EXAMPLES[RAISED_THEN_LOWERED]).via(RAISED_THEN_LOWERED)
 def test_counters_and_capacity_never_over_committed(data) -> None:
     raw_slices, ops = data
     world = World(raw_slices)
