@@ -67,6 +67,22 @@ def _sums(consumption: tuple[CounterConsumption, ...]) -> dict[tuple[str, str], 
     return own
 
 
+def larger_consumption(recorded: tuple[CounterConsumption, ...], now: tuple[CounterConsumption, ...]) -> tuple[CounterConsumption, ...]:
+    """The larger, per counter, of a held device's record and what its slice says now (negatives as zero).
+
+    `recorded` itself when `now` takes no counter beyond it, so an unchanged
+    record stays the same object.
+    """
+    was, is_now = _sums(recorded), _sums(now)
+    if all(v <= was.get(key, 0) for key, v in is_now.items()):
+        return recorded
+    merged: dict[str, dict[str, Quantity]] = {}
+    for key in (*was, *(k for k in is_now if k not in was)):
+        v = max(was.get(key, 0), is_now.get(key, 0))
+        merged.setdefault(key[0], {})[key[1]] = Quantity(Fraction(v), format_quantity(v))
+    return tuple(CounterConsumption(set_name, counters) for set_name, counters in merged.items())
+
+
 def _subtract(tally: Tally, consumption: tuple[CounterConsumption, ...]) -> None:
     for use in consumption:
         left = tally.get(use.counter_set)

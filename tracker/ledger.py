@@ -13,8 +13,9 @@ never free each other's capacity. A negative consumedCapacity counts as zero.
 While a device is held (whole, in a share, or in flight) the ledger keeps
 what it consumed of its pool's counters, read from the device's slice when
 it was first held (or, if no slice had it then, the first time one does),
-so a pool republished without it (or with another consumesCounters) cannot
-make its counters look free. The ledger answers the allocator's questions
+raised per counter by any later version of the slice that says more, so a
+pool republished without it (or with another consumesCounters) cannot make
+its counters look free. The ledger answers the allocator's questions
 (allocator.allocated_state): held whole, held at all, the capacity the
 shares consume together, and the counters a pool's held devices consume.
 """
@@ -26,6 +27,7 @@ from fractions import Fraction
 from types import MappingProxyType, TracebackType
 
 from allocator.allocated_state import Recorded
+from allocator.counters import larger_consumption
 from allocator.quantity import Quantity, format_quantity
 from allocator.types import AllocationResult, CounterConsumption, DeviceID, DeviceRequestAllocationResult
 
@@ -236,9 +238,18 @@ class AllocationLedger:
                 self._settle(did)
 
     def learn(self, did: DeviceID, consumes: tuple[CounterConsumption, ...]) -> None:
-        """A device was published: if it is held and what it consumes was never seen, it is known from now on."""
-        if did in self._recorded and self._recorded[did] is None:
+        """A device was published (every version of its slice): if it is held, its record becomes the larger,
+        per counter, of the record and what it consumes now (what it consumes now if never seen), so a
+        republish that raises it and then lowers it frees nothing while it is held."""
+        if did not in self._recorded:
+            return
+        recorded = self._recorded[did]
+        if recorded is None:
             self._record(did, consumes)
+        elif consumes is not recorded and consumes != recorded:
+            larger = larger_consumption(recorded, consumes)
+            if larger is not recorded:
+                self._record(did, larger)
 
     # ------------------------------------------------------------------ bookkeeping
 

@@ -73,14 +73,15 @@ class NodeChanges:
                 if not taken:
                     del self._taken_local[node]
 
-    def slice_added(self, s: ResourceSlice) -> None:
-        """A node-local slice's devices may be taken already (a claim listed before its slice).
-
-        The ledger learns what a held device consumes of its pool's counters
-        if it had never seen the device published.
-        """
+    def slice_published(self, s: ResourceSlice) -> None:
+        """Every version of a slice: the ledger learns what its held devices consume of their pool's counters
+        (the first time it sees them, and whenever a version says they consume more)."""
+        learn = self._ledger.learn
         for device in s.devices:
-            self._ledger.learn(DeviceID(s.driver, s.pool, device.name), device.consumes_counters)
+            learn(DeviceID(s.driver, s.pool, device.name), device.consumes_counters)
+
+    def slice_added(self, s: ResourceSlice) -> None:
+        """A node-local slice's devices may be taken already (a claim listed before its slice)."""
         if s.node_name is not None:
             for device in s.devices:
                 self.track_taken(s.node_name, DeviceID(s.driver, s.pool, device.name))

@@ -57,6 +57,7 @@ class SliceIntake:
         new = parse_resource_slice(event.object, previous=previous, encode=_canonical)
         self._remember_devices(name, event.object, new)
         self._slices[name] = new
+        self._nodes.slice_published(new)
         if old is not None and _same_shape(old, new):
             # Same devices in the same place (a taint, attribute or generation update): the
             # indexes stand; only the views of devices that changed are computed again.

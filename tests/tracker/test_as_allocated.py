@@ -80,12 +80,17 @@ def _fits(state: ClusterState, claim_body: dict[str, Any]) -> tuple[bool, str]:
 
 GEN1 = [part("full", "2"), part("part-a", "1")]
 GEN2 = [part("full", "2")]  # republished without part-a, still allocated to A
+RAISED = [part("full", "2"), part("part-a", "2")]  # part-a said to take 2 while A holds it
+LOWERED = [part("full", "2"), part("part-a", "0")]
 
 # name, the order objects arrive in, what B's `full` (2 of 2) gets
 ORDERS = [
     ("republish-after-the-allocation", ["gen1", "claim-a", "gen2"], "mem: 1 left, 2 needed"),
     ("claim-listed-before-its-slice", ["claim-a", "gen1", "gen2"], "mem: 1 left, 2 needed"),
     ("started-after-the-republish", ["gen2", "claim-a"], "is no longer published and what it consumes was never seen"),
+    # The most any version said while A holds part-a is what it takes: 2, not the 1 it took when allocated.
+    ("raised-then-lowered", ["gen1", "claim-a", "raised", "lowered"], "mem: 0 left, 2 needed"),
+    ("raised-then-dropped", ["gen1", "claim-a", "raised", "dropped"], "mem: 0 left, 2 needed"),
 ]
 
 
@@ -103,6 +108,9 @@ def test_a_republished_pool_does_not_free_the_counters_of_an_allocated_device(or
             apply(state, ev.RESOURCE_SLICE, "counters", _slice("counters", 2, 2, counters=counters)),
             apply(state, ev.RESOURCE_SLICE, "devices", _slice("devices", 2, 2, devices=GEN2)),
         ),
+        "raised": lambda: apply(state, ev.RESOURCE_SLICE, "devices", _slice("devices", 1, 2, devices=RAISED)),
+        "lowered": lambda: apply(state, ev.RESOURCE_SLICE, "devices", _slice("devices", 1, 2, devices=LOWERED)),
+        "dropped": lambda: apply(state, ev.RESOURCE_SLICE, "devices", _slice("devices", 1, 2, devices=GEN2)),
         "claim-a": lambda: apply(state, ev.RESOURCE_CLAIM, "default/a", _claim("a", named("part-a"), [held("part-a")])),
     }
     for step in order:
