@@ -174,7 +174,7 @@ class PagedLists:
 
 
 async def build(
-    pods: int, offer_nodes: int | None = None, heavy: bool = True, frames: int = 1
+    pods: int, offer_nodes: int | None = None, heavy: bool = True, frames: int = 1, whole_lists: bool = False
 ) -> tuple[Any, list[PodClaim], dict[str, float]]:
     """The Service on a state listed as the extender lists it: each kind's pages through tracker.reflector's
     `Reflector.list` (decode, lighten, apply). The intake is traced (`frames` per allocation): its peak and what
@@ -202,6 +202,8 @@ async def build(
     del objs, groups
     gc.collect()
     state = ClusterState(CelEnvironment())
+    if whole_lists:  # each list held whole, then replaced (as before the lists were streamed)
+        state.streams_initial_lists = False  # type: ignore[misc]
     tracemalloc.start(frames)
     rv: dict[tuple[str, str], str] = {}
     for kind, group in kinds + [k for k in state.required if k not in kinds]:
@@ -293,7 +295,14 @@ def top_allocations(snapshot: tracemalloc.Snapshot, limit: int = 30) -> str:
 
 
 async def run(
-    pods: int, warm: int, profile: bool, memory: bool, label: str, offer_nodes: int | None = None, heavy: bool = True
+    pods: int,
+    warm: int,
+    profile: bool,
+    memory: bool,
+    label: str,
+    offer_nodes: int | None = None,
+    heavy: bool = True,
+    whole_lists: bool = False,
 ) -> dict[str, Any]:
     load_start = list(os.getloadavg())
     import extender.service  # noqa: F401  # the interpreter and the extender's code: what every process holds before any object
@@ -301,7 +310,7 @@ async def run(
 
     rss_code = rss_mb()
     t0 = time.perf_counter()
-    service, pcs, intake = await build(pods + warm, offer_nodes, heavy, frames=3 if memory else 1)
+    service, pcs, intake = await build(pods + warm, offer_nodes, heavy, frames=3 if memory else 1, whole_lists=whole_lists)
     build_s = time.perf_counter() - t0
     gc.collect()
     rss_built = rss_mb()
@@ -343,6 +352,7 @@ async def run(
         "pods": pods,
         "warm_pods": warm,
         "objects": "heavy (as a real API server lists them)" if heavy else "lean",
+        "lists": "held whole" if whole_lists else "applied page by page",
         "build_s": round(build_s, 1),
         "rss_code_mb": rss_code,
         "rss_after_build_mb": round(rss_built, 1),
@@ -418,8 +428,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--offer-nodes", type=int, default=None, help="the extender's --offer-nodes (default: its default)")
     parser.add_argument("--label", default="")
     parser.add_argument("--lean", action="store_true", help="lean objects (no managedFields, Node status, DaemonSet pods), as before")
+    parser.add_argument("--whole-lists", action="store_true", help="hold each initial list whole before applying it, as before")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag, args.offer_nodes, not args.lean))
+    result = asyncio.run(
+        run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag, args.offer_nodes, not args.lean, args.whole_lists)
+    )
     c = result["cpu_ms"]
     print(
         result["never_seen_shape"],

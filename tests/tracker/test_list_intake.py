@@ -1,10 +1,12 @@
-"""Objects listed and watched without what nothing reads (managedFields, a Node's images) are understood as before.
+"""The initial lists' memory: objects lightened as decoded, the first list applied page by page (bench/bench_scale5k_cpu.py).
 
-The reflector drops those fields as each object is decoded, so a list of a
-5,000-node cluster is held lean until it is applied (bench/bench_scale5k_cpu.py).
-What the tracker parses from a heavy object (as a real API server returns it)
-must be what it parses from the whole object; the eviction controller still
-sees a DeviceTaintRule's managedFields.
+The reflector drops what nothing reads (managedFields, a Node's images) as each
+object is decoded: what the tracker parses from a heavy object (as a real API
+server returns it) must be what it parses from the whole object, and the
+eviction controller still sees a DeviceTaintRule's managedFields. The first
+list of a state that serves nothing yet is applied page by page; a list that
+starts over (410) or is retried after a failure is held whole and replaced,
+so an object deleted meanwhile is gone from the state.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from typing import Any
 
 import pytest
 
+from allocator.cel import CelEnvironment
 from allocator.parse import parse_node, parse_pod
-from kubesim.fakeapi import FakeApiServer
+from kubesim.fakeapi import FakeApiError, FakeApiServer, RequestInfo
 from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod, managed_fields
 from tests.extender.api_cluster import ApiCluster, device_class, node_slice, until
 from tracker import events as ev
-from tracker.reflector import lighten
+from tracker.api_source import ApiSource
+from tracker.reflector import LIST_PAGE_SIZE, lighten
+from tracker.resources import KIND_RESOURCES
+from tracker.source import SourceError
+from tracker.state import ClusterState
 
 GROUP = "resource.k8s.io"
 
@@ -109,3 +116,62 @@ async def test_heavy_objects_listed_and_watched_parse_as_the_whole_objects(tmp_p
             assert c.state.nodes["heavy-a"] == parse_node(api.get("nodes", "", "heavy-a"))
         finally:
             await c.stop()
+
+
+class CountingState(ClusterState):
+    """The real state, counting whole-list replaces."""
+
+    def __init__(self) -> None:
+        super().__init__(CelEnvironment())
+        self.replaces = 0
+
+    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
+        self.replaces += 1
+        super().replace(kind, group, objects)
+
+
+def _claim_pod(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"pod-{i:04d}", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "pause"}], "resourceClaims": [{"name": "r", "resourceClaimName": f"claim-{i}"}]},
+    }
+
+
+# name, the fault on the list's second page (after pod-0000, on the first page, is deleted), whole-list replaces
+PAGES: list[tuple[str, int | None, int]] = [
+    ("first-list-applied-page-by-page", None, 0),
+    ("410-on-a-page-starts-over-whole", 410, 1),
+    ("failure-on-a-page-retried-whole", 500, 1),
+]
+
+
+@pytest.mark.parametrize(("fault", "replaces"), [r[1:] for r in PAGES], ids=[r[0] for r in PAGES])
+async def test_first_list_streams_and_a_restarted_list_deletes_what_went(tmp_path: Path, fault: int | None, replaces: int) -> None:
+    pods = LIST_PAGE_SIZE * 2 + 10
+    async with FakeApiServer(bookmark_interval=0.2) as api:
+        for i in range(pods):
+            api.create(_claim_pod(i))
+        faulted: list[str] = []
+
+        def second_page(info: RequestInfo) -> Any:
+            if fault is None or faulted or info.resource != "pods" or not info.query.get("continue"):
+                return None
+            faulted.append(info.query["continue"])
+            api.delete("pods", "default", "pod-0000")  # on the page already applied
+            return FakeApiError(fault, "Expired" if fault == 410 else "etcd is sad", "Expired" if fault == 410 else None)
+
+        api.add_reactor(second_page)
+        source = ApiSource(kubeconfig=str(api.write_kubeconfig(tmp_path / "kubeconfig")))
+        state = CountingState()
+        reflector = source.reflector(KIND_RESOURCES[ev.POD], state)
+        try:
+            await reflector.list()
+        except SourceError:
+            assert fault == 500
+            await reflector.list()  # what `run` does after its backoff
+        assert bool(faulted) == (fault is not None)
+        expected = {f"default/pod-{i:04d}" for i in range(1 if fault else 0, pods)}
+        assert set(state.pods) == expected
+        assert state.replaces == replaces
