@@ -404,8 +404,8 @@ def write(result: dict[str, Any], tag: str) -> None:
         "thread per verb: parse the body, decide, encode the answer (HTTP framing not included). Warm: the shape's first pass "
         "over the nodes is done before the timed pods. Target: filter + prioritize + bind <= 5 ms.",
         "",
-        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB | never-seen shape: /filter CPU ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB | initial lists: traced peak / held MB (objects) | never-seen shape: /filter CPU ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for tag_, r in runs.items():
         c = r["cpu_ms"]
@@ -413,6 +413,7 @@ def write(result: dict[str, Any], tag: str) -> None:
             f"| {tag_}: {r['label']} | {r['when']} | {r['load_average_start']} -> {r['load_average_end']} | {r['pods']} | "
             f"{r['offered_per_filter']['mean']} | {c['filter']['mean']} / {c['filter']['p99']} | {c['prioritize']['mean']} / {c['prioritize']['p99']} | "
             f"{c['bind']['mean']} / {c['bind']['p99']} | {c['total']['mean']} / {c['total']['p50']} / {c['total']['p99']} | {r.get('rss_after_build_mb')} / {r.get('rss_after_pods_mb')} / {r['peak_rss_mb']} | "
+            f"{r.get('intake_peak_mb', '–')} / {r.get('intake_held_mb', '–')} ({r.get('objects', 'lean')}) | "
             f"{', '.join(str(x['filter_cpu_ms']) for x in r.get('never_seen_shape', [])) or '–'} |"
         )
     (RESULTS / "scale5k-cpu.md").write_text("\n".join(lines) + "\n")
