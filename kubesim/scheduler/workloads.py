@@ -99,8 +99,6 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
             "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}}},
         },
     ]
-    if w.heavy:
-        objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
     for i in range(w.nodes):
         node = node_name(i)
         if w.heavy:
