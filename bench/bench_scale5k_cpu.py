@@ -109,10 +109,10 @@ class MemorySource:
         return registry_api_version(kind, group)
 
 
-def scale5k_objects(pods: int, heavy: bool = True) -> tuple[list[dict[str, Any]], list[PodClaim]]:
+def scale5k_objects(pods: int, heavy: bool = True, bound: int = 5000, others: int = 5000) -> tuple[list[dict[str, Any]], list[PodClaim]]:
     """The cluster; `heavy`: every object as a real API server lists it (kubesim/objects.py), with two DaemonSet pods per node."""
     objs = base_objects(NODES, DEVICES)
-    for p in range(5000):
+    for p in range(others):
         objs.append(
             {
                 "apiVersion": "v1",
@@ -121,7 +121,7 @@ def scale5k_objects(pods: int, heavy: bool = True) -> tuple[list[dict[str, Any]]
                 "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]},
             }
         )
-    for p in range(5000):
+    for p in range(bound):
         objs += PodClaim(100_000 + p, "template").objects((node_name(p), f"instance-{DEVICES - 1}"))
     pcs = [PodClaim(k, "template") for k in range(pods)]
     for pc in pcs:
@@ -174,7 +174,13 @@ class PagedLists:
 
 
 async def build(
-    pods: int, offer_nodes: int | None = None, heavy: bool = True, frames: int = 1, whole_lists: bool = False
+    pods: int,
+    offer_nodes: int | None = None,
+    heavy: bool = True,
+    frames: int = 1,
+    whole_lists: bool = False,
+    bound: int = 5000,
+    others: int = 5000,
 ) -> tuple[Any, list[PodClaim], dict[str, float]]:
     """The Service on a state listed as the extender lists it: each kind's pages through tracker.reflector's
     `Reflector.list` (decode, lighten, apply). The intake is traced (`frames` per allocation): its peak and what
@@ -186,7 +192,7 @@ async def build(
     from tracker.reflector import LIST_PAGE_SIZE, Freshness, Reflector
     from tracker.state import ClusterState
 
-    objs, pcs = scale5k_objects(pods, heavy)
+    objs, pcs = scale5k_objects(pods, heavy, bound, others)
     # What /bind reads and writes: the scheduled pods and their claims (the API server's copies).
     scheduled = {name for pc in pcs for name in (pc.name, pc.claim)}
     held = {
@@ -304,6 +310,8 @@ async def run(
     offer_nodes: int | None = None,
     heavy: bool = True,
     whole_lists: bool = False,
+    bound: int = 5000,
+    others: int = 5000,
 ) -> dict[str, Any]:
     load_start = list(os.getloadavg())
     import extender.service  # noqa: F401  # the interpreter and the extender's code: what every process holds before any object
@@ -311,7 +319,9 @@ async def run(
 
     rss_code = rss_mb()
     t0 = time.perf_counter()
-    service, pcs, intake = await build(pods + warm, offer_nodes, heavy, frames=3 if memory else 1, whole_lists=whole_lists)
+    service, pcs, intake = await build(
+        pods + warm, offer_nodes, heavy, frames=3 if memory else 1, whole_lists=whole_lists, bound=bound, others=others
+    )
     build_s = time.perf_counter() - t0
     gc.collect()
     rss_built = rss_mb()
@@ -354,6 +364,8 @@ async def run(
         "warm_pods": warm,
         "objects": "heavy (as a real API server lists them)" if heavy else "lean",
         "lists": "held whole" if whole_lists else "applied page by page",
+        "bound_pods_with_claims": bound,
+        "pods_without_claims": others,
         "build_s": round(build_s, 1),
         "rss_code_mb": rss_code,
         "rss_after_build_mb": round(rss_built, 1),
@@ -430,10 +442,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--offer-nodes", type=int, default=None, help="the extender's --offer-nodes (default: its default)")
     parser.add_argument("--label", default="")
     parser.add_argument("--lean", action="store_true", help="lean objects (no managedFields, Node status, DaemonSet pods), as before")
+    parser.add_argument("--bound", type=int, default=5000, help="bound pods with an allocated claim (one device of each node)")
+    parser.add_argument("--others", type=int, default=5000, help="bound pods without claims (besides the DaemonSet pods of heavy objects)")
     parser.add_argument("--whole-lists", action="store_true", help="hold each initial list whole before applying it, as before")
     args = parser.parse_args(argv)
     result = asyncio.run(
-        run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag, args.offer_nodes, not args.lean, args.whole_lists)
+        run(
+            args.pods,
+            args.warm,
+            args.profile,
+            args.memory,
+            args.label or args.tag,
+            args.offer_nodes,
+            not args.lean,
+            args.whole_lists,
+            args.bound,
+            args.others,
+        )
     )
     c = result["cpu_ms"]
     print(
