@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -280,11 +281,16 @@ def _parse_attribute(r: _Reader, raw: Any, path: str) -> AttributeValue:
     if kind == "bool":
         return r.boolean(value, f"{path}.bool")
     if kind == "string":
-        return r.string(value, f"{path}.string")
+        text = r.string(value, f"{path}.string")
+        # Devices repeat their string values (a model, a firmware revision) across the cluster: one copy each.
+        return sys.intern(text) if len(text) <= _INTERN_MAX else text
     try:
         return parse_semver(r.string(value, f"{path}.version"))
     except SemverError as e:
         raise r.fail(f"{path}.version", str(e)) from None
+
+
+_INTERN_MAX = 64  # longer strings are rarely shared (descriptions, serials)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -8,6 +8,7 @@ driver's name, and so do we (`qualify`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -40,8 +41,11 @@ TOLERATIONS_ANNOTATION: Final = "resource.dra-extender.io/tolerations"
 
 
 def qualify(name: str, driver: str) -> str:
-    """Fully qualified attribute/capacity name; unqualified names take the driver's domain."""
-    return name if "/" in name else f"{driver}/{name}"
+    """Fully qualified attribute/capacity name; unqualified names take the driver's domain.
+
+    Interned: every device of a driver repeats the same few names (40,000 devices x 3 attributes
+    would otherwise hold 120,000 copies)."""
+    return sys.intern(name if "/" in name else f"{driver}/{name}")
 
 
 def unqualify(name: str, driver: str) -> str:

@@ -13,7 +13,7 @@ cluster-mode run of `bench_workloads` measures those, with the process's CPU).
 /bind writes through an in-memory source: a write returns the object with a
 new resourceVersion and is applied to the state as the watch would deliver it.
 
-    .venv/bin/python -m bench.bench_scale5k_cpu [--pods N] [--profile] [--memory]
+    .venv/bin/python -m bench.bench_scale5k_cpu [--pods N] [--profile] [--memory] [--lean]
 
 `--profile` adds a cProfile of the pods (top entries as text); `--memory`
 a tracemalloc summary of the state after the pods (what holds the memory).
@@ -37,6 +37,7 @@ import random
 import resource
 import time
 import tracemalloc
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,10 @@ from typing import Any
 import orjson
 
 from bench.workloads.cluster import PodClaim, base_objects, new_shape_claim, node_name
+from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod
 from tracker import events as ev
 from tracker.resources import api_version as registry_api_version
+from tracker.resources import resource_for
 from tracker.source import SourceError, merge_patch
 
 RESULTS = Path(__file__).parent / "results"
@@ -106,9 +109,10 @@ class MemorySource:
         return registry_api_version(kind, group)
 
 
-def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
+def scale5k_objects(pods: int, heavy: bool = True, bound: int = 5000, others: int = 5000) -> tuple[list[dict[str, Any]], list[PodClaim]]:
+    """The cluster; `heavy`: every object as a real API server lists it (kubesim/objects.py), with two DaemonSet pods per node."""
     objs = base_objects(NODES, DEVICES)
-    for p in range(5000):
+    for p in range(others):
         objs.append(
             {
                 "apiVersion": "v1",
@@ -117,7 +121,7 @@ def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
                 "spec": {"nodeName": node_name(p), "containers": [{"name": "c", "image": "nginx"}]},
             }
         )
-    for p in range(5000):
+    for p in range(bound):
         objs += PodClaim(100_000 + p, "template").objects((node_name(p), f"instance-{DEVICES - 1}"))
     pcs = [PodClaim(k, "template") for k in range(pods)]
     for pc in pcs:
@@ -126,6 +130,10 @@ def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
         pc = PodClaim(300_000 + s, "template")
         objs += [new_shape_claim(pc, s), pc.pod()]
         pcs.append(pc)
+    if heavy:
+        objs = [make_heavy(o) for o in objs]
+        for i in range(NODES):
+            objs += daemon_pods(node_name(i), i)
     rv = 1000
     for o in objs:
         rv += 1
@@ -133,15 +141,58 @@ def scale5k_objects(pods: int) -> tuple[list[dict[str, Any]], list[PodClaim]]:
     return objs, pcs
 
 
-def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim]]:
+def make_heavy(o: dict[str, Any]) -> dict[str, Any]:
+    if o["kind"] == "Node":
+        return heavy_node(o["metadata"]["name"], o["metadata"].get("labels"))
+    if o["kind"] == "Pod":
+        return heavy_pod(o)
+    return heavy_metadata(o, "kube-controller-manager" if o["kind"] == ev.RESOURCE_CLAIM else "dra-driver")
+
+
+class PagedLists:
+    """The API server's side of the initial lists: each kind's objects as 500-item JSON pages
+    (zlib-compressed while held, so the bench's own copy is small beside the state built from it)."""
+
+    def __init__(self, groups: dict[tuple[str, str], list[dict[str, Any]]], page_size: int) -> None:
+        self.pages: dict[str, list[bytes]] = {}
+        for (kind, group), items in groups.items():
+            path = resource_for(kind, group).collection()
+            chunks = [items[i : i + page_size] for i in range(0, len(items), page_size)] or [[]]
+            self.pages[path] = [
+                zlib.compress(
+                    orjson.dumps(
+                        {"metadata": {"resourceVersion": "1000", "continue": str(n + 1) if n + 1 < len(chunks) else ""}, "items": c}
+                    ),
+                    1,
+                )
+                for n, c in enumerate(chunks)
+            ]
+
+    async def request(self, method: str, path: str, *, query: dict[str, Any] | None = None, **_: Any) -> tuple[int, bytes]:
+        page = int((query or {}).get("continue") or 0)
+        return 200, zlib.decompress(self.pages[path][page])
+
+
+async def build(
+    pods: int,
+    offer_nodes: int | None = None,
+    heavy: bool = True,
+    frames: int = 1,
+    whole_lists: bool = False,
+    bound: int = 5000,
+    others: int = 5000,
+) -> tuple[Any, list[PodClaim], dict[str, float]]:
+    """The Service on a state listed as the extender lists it: each kind's pages through tracker.reflector's
+    `Reflector.list` (decode, lighten, apply). The intake is traced (`frames` per allocation): its peak and what
+    stays are the Python heap the extender's initial lists cost; tracing stays on when `frames` > 1."""
     from allocator.allocation import Allocator
+    from allocator.cel import CelEnvironment
     from extender.metrics import Metrics
     from extender.service import Service
+    from tracker.reflector import LIST_PAGE_SIZE, Freshness, Reflector
     from tracker.state import ClusterState
 
-    objs, pcs = scale5k_objects(pods)
-    from allocator.cel import CelEnvironment
-
+    objs, pcs = scale5k_objects(pods, heavy, bound, others)
     # What /bind reads and writes: the scheduled pods and their claims (the API server's copies).
     scheduled = {name for pc in pcs for name in (pc.name, pc.claim)}
     held = {
@@ -149,24 +200,40 @@ def build(pods: int, offer_nodes: int | None = None) -> tuple[Any, list[PodClaim
         for o in objs
         if o["kind"] in (ev.POD, ev.RESOURCE_CLAIM) and o["metadata"]["name"] in scheduled
     }
-
-    state = ClusterState(CelEnvironment())
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for o in objs:
         groups.setdefault((o["kind"], o["apiVersion"].rpartition("/")[0]), []).append(o)
-    del objs
-    gc.disable()
-    for (kind, group), items in groups.items():
-        state.replace(kind, group, items)
-    for kind, group in state.required:
-        state.mark_synced(kind, group)
-    del groups
-    gc.enable()
+    kinds = list(groups)
+    lists = PagedLists(groups, LIST_PAGE_SIZE)
+    del objs, groups
+    gc.collect()
+    state = ClusterState(CelEnvironment())
+    if whole_lists:  # each list held whole, then replaced (as before the lists were streamed)
+        state.streams_initial_lists = False  # type: ignore[misc]
+    tracemalloc.start(frames)
+    rv: dict[tuple[str, str], str] = {}
+    for kind, group in kinds + [k for k in state.required if k not in kinds]:
+        if kind in (ev.POD, ev.RESOURCE_CLAIM, ev.RESOURCE_SLICE, ev.NODE, ev.DEVICE_CLASS, ev.RESOURCE_CLAIM_TEMPLATE):
+            res = resource_for(kind, group)
+            if res.collection() not in lists.pages:
+                lists.pages[res.collection()] = [zlib.compress(b'{"metadata":{"resourceVersion":"1000"},"items":[]}')]
+            transport: Any = lists  # lists only: the bench never watches
+            reflector = Reflector(
+                res, state, transport, freshness=Freshness(3600.0), stats={"lists": 0}, last_resource_versions=rv, watch_timeout_seconds=290
+            )
+            await reflector.list()
+        else:
+            state.replace(kind, group, [])
+            state.mark_synced(kind, group)
+    current, peak = tracemalloc.get_traced_memory()
+    if frames <= 1:
+        tracemalloc.stop()
+    del lists
     gc.collect()
     gc.freeze()  # as the reflector does once the initial lists are in
     extra: dict[str, Any] = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
     service = Service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)
-    return service, pcs
+    return service, pcs, {"intake_peak_mb": round(peak / 2**20, 1), "intake_held_mb": round(current / 2**20, 1)}
 
 
 async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Random) -> dict[str, float]:
@@ -234,12 +301,27 @@ def top_allocations(snapshot: tracemalloc.Snapshot, limit: int = 30) -> str:
     return "\n".join(lines)
 
 
-async def run(pods: int, warm: int, profile: bool, memory: bool, label: str, offer_nodes: int | None = None) -> dict[str, Any]:
+async def run(
+    pods: int,
+    warm: int,
+    profile: bool,
+    memory: bool,
+    label: str,
+    offer_nodes: int | None = None,
+    heavy: bool = True,
+    whole_lists: bool = False,
+    bound: int = 5000,
+    others: int = 5000,
+) -> dict[str, Any]:
     load_start = list(os.getloadavg())
-    if memory:
-        tracemalloc.start(3)
+    import extender.service  # noqa: F401  # the interpreter and the extender's code: what every process holds before any object
+    import tracker.state  # noqa: F401
+
+    rss_code = rss_mb()
     t0 = time.perf_counter()
-    service, pcs = build(pods + warm, offer_nodes)
+    service, pcs, intake = await build(
+        pods + warm, offer_nodes, heavy, frames=3 if memory else 1, whole_lists=whole_lists, bound=bound, others=others
+    )
     build_s = time.perf_counter() - t0
     gc.collect()
     rss_built = rss_mb()
@@ -280,8 +362,16 @@ async def run(pods: int, warm: int, profile: bool, memory: bool, label: str, off
         "devices": NODES * DEVICES,
         "pods": pods,
         "warm_pods": warm,
+        "objects": "heavy (as a real API server lists them)" if heavy else "lean",
+        "lists": "held whole" if whole_lists else "applied page by page",
+        "bound_pods_with_claims": bound,
+        "pods_without_claims": others,
         "build_s": round(build_s, 1),
+        "rss_code_mb": rss_code,
         "rss_after_build_mb": round(rss_built, 1),
+        **intake,
+        # What a real extender's peak would be: its code, then the lists' peak (the bench's own objects aside).
+        "predicted_peak_rss_mb": round(rss_code + intake["intake_peak_mb"], 1),
         "rss_after_pods_mb": rss_mb(),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "offered_per_filter": {"min": min(offered), "max": max(offered), "mean": round(sum(offered) / len(offered), 1)},
@@ -327,8 +417,8 @@ def write(result: dict[str, Any], tag: str) -> None:
         "thread per verb: parse the body, decide, encode the answer (HTTP framing not included). Warm: the shape's first pass "
         "over the nodes is done before the timed pods. Target: filter + prioritize + bind <= 5 ms.",
         "",
-        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB | never-seen shape: /filter CPU ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | when | load avg start -> end | pods | offered by /filter (mean) | filter mean/p99 ms | prioritize mean/p99 ms | bind mean/p99 ms | total mean/p50/p99 ms | RSS after build / after pods / peak MB | initial lists: traced peak / held MB (objects) | never-seen shape: /filter CPU ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for tag_, r in runs.items():
         c = r["cpu_ms"]
@@ -336,6 +426,7 @@ def write(result: dict[str, Any], tag: str) -> None:
             f"| {tag_}: {r['label']} | {r['when']} | {r['load_average_start']} -> {r['load_average_end']} | {r['pods']} | "
             f"{r['offered_per_filter']['mean']} | {c['filter']['mean']} / {c['filter']['p99']} | {c['prioritize']['mean']} / {c['prioritize']['p99']} | "
             f"{c['bind']['mean']} / {c['bind']['p99']} | {c['total']['mean']} / {c['total']['p50']} / {c['total']['p99']} | {r.get('rss_after_build_mb')} / {r.get('rss_after_pods_mb')} / {r['peak_rss_mb']} | "
+            f"{r.get('intake_peak_mb', '–')} / {r.get('intake_held_mb', '–')} ({r.get('objects', 'lean')}) | "
             f"{', '.join(str(x['filter_cpu_ms']) for x in r.get('never_seen_shape', [])) or '–'} |"
         )
     (RESULTS / "scale5k-cpu.md").write_text("\n".join(lines) + "\n")
@@ -350,8 +441,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default="run")
     parser.add_argument("--offer-nodes", type=int, default=None, help="the extender's --offer-nodes (default: its default)")
     parser.add_argument("--label", default="")
+    parser.add_argument("--lean", action="store_true", help="lean objects (no managedFields, Node status, DaemonSet pods), as before")
+    parser.add_argument("--bound", type=int, default=5000, help="bound pods with an allocated claim (one device of each node)")
+    parser.add_argument("--others", type=int, default=5000, help="bound pods without claims (besides the DaemonSet pods of heavy objects)")
+    parser.add_argument("--whole-lists", action="store_true", help="hold each initial list whole before applying it, as before")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.pods, args.warm, args.profile, args.memory, args.label or args.tag, args.offer_nodes))
+    result = asyncio.run(
+        run(
+            args.pods,
+            args.warm,
+            args.profile,
+            args.memory,
+            args.label or args.tag,
+            args.offer_nodes,
+            not args.lean,
+            args.whole_lists,
+            args.bound,
+            args.others,
+        )
+    )
     c = result["cpu_ms"]
     print(
         result["never_seen_shape"],

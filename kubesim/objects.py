@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 
@@ -57,3 +58,264 @@ def partitioned_slices(node: str, driver: str, gpus: int) -> list[dict[str, Any]
     for s in (dev_slice, counters):
         s["spec"]["pool"]["resourceSliceCount"] = 2
     return [dev_slice, counters]
+
+
+# --------------------------------------------------------------------------- objects as heavy as a real API server's
+
+# What a 1.36 API server returns is much more than what the extender reads: managedFields on every
+# object, a Node's whole status (conditions, addresses, capacity, nodeInfo, the images it has pulled),
+# a Pod's conditions and container statuses. The benches build their objects `heavy` so that memory
+# measured against them predicts a real cluster's (a lean Node is ~0.2 KB of JSON, a real one ~12 KB).
+
+_TIME = "2026-11-20T10:00:00Z"
+
+
+def _h(*parts: Any) -> int:
+    """A stable number for made-up uids and digests (hash() differs per process)."""
+    return zlib.crc32(repr(parts).encode())
+
+
+def managed_fields(manager: str, fields: dict[str, Any], *, subresource: str = "", operation: str = "Update") -> dict[str, Any]:
+    """One managedFields entry as the API server records it (fieldsV1 in its `f:` form)."""
+    entry: dict[str, Any] = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": "v1",
+        "time": _TIME,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
+    if subresource:
+        entry["subresource"] = subresource
+    return entry
+
+
+def _fields_of(obj: Any) -> dict[str, Any]:
+    """An `f:` tree of `obj`'s fields (lists as one `.` entry), as fieldsV1 would record them."""
+    if isinstance(obj, dict):
+        return {f"f:{k}": _fields_of(v) for k, v in obj.items()}
+    return {}
+
+
+_IMAGES = [
+    ("registry.k8s.io/kube-proxy", "v1.36.0", 31_000_000),
+    ("registry.k8s.io/pause", "3.10", 320_000),
+    ("docker.io/calico/node", "v3.29.1", 142_000_000),
+    ("docker.io/calico/cni", "v3.29.1", 95_000_000),
+    ("nvcr.io/nvidia/k8s-device-plugin", "v0.17.0", 180_000_000),
+    ("nvcr.io/nvidia/cloud-native/k8s-dra-driver-gpu", "v25.8.0", 210_000_000),
+    ("nvcr.io/nvidia/cuda", "12.8.0-base-ubuntu24.04", 105_000_000),
+    ("nvcr.io/nvidia/pytorch", "25.01-py3", 9_800_000_000),
+    ("quay.io/prometheus/node-exporter", "v1.8.2", 11_000_000),
+    ("registry.k8s.io/sig-storage/csi-node-driver-registrar", "v2.12.0", 10_000_000),
+    ("docker.io/fluent/fluent-bit", "3.2.2", 36_000_000),
+    ("registry.k8s.io/coredns/coredns", "v1.12.0", 20_000_000),
+]
+
+
+def heavy_node(name: str, labels: dict[str, str] | None = None, allocatable: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node as a 1.36 API server lists it: kubelet's labels, annotations, status and managedFields."""
+    i = _h(name)
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "gpu-8x.large",
+        "topology.kubernetes.io/region": "region-1",
+        "topology.kubernetes.io/zone": f"region-1{'abc'[i % 3]}",
+        "nvidia.com/gpu.present": "true",
+        **(labels or {}),
+    }
+    capacity = {
+        "cpu": "64",
+        "ephemeral-storage": "1055762868Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": "263855428Ki",
+        "pods": "110",
+    }
+    allocatable = {**capacity, "cpu": "63500m", "memory": "261655428Ki", **(allocatable or {})}
+    conditions = [
+        {"type": t, "status": s, "lastHeartbeatTime": _TIME, "lastTransitionTime": _TIME, "reason": r, "message": m}
+        for t, s, r, m in (
+            ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        )
+    ]
+    status = {
+        "capacity": capacity,
+        "allocatable": allocatable,
+        "conditions": conditions,
+        "addresses": [{"type": "InternalIP", "address": f"10.{i % 250}.{len(name)}.{i % 200}"}, {"type": "Hostname", "address": name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": f"{i:032x}",
+            "systemUUID": f"{i:08x}-0000-4000-8000-{i:012x}",
+            "bootID": f"{i + 1:08x}-0000-4000-8000-{i:012x}",
+            "kernelVersion": "6.8.0-49-generic",
+            "osImage": "Ubuntu 24.04.1 LTS",
+            "containerRuntimeVersion": "containerd://2.0.1",
+            "kubeletVersion": "v1.36.0",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+        "images": [{"names": [f"{repo}@sha256:{_h(repo):064x}", f"{repo}:{tag}"], "sizeBytes": size} for repo, tag, size in _IMAGES],
+        "config": {},
+        "runtimeHandlers": [{"name": "runc", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": True}}],
+    }
+    annotations = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "csi.volume.kubernetes.io/nodeid": f'{{"csi.example.com":"{name}"}}',
+    }
+    spec = {"podCIDR": f"10.244.{i % 256}.0/24", "podCIDRs": [f"10.244.{i % 256}.0/24"], "providerID": f"cloud://region-1/{name}"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"{i:08x}-1111-4000-8000-{i:012x}",
+            "resourceVersion": "1",
+            "creationTimestamp": _TIME,
+            "labels": labels,
+            "annotations": annotations,
+            "managedFields": [
+                managed_fields("kubelet", {"f:metadata": _fields_of({"annotations": annotations, "labels": labels})}),
+                managed_fields("kube-controller-manager", {"f:spec": _fields_of(spec)}),
+                managed_fields("kubelet", {"f:status": _fields_of(status)}, subresource="status"),
+            ],
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def heavy_metadata(obj: dict[str, Any], manager: str) -> dict[str, Any]:
+    """`obj` with what the API server adds to every object: uid, creationTimestamp and managedFields for its spec and status."""
+    meta = obj["metadata"]
+    meta.setdefault("uid", f"{_h(obj['kind'], meta.get('namespace'), meta['name']):032x}")
+    meta.setdefault("creationTimestamp", _TIME)
+    entries = [managed_fields(manager, {"f:spec": _fields_of(obj.get("spec") or {})}, operation="Apply")]
+    if obj.get("status"):
+        entries.append(managed_fields(manager, {"f:status": _fields_of(obj["status"])}, subresource="status"))
+    meta["managedFields"] = entries
+    return obj
+
+
+def heavy_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` (a dict with metadata and spec) with a kubelet's status, defaults and managedFields, as listed."""
+    spec = pod["spec"]
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("serviceAccountName", "default")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    spec.setdefault("priority", 0)
+    spec.setdefault(
+        "tolerations",
+        [
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        ],
+    )
+    for c in spec.get("containers", []):
+        c.setdefault("resources", {})
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("terminationMessagePolicy", "File")
+        c.setdefault("imagePullPolicy", "IfNotPresent")
+        c.setdefault(
+            "volumeMounts", [{"name": "kube-api-access", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+        )
+    spec.setdefault(
+        "volumes",
+        [
+            {
+                "name": "kube-api-access",
+                "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {
+                            "downwardAPI": {
+                                "items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]
+                            }
+                        },
+                    ],
+                },
+            }
+        ],
+    )
+    status = pod.setdefault("status", {})
+    if spec.get("nodeName"):
+        status["phase"] = "Running"
+        status["conditions"] = [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": _TIME}
+            for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ]
+        status["hostIP"] = "10.0.0.1"
+        status["hostIPs"] = [{"ip": "10.0.0.1"}]
+        status["podIP"] = "10.244.0.10"
+        status["podIPs"] = [{"ip": "10.244.0.10"}]
+        status["startTime"] = _TIME
+        status["qosClass"] = "BestEffort"
+        status["containerStatuses"] = [
+            {
+                "name": c["name"],
+                "state": {"running": {"startedAt": _TIME}},
+                "lastState": {},
+                "ready": True,
+                "restartCount": 0,
+                "image": c.get("image", ""),
+                "imageID": f"{c.get('image', '')}@sha256:{_h(c.get('image', '')):064x}",
+                "containerID": f"containerd://{_h(pod['metadata']['name'], c['name']):064x}",
+                "started": True,
+                "volumeMounts": c["volumeMounts"],
+            }
+            for c in spec.get("containers", [])
+        ]
+    pod["metadata"].setdefault("labels", {"app": pod["metadata"]["name"].rsplit("-", 1)[0]})
+    heavy_metadata(pod, "kube-controller-manager")
+    pod["metadata"]["managedFields"].append(managed_fields("kube-scheduler", {"f:status": {"f:conditions": {}}}, subresource="status"))
+    return pod
+
+
+def daemon_pods(node: str, index: int) -> list[dict[str, Any]]:
+    """The DaemonSet pods every real node runs (a CNI agent and kube-proxy), without claims: the extender lists but ignores them."""
+    pods = []
+    for ds, image in (("kube-proxy", "registry.k8s.io/kube-proxy:v1.36.0"), ("calico-node", "docker.io/calico/node:v3.29.1")):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{ds}-{index:05x}",
+                "namespace": "kube-system",
+                "labels": {"k8s-app": ds, "controller-revision-hash": "7d9f8c6b5", "pod-template-generation": "1"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": ds,
+                        "uid": f"{_h(ds):032x}",
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {
+                "nodeName": node,
+                "hostNetwork": True,
+                "priorityClassName": "system-node-critical",
+                "containers": [
+                    {"name": ds, "image": image, "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}
+                ],
+            },
+        }
+        pods.append(heavy_pod(pod))
+    return pods

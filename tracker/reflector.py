@@ -54,6 +54,26 @@ SHORT_WATCH_SECONDS = 1.0
 GC_FREEZE_ITEMS = 1000  # a list this long is frozen out of the collector's full scans
 
 
+# What no reader of these kinds uses, dropped as each object is decoded: a list then holds
+# lean objects until it is applied, not the API server's whole objects (on a 5,000-node
+# cluster a Node's managedFields and pulled images are most of its ~10 KB). The eviction
+# controller reads DeviceTaintRules' managedFields, so only these kinds lose theirs.
+_NO_MANAGED_FIELDS = frozenset({ev.NODE, ev.POD, ev.RESOURCE_SLICE, ev.RESOURCE_CLAIM})
+
+
+def lighten(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without what nothing here reads: managedFields of `_NO_MANAGED_FIELDS`' kinds, a Node's status.images."""
+    if kind in _NO_MANAGED_FIELDS:
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+        if kind == ev.NODE:
+            status = obj.get("status")
+            if isinstance(status, dict):
+                status.pop("images", None)
+    return obj
+
+
 # ---------------------------------------------------------------------- one watch line
 
 
@@ -328,6 +348,7 @@ class Reflector:
         self.stats = stats
         self.last_resource_versions = last_resource_versions
         self.watch_timeout_seconds = watch_timeout_seconds
+        self._listed = False  # a list was tried: any further one is held whole (see `list`)
 
     async def run(self) -> None:
         """List+watch forever; every failure backs off, a 410 re-lists."""
@@ -382,6 +403,13 @@ class Reflector:
         items: list[dict[str, Any]] = []
         cont = ""
         rv = ""
+        # The first list of a sink that serves nothing yet is applied page by page: the whole
+        # list is never held at once (at 5,000 nodes it would be the process's peak). Anything
+        # else (a retry, a 410 mid-list, a re-list while serving) is held whole and replaced
+        # at once, so that objects gone from the list are deleted and no half-applied list is served.
+        stream = not self._listed and not sink.ready and getattr(sink, "streams_initial_lists", False)
+        self._listed = True
+        listed = 0
         with GcPause():
             while True:
                 query: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
@@ -391,31 +419,40 @@ class Reflector:
                 if status == 410:
                     cont = ""  # the continue token expired: start over
                     items.clear()
+                    listed = 0
+                    stream = False  # what the pages applied so far hold that the new list lacks is deleted by replace
                     continue
                 if status != 200:
                     raise status_error(status, body, f"list {res.plural}")
                 page = orjson.loads(body)
                 for item in page.get("items") or []:
+                    lighten(res.kind, item)
                     item.setdefault("kind", res.kind)
                     item.setdefault("apiVersion", res.api_version)
-                    items.append(item)
+                    listed += 1
+                    if stream:
+                        sink.apply(ev.ObjectEvent("MODIFIED", res.kind, res.group, ev.object_key(res.kind, item), item))
+                    else:
+                        items.append(item)
                 meta = page.get("metadata") or {}
                 rv = meta.get("resourceVersion") or rv
                 cont = meta.get("continue") or ""
+                del page, body  # a page's objects live on in the sink (or `items`) alone
                 if not cont:
                     break
             was_ready = sink.ready
             self.freshness.answered()
-            sink.replace(res.kind, res.group, items)
+            if not stream:
+                sink.replace(res.kind, res.group, items)
             self.freshness.of(res).synced()
             sink.mark_synced(res.kind, res.group)  # the last kind's warms the CEL cache of every device
-            if len(items) > GC_FREEZE_ITEMS or (not was_ready and sink.ready):
+            if listed > GC_FREEZE_ITEMS or (not was_ready and sink.ready):
                 gc.freeze()  # the big, long-lived results need not be scanned by every full collection
         self.stats["lists"] += 1
         self.last_resource_versions[(res.kind, res.group)] = rv
         log.info(
             "listed",
-            extra={"resource": res.plural, "items": len(items), "resourceVersion": rv, "seconds": round(time.perf_counter() - started, 3)},
+            extra={"resource": res.plural, "items": listed, "resourceVersion": rv, "seconds": round(time.perf_counter() - started, 3)},
         )
         return rv
 
@@ -468,7 +505,7 @@ class Reflector:
             return False
         obj = line.object
         obj.setdefault("kind", res.kind)
-        self.sink.apply(ev.ObjectEvent(line.type, res.kind, res.group, ev.object_key(res.kind, obj), obj))
+        self.sink.apply(ev.ObjectEvent(line.type, res.kind, res.group, ev.object_key(res.kind, obj), lighten(res.kind, obj)))
         self.stats["watch_events"] += 1
         progress.delivered += 1
         self._advance(progress, line.resource_version)

@@ -128,6 +128,10 @@ class ClusterState:
 
     # ------------------------------------------------------------------ intake (the EventSink)
 
+    # A reflector may apply the first list of a kind page by page while nothing is served yet
+    # (tracker/reflector.py, `Reflector.list`): every object goes through `apply` either way.
+    streams_initial_lists = True
+
     def apply(self, event: ev.ObjectEvent) -> None:
         """One change of one object: parsed by the part that holds its kind, then told to the listeners."""
         part = next((p for p in self._parts if p.handles(event.kind)), None)

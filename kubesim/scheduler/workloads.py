@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubesim.objects import GPU_GI, device_class, node_slice, partitioned_slices
+from kubesim.objects import GPU_GI, daemon_pods, device_class, heavy_metadata, heavy_node, heavy_pod, node_slice, partitioned_slices
 from kubesim.scheduler.config import CLASS, DELETE_PROTECTION, DRIVER, EXTENDED_RESOURCE, NAMESPACE, SCHEDULER_NAME, TEMPLATE
 
 
@@ -38,6 +38,9 @@ class Workload:
     # Steady state: pods scheduled (and churned) before the measured ones, as upstream's init pods go
     # through the scheduler: the extender has verdicts for the claim shape when the measurement starts.
     warm_up: int = 0
+    # Objects as a real API server holds them (kubesim/objects.py: Node status and images, managedFields,
+    # pods' status, two DaemonSet pods per node), so the extender's memory is what a real cluster costs.
+    heavy: bool = False
 
     @property
     def capacity(self) -> int:
@@ -55,11 +58,11 @@ WORKLOADS: dict[str, Workload] = {
     # timeout 360 s: long enough to see the 5-minute flush of unschedulable pods (checked every 30 s).
     "taint-removal": Workload("taint-removal", 10, 2, 19, tainted_nodes=1, taint_removal=True, timeout=360),
     # The issue-22 scale: 5,000 nodes x 8 devices, 2,500 pods created at once.
-    "5000x8": Workload("5000x8", 5000, 8, 2500, timeout=1500),
+    "5000x8": Workload("5000x8", 5000, 8, 2500, timeout=1500, heavy=True),
     # Upstream's SteadyStateClusterResourceClaimTemplate at the issue's 99.5 % full and 20 pods/s.
     "steady-100x10": Workload("steady-100x10", 100, 10, 1200, rate=20, steady_fill=0.995, warm_up=100, timeout=300),
     "steady-1000x8": Workload("steady-1000x8", 1000, 8, 1200, rate=20, steady_fill=0.995, warm_up=100, timeout=300),
-    "steady-5000x8": Workload("steady-5000x8", 5000, 8, 1200, rate=20, steady_fill=0.995, warm_up=100, timeout=600),
+    "steady-5000x8": Workload("steady-5000x8", 5000, 8, 1200, rate=20, steady_fill=0.995, warm_up=100, timeout=600, heavy=True),
 }
 DEFAULT_WORKLOADS = ["small", "100x10", "500x10", "100x10-20ps", "500x10-20ps", "competition", "taint-removal"]
 
@@ -98,6 +101,11 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
     ]
     for i in range(w.nodes):
         node = node_name(i)
+        if w.heavy:
+            objs.append(heavy_node(node))
+            objs += [heavy_metadata(s, "dra-driver") for s in _node_slices(w, node)]
+            objs += daemon_pods(node, i)
+            continue
         objs.append(
             {
                 "apiVersion": "v1",
@@ -108,7 +116,10 @@ def cluster_objects(w: Workload) -> list[dict[str, Any]]:
         )
         objs += _node_slices(w, node)
     objs += taint_rules(w)
-    objs += steady_prefill(w)
+    prefill = steady_prefill(w)
+    if w.heavy:
+        prefill = [heavy_pod(o) if o["kind"] == "Pod" else heavy_metadata(o, "kube-controller-manager") for o in prefill]
+    objs += prefill
     return objs
 
 
