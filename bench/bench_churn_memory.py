@@ -100,6 +100,7 @@ def _extender_cmd(out: Path, snapshot_every: float, snapshot_after: float) -> li
         "serve",
         "--kubeconfig",
         "{kubeconfig}",
+        "--standalone",
         "--listen",
         "{listen}",
     ]
