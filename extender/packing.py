@@ -52,6 +52,9 @@ class NodeUnits:
     allocated: set[DeviceID]  # already counted in the base
     base_touched: int = 0
     base_use: float = 0.0
+    # The last `measure_devices` answer, by the identity of its tuple: a node's cached verdict hands
+    # out the same devices tuple to every pod of a shape, so /filter's ranking measures it once.
+    _last: tuple[tuple[DeviceView, ...], tuple[int, float]] | None = None
 
     def __post_init__(self) -> None:
         for unit in self.units.values():
@@ -63,6 +66,8 @@ class NodeUnits:
         """(touched units, mean use of all units), with the `extra` devices (a pod's, pods expected here) taken too."""
         if not self.units:
             return 0, 0.0
+        if isinstance(extra, (list, tuple)) and not extra:
+            return self.base_touched, self.base_use / len(self.units)
         added: dict[UnitKey, dict[str, float]] = {}
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
@@ -87,6 +92,15 @@ class NodeUnits:
             touched += t1 - t0
             use += u1 - u0
         return touched, use / len(self.units)
+
+    def measure_devices(self, devices: tuple[DeviceView, ...]) -> tuple[int, float]:
+        """`measure(devices)`, remembered for the last tuple measured (the units never change once built)."""
+        last = self._last
+        if last is not None and last[0] is devices:
+            return last[1]
+        result = self.measure(devices)
+        self._last = (devices, result)
+        return result
 
 
 def _touched_use(unit: _Unit, more: dict[str, float] | None, whole: bool, shared: bool) -> tuple[int, float]:

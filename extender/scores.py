@@ -88,10 +88,14 @@ class Scores:
                 continue
             units = self.fullness.of(name)
             aims = expected.get(name)
-            before = [d for a in aims for d in a.devices] if aims else []
-            devices = self._joint_devices(aims, claims, name, nodes) if aims else None
-            touched_before, _ = units.measure(before)
-            touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
+            if aims:
+                before = [d for a in aims for d in a.devices]
+                devices = self._joint_devices(aims, claims, name, nodes)
+                touched_before, _ = units.measure(before)
+                touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
+            else:  # the usual case: nothing expected here, and the node's verdict is the cached one
+                touched_before = units.base_touched
+                touched, use = units.measure_devices(outcome.devices)
             key: tuple[float, ...] = (touched + use,) if spread else (touched - touched_before, -(touched + use))
             levels.setdefault(health_level(outcome), []).append((key, name, i))
         scores = [0] * len(names)
