@@ -22,7 +22,7 @@ pods expected on the node, are added per call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from allocator.allocated_state import AllocatedState
@@ -120,7 +120,8 @@ def _touched_use(unit: _Unit, more: dict[str, float] | None, whole: bool, shared
 
 def _value(q: Quantity) -> float:
     """Floats: fullness only orders nodes, and exact fractions cost ~20x more per /prioritize."""
-    return float(q.value)
+    v = q.value
+    return v.numerator / v.denominator  # what float(Fraction) does, without its generic-number dispatch
 
 
 class NodeFullness:
@@ -132,11 +133,21 @@ class NodeFullness:
         self._seq = state.change_seq
 
     def of(self, node: str) -> NodeUnits:
+        return self.current()(node)
+
+    def current(self) -> Callable[[str], NodeUnits]:
+        """Caught up with the tracker's changes once: the node -> units lookup for one ranking (no change comes in between)."""
         self._catch_up()
-        units = self._nodes.get(node)
-        if units is None:
-            units = self._nodes[node] = self._compute(node)
-        return units
+        nodes = self._nodes
+        compute = self._compute
+
+        def units_of(node: str) -> NodeUnits:
+            units = nodes.get(node)
+            if units is None:
+                units = nodes[node] = compute(node)
+            return units
+
+        return units_of
 
     def _catch_up(self) -> None:
         if self._seq == self.state.change_seq:
