@@ -134,7 +134,8 @@ def write(result: dict[str, Any], tag: str) -> None:
     path.write_text(json.dumps(runs, indent=2) + "\n")
     if text is not None:
         (RESULTS / f"partitions-cpu-profile-{tag}.txt").write_text(
-            f"# cProfile of {result['pods']} pods at {result['nodes']} names ({result['label']}); load {result['load_average_start']}\n\n" + text
+            f"# cProfile of {result['pods']} pods at {result['nodes']} names ({result['label']}); load {result['load_average_start']}\n\n"
+            + text
         )
     lines = [
         "# Extender CPU per pod on partitionable GPUs, in process (`python -m bench.bench_partitions_cpu`)",
