@@ -90,7 +90,7 @@ def fully_healthy(outcome: Outcome) -> bool:
 
     A tolerated NoSchedule or NoExecute taint does not lower the score (see extender/scores.py).
     """
-    return not any(not blocks_allocation(t) for d in outcome.devices for t in d.taints)
+    return not any(not blocks_allocation(t) for d in outcome.devices if d.taints for t in d.taints)
 
 
 def _short(text: str) -> str:

@@ -22,11 +22,13 @@ pods expected on the node, are added per call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from allocator.allocated_state import AllocatedState
-from allocator.device_view import DeviceView
+from allocator.device_view import DeviceView, SliceView
 from allocator.quantity import Quantity
 from allocator.types import DeviceID
 from tracker.state import ClusterState
@@ -52,6 +54,9 @@ class NodeUnits:
     allocated: set[DeviceID]  # already counted in the base
     base_touched: int = 0
     base_use: float = 0.0
+    # The last `measure_devices` answer, by the identity of its tuple: a node's cached verdict hands
+    # out the same devices tuple to every pod of a shape, so /filter's ranking measures it once.
+    _last: tuple[tuple[DeviceView, ...], tuple[int, float]] | None = None
 
     def __post_init__(self) -> None:
         for unit in self.units.values():
@@ -63,6 +68,8 @@ class NodeUnits:
         """(touched units, mean use of all units), with the `extra` devices (a pod's, pods expected here) taken too."""
         if not self.units:
             return 0, 0.0
+        if isinstance(extra, (list, tuple)) and not extra:
+            return self.base_touched, self.base_use / len(self.units)
         added: dict[UnitKey, dict[str, float]] = {}
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
@@ -88,6 +95,15 @@ class NodeUnits:
             use += u1 - u0
         return touched, use / len(self.units)
 
+    def measure_devices(self, devices: tuple[DeviceView, ...]) -> tuple[int, float]:
+        """`measure(devices)`, remembered for the last tuple measured (the units never change once built)."""
+        last = self._last
+        if last is not None and last[0] is devices:
+            return last[1]
+        result = self.measure(devices)
+        self._last = (devices, result)
+        return result
+
 
 def _touched_use(unit: _Unit, more: dict[str, float] | None, whole: bool, shared: bool) -> tuple[int, float]:
     """(1 if touched, its use) of one unit, with `more` counters consumed, taken `whole`, or a `shared` share of it."""
@@ -106,7 +122,8 @@ def _touched_use(unit: _Unit, more: dict[str, float] | None, whole: bool, shared
 
 def _value(q: Quantity) -> float:
     """Floats: fullness only orders nodes, and exact fractions cost ~20x more per /prioritize."""
-    return float(q.value)
+    v = q.value
+    return v.numerator / v.denominator  # what float(Fraction) does, without its generic-number dispatch
 
 
 class NodeFullness:
@@ -115,14 +132,26 @@ class NodeFullness:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._nodes: dict[str, NodeUnits] = {}
+        # node -> (its slices, weakly: the shape stands while they are the same objects; what they decide)
+        self._shapes: dict[str, tuple[tuple[weakref.ref[SliceView], ...], Shape]] = {}
         self._seq = state.change_seq
 
     def of(self, node: str) -> NodeUnits:
+        return self.current()(node)
+
+    def current(self) -> Callable[[str], NodeUnits]:
+        """Caught up with the tracker's changes once: the node -> units lookup for one ranking (no change comes in between)."""
         self._catch_up()
-        units = self._nodes.get(node)
-        if units is None:
-            units = self._nodes[node] = self._compute(node)
-        return units
+        nodes = self._nodes
+        compute = self._compute
+
+        def units_of(node: str) -> NodeUnits:
+            units = nodes.get(node)
+            if units is None:
+                units = nodes[node] = compute(node)
+            return units
+
+        return units_of
 
     def _catch_up(self) -> None:
         if self._seq == self.state.change_seq:
@@ -130,57 +159,91 @@ class NodeFullness:
         changed = self.state.changed_nodes_since(self._seq)
         if changed is None:
             self._nodes.clear()
+            self._shapes.clear()
         else:
+            if len(self._shapes) > 2 * len(self._nodes) + 1024:
+                self._shapes.clear()  # nodes gone since: kept bounded
             for name in changed:
                 if name is not None:
                     self._nodes.pop(name, None)
         self._seq = self.state.change_seq
 
     def _compute(self, node: str) -> NodeUnits:
+        """The node's units as allocated now; what only its slices decide is reused while they are the same objects."""
         ledger: AllocatedState = self.state.ledger
-        units: dict[UnitKey, _Unit] = {}
-        device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]] = {}
-        taken: set[DeviceID] = set()
         reachable = self.state.slices_for_node(node)
-        # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
-        pools = {(s.driver, s.pool) for s in reachable if s.node_name == node or any(d.node_name == node for d in s.devices)}
-        for s in reachable:
-            if (s.driver, s.pool) in pools:
-                for cs in s.shared_counters:
-                    units.setdefault((s.driver, s.pool, cs.name), _Unit({c: _value(q) for c, q in cs.counters.items()}, {}, False))
-        for s in reachable:
-            if (s.driver, s.pool) not in pools:
-                continue
-            for d in s.devices:
-                if s.node_name != node and d.node_name != node:
-                    continue
-                allocated = ledger.is_allocated(d.id)
+        held = self._shapes.get(node)
+        if held is not None and len(held[0]) == len(reachable) and all(r() is s for r, s in zip(held[0], reachable, strict=True)):
+            shape = held[1]
+        else:
+            shape = _shape(node, reachable)
+            self._shapes[node] = (tuple(weakref.ref(s) for s in reachable), shape)
+        counter_units, devices, device_units = shape
+        units: dict[UnitKey, _Unit] = {key: _Unit(totals, {}, False) for key, totals in counter_units}
+        taken: set[DeviceID] = set()
+        is_allocated = ledger.is_allocated
+        for did, key, payload in devices:
+            allocated = is_allocated(did)
+            if allocated:
+                taken.add(did)
+            if key is None:  # consumes counters: payload is its (unit, counters) entries
                 if allocated:
-                    taken.add(d.id)
-                if d.consumes_counters:
-                    entries: list[tuple[UnitKey, dict[str, float] | None]] = []
-                    for use in d.consumes_counters:
-                        key = (s.driver, s.pool, use.counter_set)
-                        counters = {c: _value(q) for c, q in use.counters.items()}
-                        entries.append((key, counters))
-                        unit = units.get(key)
-                        if unit is not None and allocated:
+                    for ckey, counters in payload:
+                        unit = units.get(ckey)
+                        if unit is not None and counters:
                             for c, v in counters.items():
                                 unit.used[c] = unit.used.get(c, 0.0) + v
-                    device_units[d.id] = tuple(entries)
-                    continue
-                key = (s.driver, s.pool, "device:" + d.id.device)
-                if d.allow_multiple_allocations and d.capacity:
-                    # Shares: a unit whose counters are the device's capacity, used as far as the shares consume it.
-                    unit = _Unit({c: _value(q) for c, q in d.capacity.items()}, {}, False)
-                    consumed = ledger.consumed_capacity(d.id) if allocated else None
-                    if consumed:
-                        unit.used = {c: _value(q) for c, q in consumed.items()}
-                    elif allocated:
-                        unit.whole = True
-                    units[key] = unit
-                    device_units[d.id] = ((key, {}),)  # a pod's share is not known here: counted as touching it
-                else:
-                    units[key] = _Unit({}, {}, allocated)
-                    device_units[d.id] = ((key, None),)
+            elif payload is not None:
+                # Shares: a unit whose counters are the device's capacity, used as far as the shares consume it.
+                unit = _Unit(payload, {}, False)
+                consumed = ledger.consumed_capacity(did) if allocated else None
+                if consumed:
+                    unit.used = {c: _value(q) for c, q in consumed.items()}
+                elif allocated:
+                    unit.whole = True
+                units[key] = unit
+            else:
+                units[key] = _Unit({}, {}, allocated)
         return NodeUnits(units, device_units, taken)
+
+
+Totals = dict[str, float]
+DeviceUnits = dict[DeviceID, tuple[tuple[UnitKey, Totals | None], ...]]
+# A device of the node: (id, None, its counter entries) when it consumes counters; else (id, its unit, the
+# capacity totals of a shared device, or None for a device taken whole).
+ShapeDevice = tuple[DeviceID, UnitKey | None, Any]
+Shape = tuple[tuple[tuple[UnitKey, Totals], ...], tuple[ShapeDevice, ...], DeviceUnits]
+
+
+def _shape(node: str, reachable: list[SliceView]) -> Shape:
+    """What of a node's units its slices alone decide: the counter sets' totals and each own device's unit(s)."""
+    counter_units: dict[UnitKey, Totals] = {}
+    devices: list[ShapeDevice] = []
+    device_units: DeviceUnits = {}
+    # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
+    pools = {(s.driver, s.pool) for s in reachable if s.node_name == node or any(d.node_name == node for d in s.devices)}
+    for s in reachable:
+        if (s.driver, s.pool) in pools:
+            for cs in s.shared_counters:
+                counter_units.setdefault((s.driver, s.pool, cs.name), {c: _value(q) for c, q in cs.counters.items()})
+    for s in reachable:
+        if (s.driver, s.pool) not in pools:
+            continue
+        for d in s.devices:
+            if s.node_name != node and d.node_name != node:
+                continue
+            if d.consumes_counters:
+                entries = tuple(
+                    ((s.driver, s.pool, use.counter_set), {c: _value(q) for c, q in use.counters.items()}) for use in d.consumes_counters
+                )
+                device_units[d.id] = entries
+                devices.append((d.id, None, entries))
+                continue
+            key = (s.driver, s.pool, "device:" + d.id.device)
+            if d.allow_multiple_allocations and d.capacity:
+                devices.append((d.id, key, {c: _value(q) for c, q in d.capacity.items()}))
+                device_units[d.id] = ((key, {}),)  # a pod's share is not known here: counted as touching it
+            else:
+                devices.append((d.id, key, None))
+                device_units[d.id] = ((key, None),)
+    return tuple(counter_units.items()), tuple(devices), device_units

@@ -40,8 +40,8 @@ class Aim:
 def health_level(outcome: Outcome) -> int:
     """2: none of the pod's devices carries a non-blocking taint (or it uses none); 1: some do; 0: all do."""
     devices = outcome.devices
-    if not devices:
-        return 2
+    if not any(d.taints for d in devices):
+        return 2  # the usual case, no taint at all: per node of every /filter, so kept cheap
     degraded = sum(1 for d in devices if any(not blocks_allocation(t) for t in d.taints))
     return 2 if degraded == 0 else (0 if degraded == len(devices) else 1)
 
@@ -83,15 +83,20 @@ class Scores:
                 expected.setdefault(aim.node, []).append(aim)
         spread = self.node_placement == SPREAD
         levels: dict[int, list[tuple[tuple[float, ...], str, int]]] = {}  # health -> (order key, name, index)
+        units_of = self.fullness.current()
         for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
-            if not outcome.ok:
+            if outcome.failure is not None:
                 continue
-            units = self.fullness.of(name)
+            units = units_of(name)
             aims = expected.get(name)
-            before = [d for a in aims for d in a.devices] if aims else []
-            devices = self._joint_devices(aims, claims, name, nodes) if aims else None
-            touched_before, _ = units.measure(before)
-            touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
+            if aims:
+                before = [d for a in aims for d in a.devices]
+                devices = self._joint_devices(aims, claims, name, nodes)
+                touched_before, _ = units.measure(before)
+                touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
+            else:  # the usual case: nothing expected here, and the node's verdict is the cached one
+                touched_before = units.base_touched
+                touched, use = units.measure_devices(outcome.devices)
             key: tuple[float, ...] = (touched + use,) if spread else (touched - touched_before, -(touched + use))
             levels.setdefault(health_level(outcome), []).append((key, name, i))
         scores = [0] * len(names)

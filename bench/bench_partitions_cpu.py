@@ -1,0 +1,180 @@
+"""The extender's CPU per pod on partitionable GPUs, in process (the Partitions workload's cluster).
+
+`nodes` nodes x 8 GPUs x 7 partitions (one shared-counter set per GPU, each
+partition consuming its GPU's counters); each measured pod has one claim from
+the template (one device) and goes through what kube-scheduler sends with
+`percentageOfNodesToScore: 100`: /filter with all node names, /prioritize,
+/bind on the best-scored node, as `bench_scale5k_cpu` does (CPU time of this
+thread per verb; HTTP framing is in the cluster-mode workload run instead).
+
+    .venv/bin/python -m bench.bench_partitions_cpu [--nodes 500] [--pods N] [--profile] [--tag T]
+
+Results land in bench/results/partitions-cpu.{json,md} (and -profile-T.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.bench_scale5k_cpu import MemorySource, one_pod, summary
+from bench.workloads.cluster import DRIVER, PodClaim, base_objects, node_name
+from kubesim.objects import PARTITIONS_GI, partitioned_slices
+from tracker import events as ev
+
+RESULTS = Path(__file__).parent / "results"
+GPUS = 8
+
+
+def build(nodes: int, pods: int) -> tuple[Any, list[PodClaim]]:
+    from allocator.allocation import Allocator
+    from allocator.cel import CelEnvironment
+    from extender.metrics import Metrics
+    from extender.service import Service
+    from tracker.state import ClusterState
+
+    objs = base_objects(0, 0)
+    for i in range(nodes):
+        node = node_name(i)
+        objs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}})
+        objs += partitioned_slices(node, DRIVER, GPUS)
+    pcs = [PodClaim(k, "template") for k in range(pods)]
+    for pc in pcs:
+        objs += pc.objects()
+    rv = 1000
+    for o in objs:
+        rv += 1
+        o["metadata"].setdefault("resourceVersion", str(rv))
+    scheduled = {name for pc in pcs for name in (pc.name, pc.claim)}
+    held = {
+        (o["kind"], f"{o['metadata']['namespace']}/{o['metadata']['name']}"): o
+        for o in objs
+        if o["kind"] in (ev.POD, ev.RESOURCE_CLAIM) and o["metadata"]["name"] in scheduled
+    }
+    state = ClusterState(CelEnvironment())
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for o in objs:
+        groups.setdefault((o["kind"], o["apiVersion"].rpartition("/")[0]), []).append(o)
+    for (kind, group), items in groups.items():
+        state.replace(kind, group, items)
+    for kind, group in state.required:
+        state.mark_synced(kind, group)
+    gc.collect()
+    gc.freeze()
+    service = Service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0)
+    return service, pcs
+
+
+async def run(nodes: int, pods: int, warm: int, profile: bool, label: str) -> dict[str, Any]:
+    load_start = list(os.getloadavg())
+    t0 = time.perf_counter()
+    service, pcs = build(nodes, pods + warm)
+    build_s = time.perf_counter() - t0
+    names_body = orjson.dumps([node_name(i) for i in range(nodes)])
+    rng = random.Random(1)
+    await asyncio.sleep(0)
+    # The start-up CEL warm-up (tracker/recompute.py, a task on this loop) finishes first: steady state only.
+    while warming := [t for t in asyncio.all_tasks() if t.get_name() == "warm-selectors"]:
+        await asyncio.gather(*warming)
+    for pc in pcs[:warm]:
+        await one_pod(service, pc, names_body, rng)
+    prof = cProfile.Profile() if profile else None
+    samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "total": []}
+    offered = []
+    if prof is not None:
+        prof.enable()
+    for pc in pcs[warm:]:
+        r = await one_pod(service, pc, names_body, rng)
+        for verb in ("filter", "prioritize", "bind"):
+            samples[verb].append(r[verb])
+        samples["total"].append(r["filter"] + r["prioritize"] + r["bind"])
+        offered.append(r["offered"])
+    if prof is not None:
+        prof.disable()
+    result: dict[str, Any] = {
+        "label": label,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "python": platform.python_version(),
+        "load_average_start": load_start,
+        "load_average_end": list(os.getloadavg()),
+        "nodes": nodes,
+        "gpus_per_node": GPUS,
+        "partitions_per_gpu": len(PARTITIONS_GI),
+        "pods": pods,
+        "warm_pods": warm,
+        "build_s": round(build_s, 1),
+        "offered_per_filter": {"min": min(offered), "max": max(offered), "mean": round(sum(offered) / len(offered), 1)},
+        "cpu_ms": {k: summary(v) for k, v in samples.items()},
+    }
+    if prof is not None:
+        s = io.StringIO()
+        ps = pstats.Stats(prof, stream=s)
+        ps.sort_stats("tottime").print_stats(30)
+        ps.sort_stats("cumulative").print_stats(40)
+        result["profile_text"] = s.getvalue()
+    return result
+
+
+def write(result: dict[str, Any], tag: str) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    text = result.pop("profile_text", None)
+    path = RESULTS / "partitions-cpu.json"
+    runs = json.loads(path.read_text()) if path.exists() else {}
+    runs[tag] = result
+    path.write_text(json.dumps(runs, indent=2) + "\n")
+    if text is not None:
+        (RESULTS / f"partitions-cpu-profile-{tag}.txt").write_text(
+            f"# cProfile of {result['pods']} pods at {result['nodes']} names ({result['label']}); load {result['load_average_start']}\n\n"
+            + text
+        )
+    lines = [
+        "# Extender CPU per pod on partitionable GPUs, in process (`python -m bench.bench_partitions_cpu`)",
+        "",
+        "Nodes x 8 GPUs x 7 partitions on per-GPU shared counters in one `ClusterState`; each pod (one device from the template): "
+        "/filter with all node names, /prioritize, /bind on the best-scored node. CPU time of the thread per verb (HTTP framing "
+        "not included; the cluster-mode Partitions workload measures it). Target: /filter p99 <= 10 ms.",
+        "",
+        "| run | when | load avg start -> end | nodes | pods | offered by /filter (mean) | filter p50/p99 ms | prioritize p50/p99 ms | bind p50/p99 ms | total p50/p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for tag_, r in runs.items():
+        c = r["cpu_ms"]
+        lines.append(
+            f"| {tag_}: {r['label']} | {r['when']} | {r['load_average_start']} -> {r['load_average_end']} | {r['nodes']} | {r['pods']} | "
+            f"{r['offered_per_filter']['mean']} | {c['filter']['p50']} / {c['filter']['p99']} | {c['prioritize']['p50']} / {c['prioritize']['p99']} | "
+            f"{c['bind']['p50']} / {c['bind']['p99']} | {c['total']['p50']} / {c['total']['p99']} |"
+        )
+    (RESULTS / "partitions-cpu.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=200)
+    parser.add_argument("--warm", type=int, default=20)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--tag", default="run")
+    parser.add_argument("--label", default="")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag))
+    c = result["cpu_ms"]
+    print({k: (c[k]["p50"], c[k]["p99"]) for k in c}, "offered", result["offered_per_filter"])
+    write(result, args.tag)
+
+
+if __name__ == "__main__":
+    main()
