@@ -288,7 +288,17 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
                 headers={"Content-Type": "application/json"},
             ).raise_for_status()
         port = free_port()
-        cmd = [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", str(kubeconfig), "--standalone", "--listen", f"127.0.0.1:{port}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "extender.cli",
+            "serve",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--standalone",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ]
         ext_proc, client = start_server([*cmd, "--node-placement", policy], port, tmp / "extender.log", timeout=300)
         client.close()
         load_before = _loadavg()
