@@ -1,7 +1,7 @@
 """How much a property test draws in each tier.
 
 `make test-fast` sets DRA_TEST_TIER=fast: property tests draw a quarter of
-their examples there, so the fast tier stays near 80 s on 2 idle cores; `make test` (and
+their examples there, which keeps the fast tier near 2.5 minutes on 2 idle cores; `make test` (and
 CI) draw them all.
 """
 
