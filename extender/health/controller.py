@@ -35,7 +35,7 @@ from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.api_source import OPTIONAL_RECHECK_SECONDS
-from tracker.discovery import served
+from tracker.discovery import Transport, served
 from tracker.reflector import Freshness, Reflector, WatchTransport
 from tracker.resources import KIND_RESOURCES, OWN_RULES, Resource
 from tracker.source import NotFound, SourceError, status_error
@@ -49,19 +49,8 @@ WRITERS = 64  # API writes in flight at once
 Taint = tuple[str, str, str]  # key, value, effect
 
 
-class HealthSource(Protocol):
-    """What the controller needs of the API server (ApiSource provides it)."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        timeout: float | None = 30.0,
-    ) -> tuple[int, bytes]: ...
+class HealthSource(Transport, Protocol):
+    """What the controller needs of the API server (ApiSource provides it): requests, sends and Events."""
 
     async def send(
         self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
