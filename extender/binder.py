@@ -68,7 +68,7 @@ class Binder:
         self,
         state: ClusterState,
         source: BindingSource,
-        allocator: Allocator,
+        allocator: Allocator[Any],  # over whichever selector engine the state has (tracker: SelectorEngine[Any])
         metrics: Metrics,
         gate: PlacementGate,
         *,

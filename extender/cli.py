@@ -504,7 +504,7 @@ def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadersh
     if cluster is None:
         raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
     try:
-        leadership = Leadership.from_args(cluster, args)
+        leadership = Leadership.choose(cluster, scheduler_config=args.scheduler_config, follow_scheduler_lease=args.follow_scheduler_lease)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if leadership is not None:

@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -185,7 +185,7 @@ def bind_socket(host: str, port: int, flag: str) -> socket.socket:
 
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
-    def capture_signals(self):  # the main thread owns signal handling
+    def capture_signals(self) -> Iterator[None]:  # the main thread owns signal handling
         yield
 
 

@@ -13,7 +13,9 @@ log = logging.getLogger("dra_extender.webhook")
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # a pod is at most ~1.5 MiB (etcd's limit); an AdmissionReview carries one or two
 
 
-def add_parser(sub: Any, hostport: Callable[[str, str], tuple[str, int]]) -> argparse.ArgumentParser:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], hostport: Callable[[str, str], tuple[str, int]]
+) -> argparse.ArgumentParser:
     """The `webhook` subcommand's flags (extender/cli.py registers it)."""
     p = sub.add_parser(
         "webhook",
