@@ -656,7 +656,7 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         log.info("NoExecute evictions off (--no-eviction)")
     if health is not None:
-        health.start(state, cluster, is_leader, metrics)
+        health.start(state, is_leader, metrics)
 
     foreign = _foreign_pods(args, state, metrics, events, is_leader) if events is not None else None
     requeuer = None

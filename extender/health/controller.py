@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
+from allocator.device_view import DeviceView
 from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
@@ -332,7 +333,14 @@ class HealthController:
         return touched
 
     def _apply_alert(
-        self, policy: Policy, rule: Rule, labels: Any, fingerprint: str, firing: bool, now: float, touched: set[tuple[str, str]]
+        self,
+        policy: Policy,
+        rule: Rule,
+        labels: Mapping[str, str],
+        fingerprint: str,
+        firing: bool,
+        now: float,
+        touched: set[tuple[str, str]],
     ) -> str:
         ident = (policy.name, rule.name)
         assert rule.device is not None  # an alert rule
@@ -361,14 +369,14 @@ class HealthController:
         self.last_signal[ident] = now
         return "firing" if firing else "resolved"
 
-    def _unmatched(self, ident: tuple[str, str], reason: str, labels: Any, now: float, outcome: str = "unmatched") -> str:
+    def _unmatched(self, ident: tuple[str, str], reason: str, labels: Mapping[str, str], now: float, outcome: str = "unmatched") -> str:
         u = self.unmatched.setdefault(ident, Unmatched())
         u.count += 1
         u.last = {"reason": reason, "labels": dict(labels), "time": format_time(now)}
         log.warning("alert names no device of the rule", extra={"policy": ident[0], "rule": ident[1], "err": reason})
         return outcome
 
-    def _selected(self, rule: Rule, device: Any) -> bool:
+    def _selected(self, rule: Rule, device: DeviceView) -> bool:
         if device.id.driver != rule.driver:
             return False
         for expr in rule.selectors:
@@ -527,7 +535,7 @@ class HealthController:
         self.states[ident] = d.states
         sem = asyncio.Semaphore(WRITERS)
 
-        async def bounded(coro: Any) -> None:
+        async def bounded(coro: Awaitable[None]) -> None:
             async with sem:
                 await coro
 

@@ -6,7 +6,10 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where the server starts
+    import uvicorn
 
 log = logging.getLogger("dra_extender.webhook")
 
@@ -158,7 +161,7 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     return 0
 
 
-async def _reload_certificates(config: Any, cert: str, key: str, every: float) -> None:
+async def _reload_certificates(config: uvicorn.Config, cert: str, key: str, every: float) -> None:
     """cert-manager renews the Secret in place: load the new pair into the live SSL context (new handshakes use it)."""
     import os
 
