@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from allocator.cel import CelEnvironment
     from extender.foreign_pods import ForeignSchedulerPods
     from extender.health.wiring import HealthSetup
-    from extender.http_thread import HttpThread, Limits, LoopBridge
+    from extender.http_thread import HttpThread, Limits, Listener, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
     from tracker.api_source import ApiSource
@@ -562,15 +562,16 @@ def _apps(
     addresses: tuple[tuple[str, int], tuple[str, int] | None],
     cluster: ApiSource | None,
     leadership: Leadership | None,
-) -> list[tuple[Any, ...]]:
+) -> list[Listener]:
     """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen."""
     from extender.app import create_app
+    from extender.http_thread import Listener
 
     listen, probe = addresses
     source_status = cluster.sync_status if cluster is not None else None
     lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
-    apps: list[tuple[Any, ...]] = [
-        (
+    apps = [
+        Listener(
             create_app(
                 service,
                 bridge,
@@ -585,7 +586,10 @@ def _apps(
     ]
     if probe is not None:
         apps.append(
-            (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
+            Listener(
+                create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem),
+                *probe,
+            )
         )
     return apps
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from extender.http_thread import Limits, LoopBridge
+from extender.http_thread import Limits, Listener, LoopBridge
 from extender.metrics import Metrics
 from tracker.state import ClusterState
 
@@ -65,16 +65,17 @@ class HealthSetup:
             else:
                 self.background.append(("health-leader-label", LeaderLabel(self.cluster, *pod, is_leader).run))
 
-    def apps(self, bridge: LoopBridge, limits: Limits) -> list[tuple[Any, ...]]:
+    def apps(self, bridge: LoopBridge, limits: Limits) -> list[Listener]:
         if self.sock is None or self.controller is None or self.listen is None:
             return []
         from extender.health.receiver import Receiver
 
         receiver = Receiver(self.controller, Path(self.args.alerts_token_file), limits, bridge=bridge, metrics=self.controller.metrics)
-        tls = {}
-        if self.args.alerts_tls_cert_file:
-            tls = {"ssl_certfile": self.args.alerts_tls_cert_file, "ssl_keyfile": self.args.alerts_tls_key_file}
-        return [(receiver.app, *self.listen, tls)] if tls else [(receiver.app, *self.listen)]
+        if self.args.alerts_tls_cert_file:  # prepare checked that the key file comes with it
+            return [
+                Listener(receiver.app, *self.listen, ssl_certfile=self.args.alerts_tls_cert_file, ssl_keyfile=self.args.alerts_tls_key_file)
+            ]
+        return [Listener(receiver.app, *self.listen)]
 
     @property
     def sockets(self) -> list[socket.socket]:
