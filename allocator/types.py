@@ -212,10 +212,6 @@ class CapacityRequestPolicy:
     valid_range_max: Quantity | None = None
     valid_range_step: Quantity | None = None
 
-    @property
-    def has_valid_range(self) -> bool:
-        return self.valid_range_min is not None
-
 
 @dataclass(frozen=True, slots=True)
 class Device:
