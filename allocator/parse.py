@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+from allocator.pod_volumes import volume_claims, volume_tolerations
 from allocator.quantity import Quantity, QuantityError, parse_quantity
 from allocator.semver import SemverError, parse_semver
 from allocator.types import (
@@ -886,6 +887,7 @@ def parse_pod(raw: Mapping[str, Any]) -> Pod:
         _parse_container(r, c, f"spec.containers[{i}]", init=False) for i, c in enumerate(r.seq(spec.get("containers"), "spec.containers"))
     ]
     extended = r.mapping(status.get("extendedResourceClaimStatus"), "status.extendedResourceClaimStatus")
+    tolerations, tolerations_problem = volume_tolerations(meta.annotations)
     return Pod(
         meta,
         tuple(claims),
@@ -895,6 +897,9 @@ def parse_pod(raw: Mapping[str, Any]) -> Pod:
         r.string(status.get("phase"), "status.phase"),
         tuple(containers) if any(c.extended for c in containers) else (),
         r.string(extended.get("resourceClaimName"), "status.extendedResourceClaimStatus.resourceClaimName") or None,
+        volume_claims(spec.get("volumes"), meta.name),
+        tolerations,
+        tolerations_problem,
     )
 
 

@@ -19,7 +19,12 @@ D = "gpu.example.com"
 def _device(name: str) -> dict[str, Any]:
     return {
         "name": name,
-        "attributes": {"model": {"string": "a100"}, "cores": {"int": 108}, "ecc": {"bool": True}, "driverVersion": {"version": "1.2.3-rc.1"}},
+        "attributes": {
+            "model": {"string": "a100"},
+            "cores": {"int": 108},
+            "ecc": {"bool": True},
+            "driverVersion": {"version": "1.2.3-rc.1"},
+        },
     }
 
 
