@@ -192,9 +192,9 @@ class Service:
         names = args.names
         if not raw_needs_extender(args.pod):
             return list(names), {}
-        if not raw_may_use_dra(args.pod):  # only volume taints to check
+        if not raw_may_use_dra(args.pod):  # only volume taints to check (none while no volume is tainted)
             self._check_ready()
-            problem = self.volumes.problem(self._parse_pod(args.pod))
+            problem = self.volumes.problem(self._parse_pod(args.pod)) if self.volumes.any_tainted() else None
             return ([], {n: problem for n in names}) if problem else (list(names), {})
         deadline = time.monotonic() + budget if budget else None
         self._check_ready()

@@ -16,6 +16,10 @@ class VolumeChecks:
         self.state = state
         self.metrics = metrics
 
+    def any_tainted(self) -> bool:
+        """Whether some PVC or PV is tainted: until one is, no pod needs parsing for its volumes."""
+        return self.state.volumes.has_taints()
+
     def problem(self, pod: Pod) -> str | None:
         """Why the pod the scheduler sent may start on no node because of a volume taint, or None.
 
