@@ -5,7 +5,9 @@ The API has no `spec.volumeTaints`, so taints live in the annotation
 PersistentVolumeClaim and tolerations in the pod annotation
 `resource.dra-extender.io/volume-tolerations`. They are parsed into the
 device taint and toleration types so that matching is the one function
-devices use (`allocator.tolerations.tolerates_taint`).
+devices use (`allocator.tolerations.tolerates_taint`). The pod's side (its
+PVCs and tolerations) is read once into the parsed `Pod`
+(allocator/pod_volumes.py); the volumes' side is read here.
 
 The index keeps only what decisions need: a PVC's bound volume name and
 parsed taints, a PV's parsed taints, and which pods use which PVC.
