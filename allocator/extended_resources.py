@@ -11,7 +11,7 @@ resource, a device plugin serves it and no claim is made.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from allocator.types import (
@@ -69,34 +69,9 @@ def _beats(a: DeviceClass, b: DeviceClass) -> bool:
     return a.meta.name < b.meta.name
 
 
-def wants_extended_resources(pod: Pod) -> bool:
-    """Whether the pod requests any domain-qualified resource (a candidate for DRA)."""
-    return any(c.extended for c in pod.containers)
-
-
-def dra_use(pod: Pod, served: Container[str]) -> str | None:
-    """Why a DRA allocator must schedule this pod (for a log or an Event), or None when it needs no DRA device.
-
-    Resource claims, a recorded extended-resource claim, or a requested
-    resource a DeviceClass serves: one in `served` (class_mapping's keys, or
-    every class's extendedResourceName) or any `deviceclass.resource.kubernetes.io/`
-    name, whose class may be created after the pod. Requests are read as
-    parse_pod defaults them (a limit without a request counts, init containers too).
-    """
-    if pod.resource_claims:
-        return "resourceClaims"
-    if pod.extended_claim_name:
-        return f"extended-resource claim {pod.extended_claim_name}"
-    for c in pod.containers:
-        for name in sorted(c.extended):
-            if name in served or name.startswith(IMPLICIT_PREFIX):
-                return f"extended resource {name}"
-    return None
-
-
 def dra_resources(pod: Pod, mapping: Mapping[str, str], node: Node) -> frozenset[str]:
     """The pod's requested resources that DRA serves on `node`: mapped to a class, and 0 or absent in its allocatable."""
-    names = {n for c in pod.containers for n in c.extended}
+    names = {n for c in pod.containers_if_extended for n in c.extended}
     out = set()
     for name in names:
         if name not in mapping:
@@ -119,7 +94,7 @@ def create_requests_and_mappings(
     run alongside it later, not at once); only the largest remainder is requested, and
     the other init containers' mappings are renamed to it.
     """
-    containers = pod.containers
+    containers = pod.containers_if_extended
     long_lived = [i for i, c in enumerate(containers) if not c.init or c.sidecar]
     short_lived = [i for i, c in enumerate(containers) if c.init and not c.sidecar]
     requests: list[DeviceRequest] = []
@@ -249,7 +224,7 @@ def claims_per_node(
     allocated is used as it is; an unallocated one (left by a failed bind) is
     replaced by the in-memory one.
     """
-    if not pod.containers:
+    if not pod.containers_if_extended:
         return [(claims, [n.name for n in nodes])]
     existing = next((c for c in claims if is_extended_claim(c)), None)
     if existing is not None and existing.allocation is not None:

@@ -212,10 +212,6 @@ class CapacityRequestPolicy:
     valid_range_max: Quantity | None = None
     valid_range_step: Quantity | None = None
 
-    @property
-    def has_valid_range(self) -> bool:
-        return self.valid_range_min is not None
-
 
 @dataclass(frozen=True, slots=True)
 class Device:
@@ -449,8 +445,15 @@ class Pod:
     node_name: str = ""
     scheduler_name: str = "default-scheduler"
     phase: str = ""
-    containers: tuple[ContainerResources, ...] = ()  # init containers first, then regular ones
+    # Every container, init containers first, but only when one of them requests a
+    # domain-qualified resource (a candidate for a DRA-backed extended resource); else ().
+    containers_if_extended: tuple[ContainerResources, ...] = ()
     extended_claim_name: str | None = None  # status.extendedResourceClaimStatus.resourceClaimName
+    # Volume taints (allocator/pod_volumes.py): the PVCs the pod mounts, by name in volume order,
+    # and its volume tolerations (a malformed annotation counts as none; the problem says why).
+    volume_claims: tuple[str, ...] = ()
+    volume_tolerations: tuple[DeviceToleration, ...] = ()
+    volume_tolerations_problem: str | None = None
 
     @property
     def key(self) -> str:

@@ -29,6 +29,7 @@ import orjson
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
+from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from extender import wire
 from extender.metrics import Metrics
 from extender.service import Service
@@ -36,7 +37,7 @@ from kubesim.null_source import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
 from tracker.timestamps import rfc3339
-from tracker.volumes import TAINTS_ANNOTATION, TOLERATIONS_ANNOTATION
+from tracker.volumes import TAINTS_ANNOTATION
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIMIT_MS = 1.0

@@ -33,7 +33,7 @@ from allocator.extended_resources import (
 )
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
-from allocator.pod_claims import being_deleted
+from allocator.pod_claims import being_deleted, may_use_dra
 from allocator.types import AllocationResult, Node, Pod, ResourceClaim
 from extender.background import BackgroundTasks
 from extender.bind_undo import BindUndo
@@ -109,7 +109,7 @@ class Binder:
             except TimeoutError:
                 return f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out"
             uid = args.pod_uid or pod.meta.uid
-            if not pod.resource_claims and not (self.features.extended_resources and pod.containers):
+            if not may_use_dra(pod, extended_resources=self.features.extended_resources):
                 self.gate.decided(uid)
                 return await self._bind_pod(args, uid, deadline)
             return await self._bind_with_claims(pod, uid, args, deadline)
@@ -270,7 +270,7 @@ class Binder:
         conditions were pending) is used as it is; an unallocated one is stale
         and replaced (upstream's PostFilter deletes it too).
         """
-        if not self.features.extended_resources or not pod.containers:
+        if not self.features.extended_resources or not pod.containers_if_extended:
             return claims, None
         existing = next((c for c in claims if is_extended_claim(c)), None)
         mapping = class_mapping(self.state.classes)

@@ -7,10 +7,10 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from allocator.types import DeviceID
+from tracker.device_rows import attributes_json, device_row
 from tracker.state import ClusterState
 
 MAX_DEBUG_PAGE = 1000  # /debug/devices items per page: one page costs the loop a few ms
@@ -41,18 +41,19 @@ def device_page(state: ClusterState, node: str, driver: str, pool: str, tainted:
 
 
 def _device_item(state: ClusterState, did: DeviceID) -> dict[str, Any]:
-    """One device: its attributes and capacity as published and as patched, its taints, who holds it."""
+    """One device (tracker/device_rows.py) with its attributes and capacity as published and as patched, and its taints."""
     view = state.devices[did]
     slice_ = state.published_slice(did)
     original = next((d for d in slice_.devices if d.name == did.device), None) if slice_ else None
+    row = device_row(state, did)
     return {
         "driver": did.driver,
         "pool": did.pool,
         "device": did.device,
-        "node": view.node_name,
+        "node": row.node,
         "attributes": {
-            "original": _attrs(original.attributes) if original else {},
-            "effective": _attrs(view.attributes),
+            "original": attributes_json(original.attributes) if original else {},
+            "effective": row.attributes,
         },
         "capacity": {
             "original": {k: str(v) for k, v in original.capacity.items()} if original else {},
@@ -62,8 +63,8 @@ def _device_item(state: ClusterState, did: DeviceID) -> dict[str, Any]:
             {"key": t.key, "value": t.value, "effect": t.effect, "timeAdded": t.time_added, "source": src}
             for t, src in zip(view.taints, view.taint_sources, strict=False)
         ],
-        "allocatedTo": state.allocated.get(did),
-        **state.sharing(did),
+        "allocatedTo": row.holder,
+        **row.sharing,
     }
 
 
@@ -87,7 +88,3 @@ def _sorted_devices(state: ClusterState) -> list[DeviceID]:
     _sorted_cache.clear()  # one state per process: keep a single entry
     _sorted_cache[id(state)] = (state.generation, ids)
     return ids
-
-
-def _attrs(attrs: Mapping[str, Any]) -> dict[str, object]:
-    return {k: (v if isinstance(v, int | bool | str) else str(v)) for k, v in attrs.items()}

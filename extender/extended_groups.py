@@ -29,7 +29,7 @@ class ExtendedGroups:
         self, pod: Pod, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes
     ) -> list[tuple[list[ResourceClaim], list[str]]]:
         """(claims, nodes) per group of nodes on which DRA serves the same extended resources."""
-        if not self.features.extended_resources or not pod.containers:
+        if not self.features.extended_resources or not pod.containers_if_extended:
             return [(claims, list(names))]
         groups = claims_per_node(pod, claims, self.state.classes, [node for node, _token in nodes.resolve(names)])
         for group_claims, _names in groups:

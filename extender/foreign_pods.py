@@ -1,7 +1,7 @@
 """DRA pods another scheduler schedules: counted, told on the pod, never left silent.
 
 The extender allocates devices for the kube-scheduler profiles it serves. A
-pod that uses DRA (allocator.extended_resources.dra_use: resource claims or
+pod that uses DRA (allocator.pod_claims.dra_use: resource claims or
 DRA-backed extended resources) but names another scheduler — the default
 one, because the schedulerName webhook leaves its namespace out, because the
 pod was created before its DeviceClass was seen, or because the webhook was
@@ -24,7 +24,8 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
-from allocator.extended_resources import class_mapping, dra_use
+from allocator.extended_resources import class_mapping
+from allocator.pod_claims import dra_use
 from tracker import events as ev
 
 if TYPE_CHECKING:  # the CLI imports add_flags before anything heavy is loaded

@@ -25,6 +25,8 @@ from typing import Any
 from allocator.allocation import Allocator, Outcome
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
+from allocator.pod_claims import raw_may_use_dra, raw_needs_extender
+from allocator.pod_volumes import has_pvc_volumes
 from allocator.types import Pod, ResourceClaim
 from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message
@@ -44,43 +46,14 @@ from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
-from tracker.volumes import has_pvc_volumes
 
-__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service", "pod_has_claims"]
+__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service"]
 
 log = logging.getLogger("dra_extender.extender")
 
 DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bind
 
 Verdict = tuple[list[str], dict[str, str]]  # /filter's answer: the nodes that fit, and why each other one does not
-
-
-def pod_has_claims(pod: dict[str, Any]) -> bool:
-    """The no-claim fast path: every pod reaches the extender, most have no claims.
-
-    A pod requesting a domain-qualified resource may need devices through a
-    DRA-backed extended resource, so it takes the slow path too.
-    """
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return False
-    if spec.get("resourceClaims"):
-        return True
-    return _requests_extended(spec.get("containers")) or _requests_extended(spec.get("initContainers"))
-
-
-def _requests_extended(containers: Any) -> bool:
-    if not isinstance(containers, list):
-        return False
-    for c in containers:
-        resources = c.get("resources") if isinstance(c, dict) else None
-        if not isinstance(resources, dict):
-            continue
-        for part in ("requests", "limits"):
-            values = resources.get(part)
-            if isinstance(values, dict) and any("/" in name for name in values):
-                return True
-    return False
 
 
 class NotReady(Exception):
@@ -215,11 +188,11 @@ class Service:
         partial node list.
         """
         names = args.names
-        if not pod_has_claims(args.pod):
-            if not has_pvc_volumes(args.pod):
-                return list(names), {}
+        if not raw_needs_extender(args.pod):
+            return list(names), {}
+        if not raw_may_use_dra(args.pod):  # only volume taints to check (none while no volume is tainted)
             self._check_ready()
-            problem = self.volumes.problem(args.pod)
+            problem = self.volumes.problem(self._parse_pod(args.pod)) if self.volumes.any_tainted() else None
             return ([], {n: problem for n in names}) if problem else (list(names), {})
         deadline = time.monotonic() + budget if budget else None
         self._check_ready()
@@ -228,7 +201,7 @@ class Service:
         self.scores.forget(pod.meta.uid)
         claims, problem = await self.claims.when_created(pod)
         if problem is None and has_pvc_volumes(args.pod):
-            problem = self.volumes.problem(args.pod)
+            problem = self.volumes.problem(pod)
         if problem is not None:
             return [], {n: problem for n in names}
         waiting = pending_for(claims, pod.meta.uid) if self.features.binding_conditions else []
@@ -353,7 +326,7 @@ class Service:
 
     def filter_without_state(self, args: ExtenderArgs) -> list[str] | None:
         """Every node for a pod with neither claims nor PVC volumes; else None. Thread-safe (reads the request only)."""
-        if pod_has_claims(args.pod) or has_pvc_volumes(args.pod):
+        if raw_needs_extender(args.pod):
             return None
         return list(args.names)
 
@@ -366,7 +339,7 @@ class Service:
         and takes one kept entry (extender/scores.py).
         """
         names = args.names
-        if not pod_has_claims(args.pod):
+        if not raw_may_use_dra(args.pod):
             return [(n, 0) for n in names]
         meta = args.pod.get("metadata")
         return self.scores.take(meta.get("uid") if isinstance(meta, dict) else None, names)
@@ -374,7 +347,7 @@ class Service:
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
         """Health first, then the placement policy (formula in docs/scoring.md)."""
         names = args.names
-        if not pod_has_claims(args.pod):
+        if not raw_may_use_dra(args.pod):
             return [(n, 0) for n in names]
         self._check_ready()
         pod = self._parse_pod(args.pod)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from allocator.types import Pod
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.state import ClusterState, Problem
-from tracker.volumes import debug_volumes, pod_tolerations, pod_volume_verdict
+from tracker.volumes import debug_volumes, pod_volume_verdict
 
 
 class VolumeChecks:
@@ -16,22 +16,23 @@ class VolumeChecks:
         self.state = state
         self.metrics = metrics
 
-    def problem(self, raw_pod: Mapping[str, Any]) -> str | None:
+    def any_tainted(self) -> bool:
+        """Whether some PVC or PV is tainted: until one is, no pod needs parsing for its volumes."""
+        return self.state.volumes.has_taints()
+
+    def problem(self, pod: Pod) -> str | None:
         """Why the pod the scheduler sent may start on no node because of a volume taint, or None.
 
-        A malformed tolerations annotation counts as none and is reported on the pod.
+        A malformed tolerations annotation counts as none (parse_pod read it once) and is reported on the pod.
         """
         volumes = self.state.volumes
         if not volumes.has_taints():
             return None
-        _tolerations, malformed = pod_tolerations(raw_pod)
+        malformed = pod.volume_tolerations_problem
         if malformed is not None:
-            found = raw_pod.get("metadata")
-            meta: Mapping[str, Any] = found if isinstance(found, dict) else {}
-            name = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
             message = f"malformed volume tolerations, counted as none: {malformed}"
-            self.state.report(Problem(ev.POD, ev.GROUP_CORE, name, message, str(meta.get("uid") or "")))
-        verdict = pod_volume_verdict(volumes, raw_pod)
+            self.state.report(Problem(ev.POD, ev.GROUP_CORE, pod.key, message, pod.meta.uid))
+        verdict = pod_volume_verdict(volumes, pod)
         if verdict is None:
             return None
         self.metrics.volume_rejections.labels(verdict.taint.effect if verdict.taint is not None else "Malformed").inc()

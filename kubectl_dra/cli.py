@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from allocator.extended_resources import class_mapping, dra_use
+from allocator.extended_resources import class_mapping
 from allocator.parse import parse_pod
+from allocator.pod_claims import dra_use
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
 from kubectl_dra.health import cmd_health
 from kubectl_dra.taint_spec import (

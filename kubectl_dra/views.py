@@ -23,6 +23,7 @@ from extender.metrics import Metrics
 from extender.service import Service
 from extender.wire import BadRequest, ExtenderArgs
 from kubectl_dra.rule_checks import rule_problems
+from tracker.device_rows import device_row
 from tracker.source import BindingSource
 from tracker.state import ClusterState
 
@@ -51,28 +52,21 @@ def device_rows(state: ClusterState, *, node: str | None = None, tainted: bool =
             continue
         if tainted and not view.taints:
             continue
+        row = device_row(state, did)
         rows.append(
             {
-                "node": view.node_name or ("<all nodes>" if view.all_nodes else "<selected nodes>"),
+                "node": row.node or ("<all nodes>" if view.all_nodes else "<selected nodes>"),
                 "driver": did.driver,
                 "pool": did.pool,
                 "device": did.device,
                 "taints": [str(t) for t in view.taints],
                 "sources": [source_label(s) for s in view.taint_sources],
-                "allocatedTo": state.holder(did) or "",
-                "attributes": {k: _plain(v) for k, v in sorted(view.attributes.items())},
-                **state.sharing(did),
+                "allocatedTo": row.holder or "",
+                "attributes": row.attributes,
+                **row.sharing,
             }
         )
     return rows
-
-
-def _plain(value: Any) -> Any:
-    for attr in ("value", "string", "int", "bool", "version"):
-        v = getattr(value, attr, None)
-        if v is not None:
-            return v
-    return str(value)
 
 
 @dataclass

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.types import DeviceToleration
-from tracker.volumes import pod_tolerations
+from allocator.types import DeviceToleration, Pod
 
 
 def _text(value: object) -> str:
@@ -31,14 +30,15 @@ class PodStatus:
     volume_tolerations: tuple[DeviceToleration, ...] = ()
 
     @staticmethod
-    def of(raw: Mapping[str, Any]) -> PodStatus:
+    def of(raw: Mapping[str, Any], pod: Pod) -> PodStatus:
+        """The conditions from `raw`; the volume tolerations as `parse_pod` read them into `pod` (parsed once)."""
         meta = raw.get("metadata") or {}
         conditions = tuple(
             PodCondition(_text(c.get("type")), _text(c.get("status")), _text(c.get("reason")))
             for c in (raw.get("status") or {}).get("conditions") or ()
             if isinstance(c, dict)
         )
-        return PodStatus(str(meta.get("uid") or ""), conditions, pod_tolerations(raw)[0])
+        return PodStatus(str(meta.get("uid") or ""), conditions, pod.volume_tolerations)
 
     def condition(self, type_: str, reasons: frozenset[str]) -> PodCondition | None:
         """The first condition of `type_` with one of `reasons`."""

@@ -22,7 +22,7 @@ import orjson
 
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
 from allocator.parse import parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
-from allocator.pod_claims import EXTENDED, claim_refs
+from allocator.pod_claims import EXTENDED, claim_refs, may_use_dra
 from allocator.types import (
     Node,
     Pod,
@@ -281,15 +281,16 @@ class ObjectStore:
             self.nodes[event.key] = parse_node(event.object)
 
     def _on_pod(self, event: ev.ObjectEvent) -> None:
-        uses_volumes = self.volumes.set_pod(event.key, None if event.type == "DELETED" else event.object)
         if event.type == "DELETED":
+            self.volumes.set_pod(event.key, None)
             self.pods.pop(event.key, None)
             self.pod_statuses.pop(event.key, None)
             return
         pod = parse_pod(event.object)
-        if pod.resource_claims or uses_volumes or pod.containers or pod.extended_claim_name:
+        uses_volumes = self.volumes.set_pod(event.key, pod)
+        if may_use_dra(pod) or uses_volumes:
             self.pods[event.key] = pod
-            self.pod_statuses[event.key] = PodStatus.of(event.object)
+            self.pod_statuses[event.key] = PodStatus.of(event.object, pod)
         else:
             # Only pods with claims or PVCs matter; one that lost them is forgotten.
             self.pods.pop(event.key, None)

@@ -5,7 +5,9 @@ The API has no `spec.volumeTaints`, so taints live in the annotation
 PersistentVolumeClaim and tolerations in the pod annotation
 `resource.dra-extender.io/volume-tolerations`. They are parsed into the
 device taint and toleration types so that matching is the one function
-devices use (`allocator.tolerations.tolerates_taint`).
+devices use (`allocator.tolerations.tolerates_taint`). The pod's side (its
+PVCs and tolerations) is read once into the parsed `Pod`
+(allocator/pod_volumes.py); the volumes' side is read here.
 
 The index keeps only what decisions need: a PVC's bound volume name and
 parsed taints, a PV's parsed taints, and which pods use which PVC.
@@ -21,15 +23,19 @@ from typing import Any
 
 import orjson
 
+from allocator.pod_volumes import (
+    EFFECT_NO_USE,
+    MalformedAnnotation,
+    annotation_entries,
+    entry_string,
+)
 from allocator.tolerations import tolerates_taint
-from allocator.types import DeviceTaint, DeviceToleration
+from allocator.types import DeviceTaint, DeviceToleration, Pod
 
 log = logging.getLogger("dra_extender.volumes")
 
 TAINTS_ANNOTATION = "resource.dra-extender.io/volume-taints"
-TOLERATIONS_ANNOTATION = "resource.dra-extender.io/volume-tolerations"
 EFFECT_NO_ATTACH_OR_MOUNT = "NoAttachOrMount"
-EFFECT_NO_USE = "NoUse"
 VOLUME_EFFECTS = frozenset({EFFECT_NO_ATTACH_OR_MOUNT, EFFECT_NO_USE})
 PVC = "PersistentVolumeClaim"
 PV = "PersistentVolume"
@@ -37,44 +43,16 @@ PV = "PersistentVolume"
 _warned_effects: set[str] = set()
 
 
-class MalformedAnnotation(ValueError):
-    """An annotation that is not the documented JSON list: str() says where and why."""
-
-
-def _entries(text: str, what: str) -> list[Mapping[str, Any]]:
-    try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise MalformedAnnotation(f"{what}: not JSON: {e}") from None
-    if not isinstance(data, list):
-        raise MalformedAnnotation(f"{what}: must be a JSON list, not {type(data).__name__}")
-    for i, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise MalformedAnnotation(f"{what}[{i}]: must be an object")
-    return data
-
-
-def _string(item: Mapping[str, Any], field: str, where: str, *, required: bool = False) -> str:
-    value = item.get(field)
-    if value is None or value == "":
-        if required:
-            raise MalformedAnnotation(f"{where}.{field}: required")
-        return ""
-    if not isinstance(value, str):
-        raise MalformedAnnotation(f"{where}.{field}: must be a string")
-    return value
-
-
 def parse_taints(text: str) -> tuple[DeviceTaint, ...]:
     """The taints of a volume annotation; unknown effects are dropped (logged once), as device taints treat them."""
     out = []
-    for i, item in enumerate(_entries(text, TAINTS_ANNOTATION)):
+    for i, item in enumerate(annotation_entries(text, TAINTS_ANNOTATION)):
         where = f"{TAINTS_ANNOTATION}[{i}]"
         taint = DeviceTaint(
-            key=_string(item, "key", where, required=True),
-            effect=_string(item, "effect", where, required=True),
-            value=_string(item, "value", where),
-            time_added=_string(item, "timeAdded", where),
+            key=entry_string(item, "key", where, required=True),
+            effect=entry_string(item, "effect", where, required=True),
+            value=entry_string(item, "value", where),
+            time_added=entry_string(item, "timeAdded", where),
         )
         if taint.effect not in VOLUME_EFFECTS:
             if taint.effect not in _warned_effects:
@@ -85,77 +63,10 @@ def parse_taints(text: str) -> tuple[DeviceTaint, ...]:
     return tuple(out)
 
 
-def parse_tolerations(text: str) -> tuple[DeviceToleration, ...]:
-    """A pod's volume tolerations, with the device tolerations' rules (tolerationSeconds only for NoUse)."""
-    out = []
-    for i, item in enumerate(_entries(text, TOLERATIONS_ANNOTATION)):
-        where = f"{TOLERATIONS_ANNOTATION}[{i}]"
-        operator = _string(item, "operator", where) or "Equal"
-        if operator not in ("Equal", "Exists"):
-            raise MalformedAnnotation(f"{where}.operator: must be Equal or Exists")
-        key = _string(item, "key", where)
-        value = _string(item, "value", where)
-        if operator == "Exists" and value:
-            raise MalformedAnnotation(f"{where}.value: must be empty when operator is Exists")
-        if not key and operator != "Exists":
-            raise MalformedAnnotation(f"{where}.operator: must be Exists when key is empty")
-        effect = _string(item, "effect", where)
-        seconds = item.get("tolerationSeconds")
-        if seconds is not None:
-            if isinstance(seconds, bool) or not isinstance(seconds, int):
-                raise MalformedAnnotation(f"{where}.tolerationSeconds: must be an integer")
-            if effect != EFFECT_NO_USE:
-                raise MalformedAnnotation(f"{where}.tolerationSeconds: only allowed with effect NoUse")
-        out.append(DeviceToleration(key=key, operator=operator, value=value, effect=effect, toleration_seconds=seconds))
-    return tuple(out)
-
-
 def _annotations(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = raw.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     return annotations if isinstance(annotations, Mapping) else {}
-
-
-def pod_tolerations(raw_pod: Mapping[str, Any]) -> tuple[tuple[DeviceToleration, ...], str | None]:
-    """(tolerations, problem): a malformed annotation counts as no tolerations and is reported."""
-    text = _annotations(raw_pod).get(TOLERATIONS_ANNOTATION)
-    if text is None:
-        return (), None
-    if not isinstance(text, str):
-        return (), f"{TOLERATIONS_ANNOTATION}: must be a string"
-    try:
-        return parse_tolerations(text), None
-    except MalformedAnnotation as e:
-        return (), str(e)
-
-
-def has_pvc_volumes(raw_pod: Mapping[str, Any]) -> bool:
-    """Cheap: does the pod mount a PVC (named or generic ephemeral)? Most pods don't."""
-    spec = raw_pod.get("spec")
-    volumes = spec.get("volumes") if isinstance(spec, dict) else None
-    if not volumes:
-        return False
-    return any(isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v) for v in volumes)
-
-
-def pod_claim_names(raw_pod: Mapping[str, Any]) -> tuple[str, ...]:
-    """The PVCs a pod uses, in volume order: `claimName`, and `<pod>-<volume>` for generic ephemeral volumes."""
-    spec = raw_pod.get("spec")
-    volumes = spec.get("volumes") if isinstance(spec, dict) else None
-    if not isinstance(volumes, list):
-        return ()
-    meta = raw_pod.get("metadata")
-    pod_name = meta.get("name", "") if isinstance(meta, Mapping) else ""
-    out: list[str] = []
-    for v in volumes:
-        if not isinstance(v, dict):
-            continue
-        pvc = v.get("persistentVolumeClaim")
-        if isinstance(pvc, dict) and isinstance(pvc.get("claimName"), str) and pvc["claimName"]:
-            out.append(pvc["claimName"])
-        elif isinstance(v.get("ephemeral"), dict) and isinstance(v.get("name"), str):
-            out.append(f"{pod_name}-{v['name']}")
-    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +156,7 @@ class VolumeIndex:
                 self._tainted.discard((kind, key))
         return old
 
-    def set_pod(self, key: str, raw: Mapping[str, Any] | None) -> bool:
+    def set_pod(self, key: str, pod: Pod | None) -> bool:
         """Index a pod's PVCs; False when it uses none (the state then need not keep it)."""
         old = self._pods.pop(key, None)
         for claim in old.claims if old is not None else ():
@@ -254,16 +165,12 @@ class VolumeIndex:
                 pods.discard(key)
                 if not pods:
                     del self.users[claim]
-        if raw is None:
+        if pod is None:
             return False
-        namespace = key.partition("/")[0]
-        claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw))
+        claims = pvc_keys(pod)
         if not claims:
             return False
-        tolerations, problem = pod_tolerations(raw)
-        spec = raw.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        self._pods[key] = PodVolumes(claims, tolerations, problem, node or "")
+        self._pods[key] = PodVolumes(claims, pod.volume_tolerations, pod.volume_tolerations_problem, pod.node_name)
         for claim in claims:
             self.users[claim].add(key)
         return True
@@ -396,16 +303,16 @@ def debug_volumes(index: VolumeIndex) -> list[dict[str, Any]]:
     return items
 
 
-def pod_volume_verdict(index: VolumeIndex, raw_pod: Mapping[str, Any]) -> Verdict | None:
-    """Why `raw_pod` may start on no node because of a volume taint, or None: /filter's and `kubectl dra why`'s answer.
+def pvc_keys(pod: Pod) -> tuple[str, ...]:
+    """The pod's PVCs as `namespace/name` keys, in volume order."""
+    return tuple(f"{pod.meta.namespace}/{c}" for c in pod.volume_claims)
+
+
+def pod_volume_verdict(index: VolumeIndex, pod: Pod) -> Verdict | None:
+    """Why `pod` may start on no node because of a volume taint, or None: /filter's and `kubectl dra why`'s answer.
 
     Pure: a malformed pod annotation counts as no tolerations here; the caller reports it.
     """
     if not index.has_taints():
         return None
-    raw_meta = raw_pod.get("metadata")
-    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
-    namespace = str(meta.get("namespace") or "default")
-    claims = tuple(f"{namespace}/{c}" for c in pod_claim_names(raw_pod))
-    tolerations, _malformed = pod_tolerations(raw_pod)
-    return admission_verdict(index, claims, tolerations)
+    return admission_verdict(index, pvc_keys(pod), pod.volume_tolerations)

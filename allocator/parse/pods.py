@@ -7,6 +7,7 @@ from typing import Any
 
 from allocator.parse.fields import _parse_quantity
 from allocator.parse.reader import _object_ref, _Reader, parse_meta
+from allocator.pod_volumes import volume_claims, volume_tolerations
 from allocator.types import (
     ContainerResources,
     Pod,
@@ -44,6 +45,7 @@ def parse_pod(raw: Mapping[str, Any]) -> Pod:
         _parse_container(r, c, f"spec.containers[{i}]", init=False) for i, c in enumerate(r.seq(spec.get("containers"), "spec.containers"))
     ]
     extended = r.mapping(status.get("extendedResourceClaimStatus"), "status.extendedResourceClaimStatus")
+    tolerations, tolerations_problem = volume_tolerations(meta.annotations)
     return Pod(
         meta,
         tuple(claims),
@@ -53,6 +55,9 @@ def parse_pod(raw: Mapping[str, Any]) -> Pod:
         r.string(status.get("phase"), "status.phase"),
         tuple(containers) if any(c.extended for c in containers) else (),
         r.string(extended.get("resourceClaimName"), "status.extendedResourceClaimStatus.resourceClaimName") or None,
+        volume_claims(spec.get("volumes"), meta.name),
+        tolerations,
+        tolerations_problem,
     )
 
 

@@ -34,12 +34,6 @@ class _RuleStats:
     last_written: tuple[float, dict[str, Any]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    pods: int
-    namespaces: int
-
-
 class RuleReports:
     def __init__(
         self, intake: Intake, source: RuleStatusWriter, ownership: Ownership, events: Events, deadlines: Deadlines, taint_time: TaintTime

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from allocator.pod_volumes import EFFECT_NO_USE
 from allocator.types import DeviceTaint, DeviceToleration
 from extender.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef
 from extender.eviction.rate_limit import DEFAULT_RATE
 from tracker.pod_status import PodStatus
 from tracker.state import ClusterState
-from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, EFFECT_NO_USE, VolumeTaints, tolerated_for_good
+from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, VolumeTaints, tolerated_for_good
 
 VolumeTaintTime = Callable[[VolumeTaints, DeviceTaint], float]
 

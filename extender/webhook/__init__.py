@@ -3,7 +3,7 @@
 On managed clusters the default scheduler cannot be reconfigured, so the chart
 runs a second one; nothing would make pods use it, and two schedulers
 allocating the same devices promise a device twice. This webhook sets
-`spec.schedulerName` on a new pod that uses DRA (allocator.extended_resources.dra_use):
+`spec.schedulerName` on a new pod that uses DRA (allocator.pod_claims.dra_use):
 resource claims, or a container resource that is a DRA-backed extended
 resource (a DeviceClass's `spec.extendedResourceName`, known from a watch,
 or `deviceclass.resource.kubernetes.io/<class>`).

@@ -18,8 +18,9 @@ from typing import Any
 
 import orjson
 
-from allocator.extended_resources import IMPLICIT_PREFIX, dra_use
+from allocator.extended_resources import IMPLICIT_PREFIX
 from allocator.parse import ValidationError, parse_pod
+from allocator.pod_claims import dra_use
 from allocator.types import Pod
 from extender.wire import BadRequest
 
@@ -104,7 +105,7 @@ def needs_class_list(review: PodReview, served: Container[str]) -> bool:
     pod = review.pod
     if pod is None or dra_use(pod, served) is not None:
         return False
-    return any(n not in served and not n.startswith(IMPLICIT_PREFIX) for c in pod.containers for n in c.extended)
+    return any(n not in served and not n.startswith(IMPLICIT_PREFIX) for c in pod.containers_if_extended for n in c.extended)
 
 
 def decide(review: PodReview, scheduler_name: str, served: Container[str], excluded: Container[str]) -> tuple[list[dict[str, Any]], str]:

@@ -17,9 +17,9 @@ from allocator.extended_resources import (
     class_mapping,
     create_requests_and_mappings,
     dra_resources,
-    dra_use,
 )
 from allocator.parse import parse_device_class, parse_node, parse_pod
+from allocator.pod_claims import dra_use
 from allocator.types import DeviceClass
 
 GPU = "example.com/gpu"
@@ -130,7 +130,7 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_create_requests_and_mappings(row: Row) -> None:
     p = pod(row.containers, row.init)
-    requests, mappings = create_requests_and_mappings(p, frozenset(n for c in p.containers for n in c.extended), MAPPING)
+    requests, mappings = create_requests_and_mappings(p, frozenset(n for c in p.containers_if_extended for n in c.extended), MAPPING)
     assert [(r.name, r.exactly.device_class_name, r.exactly.count) for r in requests if r.exactly] == row.requests
     assert [(m.container_name, m.resource_name, m.request_name) for m in mappings] == row.mappings
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import httpx
 
-from extender.service import pod_has_claims
+from allocator.pod_claims import raw_needs_extender
 from tests.e2e.harness import ROOT, Extender, stop_process
-from tracker.volumes import has_pvc_volumes
 
 # kind -> (group, version, plural, namespaced); the versions the extender reads.
 KINDS: dict[str, tuple[str, str, str, bool]] = {
@@ -179,7 +178,7 @@ class FakeApi:
                 objects = []
             for obj in objects:
                 meta = obj["metadata"]
-                if kind == "Pod" and not pod_has_claims(obj) and not has_pvc_volumes(obj):
+                if kind == "Pod" and not raw_needs_extender(obj):
                     continue
                 key = f"{meta['namespace']}/{meta['name']}" if KINDS[kind][3] else meta["name"]
                 versions[key] = meta["resourceVersion"]

@@ -19,12 +19,12 @@ from typing import Any
 import orjson
 
 from allocator.cel import CelEnvironment
+from allocator.pod_volumes import has_pvc_volumes
 from extender.eviction import EvictionController, FakeClock, Ownership, Settings
 from extender.metrics import Metrics
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
-from tracker.volumes import has_pvc_volumes
 
 DRIVER = "gpu.example.com"
 CRD = "resource.dra-extender.io"

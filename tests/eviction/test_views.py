@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
+from allocator.parse import parse_pod
+from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from allocator.types import DeviceTaint, DeviceToleration
 from extender.eviction.plan import Ownership, PodEviction, TaintKind, TaintOrigin, TaintRef, device_origin
 from extender.eviction.rule_view import IN_TREE_MANAGER, RuleView
 from extender.eviction.volume_plan import merge
 from tracker.events import GROUP_EXTENDER, GROUP_RESOURCE
 from tracker.pod_status import PodCondition, PodStatus
-from tracker.volumes import TOLERATIONS_ANNOTATION
 
 ORIGINS = [
     ("slice", TaintKind.DEVICE, None, False),
@@ -59,13 +60,14 @@ def test_pod_view() -> None:
             ]
         },
     }
-    view = PodStatus.of(raw)
+    view = PodStatus.of(raw, parse_pod({**raw, "metadata": {**raw["metadata"], "name": "p"}}))
     assert view.uid == "u1"
     assert view.conditions[0] == PodCondition("Ready", "True", "")
     assert view.condition("DisruptionTarget", frozenset({"Ours"})) == PodCondition("DisruptionTarget", "True", "Ours")
     assert view.condition("DisruptionTarget", frozenset({"Nobody"})) is None
     assert view.volume_tolerations == (DeviceToleration(key="k", operator="Exists"),)
-    malformed = PodStatus.of({"metadata": {"annotations": {TOLERATIONS_ANNOTATION: "[{"}}})
+    malformed_raw = {"metadata": {"name": "p", "annotations": {TOLERATIONS_ANNOTATION: "[{"}}}
+    malformed = PodStatus.of(malformed_raw, parse_pod(malformed_raw))
     assert (malformed.uid, malformed.conditions, malformed.volume_tolerations) == ("", (), ())
 
 

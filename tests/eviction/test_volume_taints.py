@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from extender.eviction.clock import format_time, parse_time
 from tests.eviction.harness import T0, Cluster, node, seed
-from tracker.volumes import TAINTS_ANNOTATION, TOLERATIONS_ANNOTATION
+from tracker.volumes import TAINTS_ANNOTATION
 
 MIGRATING = {"key": "example.com/migrating", "effect": "NoUse"}
 

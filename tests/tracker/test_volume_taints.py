@@ -8,16 +8,15 @@ import pytest
 
 import allocator.tolerations
 import tracker.volumes
+from allocator.parse import parse_pod
+from allocator.pod_volumes import MalformedAnnotation, parse_tolerations
 from allocator.types import DeviceTaint, DeviceToleration
 from tracker.volumes import (
     PV,
     PVC,
-    MalformedAnnotation,
     VolumeIndex,
     admission_verdict,
     parse_taints,
-    parse_tolerations,
-    pod_claim_names,
     stamp_time_added,
     tolerated_for_good,
 )
@@ -184,7 +183,7 @@ def test_pod_claims_include_generic_ephemeral_volumes() -> None:
             ]
         },
     }
-    assert pod_claim_names(pod) == ("data", "web-scratch")
+    assert parse_pod(pod).volume_claims == ("data", "web-scratch")
 
 
 def test_stamping_writes_time_added_only_on_no_use_taints_and_keeps_the_rest() -> None:
