@@ -6,7 +6,7 @@ the scheduler shows for the node, so it names the claim and the request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 REASON_TAINTED = "tainted"
 REASON_ALLOCATED = "allocated"
@@ -29,11 +29,47 @@ REASON_DEVICE_REFUSED = "device_refused"  # a device with a field that would ove
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimName:
+    """A claim named in a failure message, by its key: a slot the verdict cache fills with another pod's claim."""
+
+    key: str
+
+
+Text = tuple[str | ClaimName, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
-    """Why a node does not fit; `message` is what the scheduler shows."""
+    """Why a node does not fit; `message` is what the scheduler shows.
+
+    The message is built from `parts`: text, and the claims it names as
+    ClaimName, so the verdict cache (extender/outcomes.py) can tell the same
+    failure for other claims of the same shape without reading the text.
+    """
 
     code: str
-    message: str
+    parts: Text
     claim: str = ""
     request: str = ""
     device_class: str = ""  # set when a DeviceClass selector failed: the class is at fault
+    message: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", render(self.parts))
+
+    def within(self, claim_key: str) -> Failure:
+        """This failure as one of claim `claim_key`: "claim <key>: <message>"."""
+        return replace(self, parts=("claim ", ClaimName(claim_key), ": ", *self.parts), claim=claim_key)
+
+    def prefixed(self, code: str, text: str) -> Failure:
+        """This failure under another code, with `text` before its message."""
+        return replace(self, code=code, parts=(text, *self.parts))
+
+
+def of_claim(code: str, claim_key: str, text: str, request: str = "", device_class: str = "") -> Failure:
+    """A failure blaming claim `claim_key`: "claim <key><text>"."""
+    return Failure(code, ("claim ", ClaimName(claim_key), text), claim_key, request, device_class)
+
+
+def render(parts: Text) -> str:
+    return "".join(p if isinstance(p, str) else p.key for p in parts)
