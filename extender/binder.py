@@ -248,12 +248,12 @@ class Binder:
         outcome = self.allocator.allocate(
             node,
             claims,
-            self.state.slices_for_node(node_name),
+            self.state.queries.slices_for_node(node_name),
             self.state.classes,
             self.state.allocated_state,
             self.state.device,
             timestamp=rfc3339(),
-            pool_slices=self.state.pool_slices,
+            pool_slices=self.state.queries.pool_slices,
         )
         if outcome.failure is not None:
             self.metrics.binds.labels("unschedulable").inc()

@@ -200,7 +200,13 @@ class OutcomeCache:
     def _compute(self, node: Node, claims: Sequence[ResourceClaim]) -> Outcome:
         state = self.state
         outcome = self.allocator.allocate(
-            node, claims, state.slices_for_node(node.name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
+            node,
+            claims,
+            state.queries.slices_for_node(node.name),
+            state.classes,
+            state.allocated_state,
+            state.device,
+            pool_slices=state.queries.pool_slices,
         )
         self.on_computed(outcome)
         return outcome

@@ -16,7 +16,6 @@ edge asks the Service only, never the state.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -46,7 +45,7 @@ from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
 from tracker.volumes import has_pvc_volumes
 
-__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service", "pod_has_claims"]
+__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service", "build_service", "pod_has_claims"]
 
 log = logging.getLogger("dra_extender.extender")
 
@@ -88,20 +87,19 @@ class NotReady(Exception):
 
 
 class Service:
+    """The verbs over the state. Its parts are built by the composition root (`serve` in extender/cli.py,
+    or `build_service` for tools and tests) and handed in: the binder (and through it the placement gate,
+    the source, the allocator, the features and the leadership test) and, in cluster mode, the requeuer."""
+
     def __init__(
         self,
         state: ClusterState,
-        source: BindingSource,
-        allocator: Allocator,
+        binder: Binder,
         metrics: Metrics,
         *,
-        is_leader: Callable[[], bool] = lambda: True,
+        requeuer: Requeuer | None = None,
         outcome_cache_size: int = 50_000,
-        placement_wait: float = DEFAULT_PLACEMENT_WAIT,
         claim_wait: float = DEFAULT_CLAIM_WAIT,
-        bind_timeout: float = DEFAULT_BIND_TIMEOUT,
-        features: Features = DEFAULT_FEATURES,
-        binding_timeout: float = 600.0,
         offer_nodes: int = DEFAULT_OFFER_NODES,
         observe_only: bool = False,
         node_placement: str = DEFAULT_NODE_PLACEMENT,
@@ -110,36 +108,21 @@ class Service:
         claim whose binding failed): `kubectl dra why` asks this way over its own snapshot."""
         self.observe_only = observe_only
         self.state = state
-        self.features = features
-        self.source = source
-        self.allocator = allocator
+        self.binder = binder
+        self.features = binder.features
+        self.source = binder.source
+        self.allocator = binder.allocator
         self.metrics = metrics
-        self.is_leader = is_leader
-        self.placements = PlacementGate(placement_wait)
-        self.binder = Binder(
-            state,
-            source,
-            allocator,
-            metrics,
-            self.placements,
-            is_leader=is_leader,
-            timeout=bind_timeout,
-            features=features,
-            binding_timeout=binding_timeout,
-        )
-        self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
+        self.is_leader = binder.is_leader
+        self.placements = binder.gate
+        self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
-        self.extended = ExtendedGroups(state, features)
+        self.extended = ExtendedGroups(state, binder.features)
         self.fit = NodeFit(self.outcomes, offer_nodes)
         self.contested = ContestedNodes(state, self.outcomes, self.extended.memory_claims)
         self.scores = Scores(state, self.outcomes, node_placement)
         self.volumes = VolumeChecks(state, metrics)
-        self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
-
-    @property
-    def bind_lock(self) -> asyncio.Lock:
-        """The lock decisions are made under (held only for in-memory work)."""
-        return self.binder.lock
+        self.requeuer = requeuer  # cluster mode: wakes rejected pods when devices change
 
     # ------------------------------------------------------------------ what the HTTP edge asks (it never reads the state)
 
@@ -156,7 +139,7 @@ class Service:
     def refresh_gauges(self) -> None:
         """On the main loop: the gauges that read the tracker's state."""
         self.metrics.leader.set(1 if self.is_leader() else 0)
-        for k, v in self.state.device_state_counts().items():
+        for k, v in self.state.queries.device_state_counts().items():
             self.metrics.devices.labels(k).set(v)
         stats = getattr(self.state.cel, "stats", None)
         if isinstance(stats, dict):
@@ -409,3 +392,33 @@ def _readiness_gone(claim: str, node: str) -> Readiness:
         claim,
         f"device binding failed: claim={claim.partition('/')[2]}, reason=NodeUnavailable, message=node {node or '?'} is no longer offered to the pod",
     )
+
+
+def build_service(
+    state: ClusterState,
+    source: BindingSource,
+    allocator: Allocator,
+    metrics: Metrics,
+    *,
+    is_leader: Callable[[], bool] = lambda: True,
+    placement_wait: float = DEFAULT_PLACEMENT_WAIT,
+    bind_timeout: float = DEFAULT_BIND_TIMEOUT,
+    features: Features = DEFAULT_FEATURES,
+    binding_timeout: float = 600.0,
+    **options: Any,
+) -> Service:
+    """A Service with its binder, for tools and tests: the parts `serve` builds, with the defaults
+    (`options`: Service's own keywords)."""
+    gate = PlacementGate(placement_wait)
+    binder = Binder(
+        state,
+        source,
+        allocator,
+        metrics,
+        gate,
+        is_leader=is_leader,
+        timeout=bind_timeout,
+        features=features,
+        binding_timeout=binding_timeout,
+    )
+    return Service(state, binder, metrics, **options)

@@ -122,11 +122,6 @@ class ManifestSource(OverlayWrites):
         """The freshest copy (files + overlay); a DeviceTaintRule is looked up in resource.k8s.io first."""
         return self.store.get(kind, namespace, name, group)
 
-    @property
-    def rule_status(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """(group, name) -> status written with update_rule_status (for tests and tools)."""
-        return self.store.rule_status
-
     def api_version(self, kind: str, group: str) -> str:
         """The registry's apiVersion (upstream DeviceTaintRule: the default version; a directory serves no versions)."""
         return registry_api_version(kind, group)

@@ -18,7 +18,7 @@ import orjson
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
@@ -83,7 +83,7 @@ class ApiCluster:
         cel = CelEnvironment()
         self.state = ClusterState(cel)
         source = ApiSource(kubeconfig=str(self.kubeconfig))
-        self.service = Service(self.state, source, Allocator(cel), Metrics(), **self.service_args)
+        self.service = build_service(self.state, source, Allocator(cel), Metrics(), **self.service_args)
         self.task = asyncio.create_task(source.run(self.state))
         await until(lambda: self.state.ready, "the initial lists")
         return self.service

@@ -12,7 +12,7 @@ async def test_bind_queued_behind_the_lock_when_leadership_ends_does_not_allocat
     demo = await demo_service()
     svc = demo.service
     args = BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a")
-    async with svc.bind_lock:
+    async with svc.binder.lock:
         # The request passed the entry check and waits for the lock (another bind is writing)...
         waiting = asyncio.create_task(svc.bind(args))
         await asyncio.sleep(0.05)

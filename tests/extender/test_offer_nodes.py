@@ -12,7 +12,7 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from tracker.manifest_source import ManifestSource
 from tracker.state import ClusterState
@@ -75,7 +75,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         cel = CelEnvironment()
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
-        service = Service(state, source, Allocator(cel), Metrics(), offer_nodes=offer_nodes, placement_wait=0.2)
+        service = build_service(state, source, Allocator(cel), Metrics(), offer_nodes=offer_nodes, placement_wait=0.2)
         tasks.append(asyncio.create_task(source.run(state)))
         for _ in range(200):
             if state.ready:

@@ -15,7 +15,7 @@ import yaml
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.objects import device_class, node_slice, partitioned_slices
 from tracker.manifest_source import ManifestSource
@@ -75,7 +75,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
         allocator = Allocator(cel, device_placement=device_placement)
-        service = Service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
+        service = build_service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
         tasks.append(asyncio.create_task(source.run(state)))
         for _ in range(300):
             if state.ready:
