@@ -26,6 +26,10 @@ REASON_CAPACITY = "capacity_exhausted"
 REASON_POOL_INVALID = "pool_invalid"
 REASON_FEATURE_DISABLED = "feature_disabled"
 REASON_DEVICE_REFUSED = "device_refused"  # a device with a field that would over-commit (Device.refused)
+# Why the extender places a pod nowhere before any node is judged (the same value, carried to the answer):
+REASON_CLAIMS_UNRESOLVED = "claims_unresolved"  # a claim not created yet, not found, being deleted or reserved for too many
+REASON_VOLUME_TAINT = "volume_taint"  # a volume's taint the pod does not tolerate
+REASON_BINDING_CONDITIONS = "binding_conditions"  # the claims' binding conditions pending or failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,11 @@ class Failure:
 def of_claim(code: str, claim_key: str, text: str, request: str = "", device_class: str = "") -> Failure:
     """A failure blaming claim `claim_key`: "claim <key><text>"."""
     return Failure(code, ("claim ", ClaimName(claim_key), text), claim_key, request, device_class)
+
+
+def plain(code: str, text: str) -> Failure:
+    """A failure whose message names no claim the verdict cache would rename."""
+    return Failure(code, (text,))
 
 
 def render(parts: Text) -> str:

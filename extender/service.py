@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.allocation import Allocator, Outcome
+from allocator.failures import REASON_BINDING_CONDITIONS, REASON_VOLUME_TAINT, Failure, plain
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
 from allocator.types import Pod, ResourceClaim
@@ -211,16 +212,17 @@ class Service:
         pod = self._parse_pod(args.pod)
         self.placements.forget(pod.meta.uid)
         self.scores.forget(pod.meta.uid)
-        claims, problem = await self.claims.when_created(pod)
-        if problem is None and has_pvc_volumes(args.pod):
-            problem = self.volumes.problem(args.pod)
-        if problem is not None:
-            return [], {n: problem for n in names}
+        claims, refusal = await self.claims.when_created(pod)
+        if refusal is None and has_pvc_volumes(args.pod):
+            tainted = self.volumes.problem(args.pod)
+            refusal = None if tainted is None else plain(REASON_VOLUME_TAINT, tainted)
+        if refusal is not None:
+            return [], {n: refusal.message for n in names}
         waiting = pending_for(claims, pod.meta.uid) if self.features.binding_conditions else []
         if waiting:
             held = self._binding_wait(pod, waiting)
             if held is not None:
-                return [], {n: held for n in names}
+                return [], {n: held.message for n in names}
         nodes = RequestNodes(self.state, args.nodes)
         groups = self.extended.groups(pod, claims, names, nodes)
         if len(groups) > 1:
@@ -252,8 +254,8 @@ class Service:
                 withheld = self.contested.withhold(placed, claims, passed, nodes, deadline, budget)
                 if withheld is None:  # no node is safe from the pods being bound: wait for their binds
                     again = await self._after_placed_binds(pod, names, nodes, deadline, budget)
-                    if isinstance(again, str):
-                        return [], {n: again for n in names}
+                    if isinstance(again, Failure):
+                        return [], {n: again.message for n in names}
                     claims, passed, failed, fits = again
                 elif withheld:
                     self.metrics.placement_nodes_withheld.inc(len(withheld))
@@ -270,8 +272,8 @@ class Service:
 
     async def _after_placed_binds(
         self, pod: Pod, names: list[str], nodes: RequestNodes, deadline: float | None, budget: float | None
-    ) -> str | tuple[list[ResourceClaim], list[str], dict[str, str], dict[str, Outcome]]:
-        """Wait for the binds of the pods placed before this one, then fit again; a str when the claims are gone meanwhile."""
+    ) -> Failure | tuple[list[ResourceClaim], list[str], dict[str, str], dict[str, Outcome]]:
+        """Wait for the binds of the pods placed before this one, then fit again; a failure when the claims are gone meanwhile."""
         waited, expired = await self.placements.wait(pod.meta.uid)
         if waited:
             self.metrics.placement_wait.observe(waited)
@@ -315,7 +317,7 @@ class Service:
         self._tell_requeuer(pod, passed, names)
         return passed, failed
 
-    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> str | None:
+    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> Failure | None:
         """Why no node is offered while the pod's binding conditions are pending or have failed; None once ready.
 
         Every node is rejected as unresolvable: the pod waits in kube-scheduler's
@@ -328,9 +330,14 @@ class Service:
             return None
         if bad.state == PENDING:
             node = allocated_node(next(c for c in waiting if c.key == bad.claim))
-            return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
+            return plain(
+                REASON_BINDING_CONDITIONS,
+                f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met",
+            )
         self._binding_failed(pod, waiting, bad)
-        return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+        return plain(
+            REASON_BINDING_CONDITIONS, f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+        )
 
     def _binding_failed(self, pod: Pod, waiting: list[ResourceClaim], bad: Readiness, *, keep_ready: bool = True) -> None:
         if not self.observe_only:
