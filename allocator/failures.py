@@ -28,7 +28,6 @@ REASON_FEATURE_DISABLED = "feature_disabled"
 REASON_DEVICE_REFUSED = "device_refused"  # a device with a field that would over-commit (Device.refused)
 # Why the extender places a pod nowhere before any node is judged (the same value, carried to the answer):
 REASON_CLAIMS_UNRESOLVED = "claims_unresolved"  # a claim not created yet, not found, being deleted or reserved for too many
-REASON_VOLUME_TAINT = "volume_taint"  # a volume's taint the pod does not tolerate
 REASON_BINDING_CONDITIONS = "binding_conditions"  # the claims' binding conditions pending or failed
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.allocation import Allocator, Outcome
-from allocator.failures import REASON_BINDING_CONDITIONS, REASON_VOLUME_TAINT, Failure, plain
+from allocator.failures import REASON_BINDING_CONDITIONS, Failure, plain
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
 from allocator.types import Pod, ResourceClaim
@@ -46,7 +46,7 @@ from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
 from tracker.volumes import has_pvc_volumes
 
-__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service", "build_service", "pod_has_claims"]
+__all__ = ["DEFAULT_CLAIM_WAIT", "DEFAULT_OFFER_NODES", "BudgetExceeded", "NotReady", "Service", "pod_has_claims"]
 
 log = logging.getLogger("dra_extender.extender")
 
@@ -213,11 +213,11 @@ class Service:
         self.placements.forget(pod.meta.uid)
         self.scores.forget(pod.meta.uid)
         claims, refusal = await self.claims.when_created(pod)
-        if refusal is None and has_pvc_volumes(args.pod):
-            tainted = self.volumes.problem(args.pod)
-            refusal = None if tainted is None else plain(REASON_VOLUME_TAINT, tainted)
-        if refusal is not None:
-            return [], {n: refusal.message for n in names}
+        problem = None if refusal is None else refusal.message
+        if problem is None and has_pvc_volumes(args.pod):
+            problem = self.volumes.problem(args.pod)
+        if problem is not None:
+            return [], {n: problem for n in names}
         waiting = pending_for(claims, pod.meta.uid) if self.features.binding_conditions else []
         if waiting:
             held = self._binding_wait(pod, waiting)
@@ -404,7 +404,7 @@ def _readiness_gone(claim: str, node: str) -> Readiness:
 def build_service(
     state: ClusterState,
     source: BindingSource,
-    allocator: Allocator,
+    allocator: Allocator[Any],
     metrics: Metrics,
     *,
     is_leader: Callable[[], bool] = lambda: True,
