@@ -29,6 +29,7 @@ REASON_DEVICE_REFUSED = "device_refused"  # a device with a field that would ove
 # Why the extender places a pod nowhere before any node is judged (the same value, carried to the answer):
 REASON_CLAIMS_UNRESOLVED = "claims_unresolved"  # a claim not created yet, not found, being deleted or reserved for too many
 REASON_BINDING_CONDITIONS = "binding_conditions"  # the claims' binding conditions pending or failed
+REASON_NOT_BOUND = "not_bound"  # /bind could not bind the pod (dra_extender_binds_total says which way)
 
 
 @dataclass(frozen=True, slots=True)

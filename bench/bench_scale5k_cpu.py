@@ -263,7 +263,8 @@ async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Ran
     body = orjson.dumps({"PodName": pc.name, "PodNamespace": "default", "PodUID": pc.uid, "Node": node})
     t = time.thread_time()
     bargs = wire.parse_binding_args(body)
-    error = await service.bind(bargs)
+    refusal = await service.bind(bargs)
+    error = "" if refusal is None else refusal.message
     wire.binding_result(error)
     out["bind"] = time.thread_time() - t
     if error:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.allocation import Allocator, Outcome
-from allocator.failures import REASON_BINDING_CONDITIONS, Failure, plain
+from allocator.failures import REASON_BINDING_CONDITIONS, REASON_NOT_BOUND, Failure, plain
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
 from allocator.types import Pod, ResourceClaim
@@ -377,15 +377,15 @@ class Service:
 
     # ------------------------------------------------------------------ bind
 
-    async def bind(self, args: BindingArgs) -> str:
-        """Allocate, write claim status, then create the Binding; '' on success, else the error.
+    async def bind(self, args: BindingArgs) -> Failure | None:
+        """Allocate, write claim status, then create the Binding; None on success, else why not.
 
         Whatever the way out (not leader, not ready, an error), the placement gate
         hears that this pod's bind is decided: later filters must not wait for it.
         """
         try:
             if not self.is_leader():
-                return "not leader"
+                return plain(REASON_NOT_BOUND, "not leader")
             self._check_ready()
             return await self.binder.bind(args)
         finally:

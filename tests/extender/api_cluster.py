@@ -112,8 +112,10 @@ class ApiCluster:
         await until(same, "the state to catch up with the server")
 
     async def bind(self, pod: dict[str, Any], node: str) -> str:
+        """/bind's answer as the wire carries it: '' when bound, else why not."""
         meta = pod["metadata"]
-        return await self.service.bind(BindingArgs(meta["name"], meta.get("namespace", "default"), meta["uid"], node))
+        refusal = await self.service.bind(BindingArgs(meta["name"], meta.get("namespace", "default"), meta["uid"], node))
+        return "" if refusal is None else refusal.message
 
     async def filter(self, pod: dict[str, Any], nodes: list[str]) -> tuple[list[str], dict[str, str]]:
         return await self.service.filter(parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": nodes})))
