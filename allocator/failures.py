@@ -1,7 +1,11 @@
-"""Why a node does not fit: the failure categories and the failure value.
+"""Why a pod is not placed: the failure categories and the failure value.
 
-The categories label metrics and choose the wording; the message is what
-the scheduler shows for the node, so it names the claim and the request.
+The allocator's categories label metrics and choose the wording; the
+message is what the scheduler shows for the node, so it names the claim and
+the request. The extender answers with the same value when it places a pod
+nowhere before judging nodes (its claims unresolved, binding conditions) or
+cannot bind it: one type from the allocator's result to the HTTP edge,
+which writes the message.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ Text = tuple[str | ClaimName, ...]
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """Why a node does not fit; `message` is what the scheduler shows.
+    """Why a node does not fit (or a pod is not placed); `message` is what the scheduler shows.
 
     The message is built from `parts`: text, and the claims it names as
     ClaimName, so the verdict cache (extender/outcomes.py) can tell the same
@@ -81,4 +85,5 @@ def plain(code: str, text: str) -> Failure:
 
 
 def render(parts: Text) -> str:
+    """The message: the text with each claim's key."""
     return "".join(p if isinstance(p, str) else p.key for p in parts)
