@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Generic
 
 from allocator import capacity as cap
@@ -34,6 +34,7 @@ from allocator.failures import (
     REASON_SELECTOR_ERROR,
     REASON_TOO_MANY,
     Failure,
+    of_claim,
 )
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.node_selection import node_name_selector, node_selector_matches
@@ -141,7 +142,7 @@ class Allocator(Generic[SelectorT]):
                 continue
             if claim.meta.deletion_timestamp:
                 # Never reserved for another pod: its devices are about to be released.
-                return Outcome(Failure(REASON_CLAIM_UNUSABLE, f"claim {claim.key} is being deleted", claim.key))
+                return Outcome(of_claim(REASON_CLAIM_UNUSABLE, claim.key, " is being deleted"))
             failure = self._check_allocated(node, claim, lookup, used)
             if failure is not None:
                 return Outcome(failure)
@@ -157,14 +158,13 @@ class Allocator(Generic[SelectorT]):
         """A claim no node can hold, known before any search."""
         for claim in pending:
             if claim.meta.deletion_timestamp:
-                return Failure(REASON_CLAIM_UNUSABLE, f"claim {claim.key} is being deleted", claim.key)
+                return of_claim(REASON_CLAIM_UNUSABLE, claim.key, " is being deleted")
             fewest = _fewest_results(claim)
             if fewest > ALLOCATION_RESULTS_MAX_SIZE:  # upstream checks the same bound
-                return Failure(
+                return of_claim(
                     REASON_TOO_MANY,
-                    f"claim {claim.key}: its requests ask for at least {fewest} devices, more than the "
-                    f"{ALLOCATION_RESULTS_MAX_SIZE} one claim may hold",
                     claim.key,
+                    f": its requests ask for at least {fewest} devices, more than the {ALLOCATION_RESULTS_MAX_SIZE} one claim may hold",
                 )
             if not self.features.consumable_capacity:
                 disabled = _capacity_requests_disabled(claim)
@@ -207,7 +207,7 @@ class Allocator(Generic[SelectorT]):
             picks = solution[ci]
             selector = _node_selector_for([p.candidate.device for p in picks], node.name, self.features.binding_conditions)
             if isinstance(selector, Failure):
-                return Outcome(replace(selector, message=f"claim {claim.key}: {selector.message}", claim=claim.key))
+                return Outcome(selector.within(claim.key))
             allocations[claim.key] = _result(claim, picks, search.classes_used[ci], timestamp, selector, self.features)
             used.extend(p.candidate.device for p in picks)
         return Outcome(None, allocations, tuple(used))
@@ -224,11 +224,7 @@ class Allocator(Generic[SelectorT]):
         alloc = claim.allocation
         assert alloc is not None
         if alloc.node_selector is not None and not node_selector_matches(alloc.node_selector, node):
-            return Failure(
-                REASON_NODE_MISMATCH,
-                f"claim {claim.key} is allocated to devices not reachable from node {node.name}",
-                claim.key,
-            )
+            return of_claim(REASON_NODE_MISMATCH, claim.key, f" is allocated to devices not reachable from node {node.name}")
         for result in alloc.results:
             device = lookup(result.device_id)
             if device is None:
@@ -237,11 +233,11 @@ class Allocator(Generic[SelectorT]):
             tolerations = result.tolerations or _spec_tolerations(claim, result.request)
             bad = untolerated_no_execute_taints(device.taints, tolerations)
             if bad:
-                return Failure(
+                return of_claim(
                     REASON_NO_EXECUTE,
-                    f"claim {claim.key}, request {result.request}: allocated device {result.device_id} has "
-                    f"taint {', '.join(str(t) for t in bad)} not tolerated; a new pod may not use it",
                     claim.key,
+                    f", request {result.request}: allocated device {result.device_id} has "
+                    f"taint {', '.join(str(t) for t in bad)} not tolerated; a new pod may not use it",
                     result.request,
                 )
         return None
@@ -255,10 +251,10 @@ def _negative_capacity_request(claim: ResourceClaim) -> Failure | None:
                 continue
             bad = cap.negative_request(sub.capacity_requests)
             if bad:
-                return Failure(
+                return of_claim(
                     REASON_CLAIM_UNUSABLE,
-                    f"claim {claim.key}, request {name}: capacity.requests {bad} is negative; a request must not be below zero",
                     claim.key,
+                    f", request {name}: capacity.requests {bad} is negative; a request must not be below zero",
                     name,
                 )
     return None
@@ -268,18 +264,18 @@ def _capacity_requests_disabled(claim: ResourceClaim) -> Failure | None:
     """Upstream refuses a claim with capacity requests outright when DRAConsumableCapacity is off."""
     for request in claim.requests:
         if request.exactly is not None and request.exactly.capacity_requests:
-            return Failure(
+            return of_claim(
                 REASON_FEATURE_DISABLED,
-                f"claim {claim.key}, request {request.name}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
                 claim.key,
+                f", request {request.name}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
                 request.name,
             )
         for sub in request.first_available:
             if sub.capacity_requests:
-                return Failure(
+                return of_claim(
                     REASON_FEATURE_DISABLED,
-                    f"claim {claim.key}, subrequest {sub.name}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
                     claim.key,
+                    f", subrequest {sub.name}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
                     f"{request.name}/{sub.name}",
                 )
     return None
@@ -292,11 +288,7 @@ def _with_invalid_pools(failure: Failure, pools: Sequence[Pool]) -> Failure:
     invalid = [f"{p.id}: {p.invalid}" for p in pools if p.invalid]
     if not invalid:
         return failure
-    return replace(
-        failure,
-        code=REASON_POOL_INVALID,
-        message=f"invalid resource pools were encountered ({'; '.join(invalid)}); {failure.message}",
-    )
+    return failure.prefixed(REASON_POOL_INVALID, f"invalid resource pools were encountered ({'; '.join(invalid)}); ")
 
 
 def _spec_tolerations(claim: ResourceClaim, result_request: str) -> tuple[DeviceToleration, ...]:
@@ -330,7 +322,7 @@ def _node_selector_for(devices: Sequence[DeviceView], node_name: str, binds_to_n
         if d.node_selector is not None:
             terms = d.node_selector.terms
             if len(terms) > 1:
-                return Failure(REASON_NO_DEVICES, f"create NodeSelector: unsupported ResourceSlice.NodeSelector with {len(terms)} terms")
+                return Failure(REASON_NO_DEVICES, (f"create NodeSelector: unsupported ResourceSlice.NodeSelector with {len(terms)} terms",))
             if terms:
                 for into, reqs in ((fields_, terms[0].match_fields), (expressions, terms[0].match_expressions)):
                     for q in reqs:

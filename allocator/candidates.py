@@ -35,6 +35,7 @@ from allocator.failures import (
     REASON_TAINTED,
     REASON_TOO_MANY,
     Failure,
+    of_claim,
 )
 from allocator.features import Features
 from allocator.pools import Pool
@@ -197,7 +198,6 @@ def selectable(s: SliceView, device: DeviceView, node: Node, features: Features)
 class _Scan:
     """The candidates of one (sub)request on one node, and why the others were rejected."""
 
-    where: str  # "claim <key>, request <name>": the start of every failure message
     claim_key: str
     result_name: str
     req: ExactRequest
@@ -214,7 +214,8 @@ class _Scan:
         return self.req.allocation_mode == MODE_ALL
 
     def fail(self, code: str, text: str, device_class: str = "") -> Failure:
-        return Failure(code, f"{self.where}: {text}", self.claim_key, self.result_name, device_class)
+        """A failure of this (sub)request: "claim <key>, request <name>: <text>"."""
+        return of_claim(code, self.claim_key, f", request {self.result_name}: {text}", self.result_name, device_class)
 
     def unusable_pool(self, pool: Pool) -> Failure | None:
         """Note a pool that is being updated or invalid; mode All fails, as it cannot see the pool whole."""
@@ -502,12 +503,7 @@ class CandidateFinder(Generic[SelectorT]):
         if len(failures) == 1:
             return failures[0][1]
         detail = "; ".join(f"{name}: {f.message.split(': ', 1)[-1]}" for name, f in failures)
-        return Failure(
-            failures[0][1].code,
-            f"claim {claim.key}, request {request.name}: no subrequest can be satisfied: {detail}",
-            claim.key,
-            request.name,
-        )
+        return of_claim(failures[0][1].code, claim.key, f", request {request.name}: no subrequest can be satisfied: {detail}", request.name)
 
     def _alternative(
         self,
@@ -520,13 +516,11 @@ class CandidateFinder(Generic[SelectorT]):
         state: AllocatedState,
         avail: Availability,
     ) -> Alternative | Failure:
-        where = f"claim {claim.key}, request {result_name}"
-        compiled = self._compile(claim.key, result_name, where, req, classes)
+        compiled = self._compile(claim.key, result_name, req, classes)
         if isinstance(compiled, Failure):
             return compiled
         device_class, class_selectors, request_selectors = compiled
         scan = _Scan(
-            where,
             claim.key,
             result_name,
             req,
@@ -558,20 +552,21 @@ class CandidateFinder(Generic[SelectorT]):
         return scan.alternative(device_class)
 
     def _compile(
-        self, claim_key: str, result_name: str, where: str, req: ExactRequest, classes: Mapping[str, DeviceClass]
+        self, claim_key: str, result_name: str, req: ExactRequest, classes: Mapping[str, DeviceClass]
     ) -> tuple[DeviceClass, list[SelectorT], list[SelectorT]] | Failure:
+        where = f", request {result_name}"
         device_class = classes.get(req.device_class_name)
         if device_class is None:
-            return Failure(REASON_CLASS_MISSING, f"{where}: device class {req.device_class_name} not found", claim_key, result_name)
+            return of_claim(REASON_CLASS_MISSING, claim_key, f"{where}: device class {req.device_class_name} not found", result_name)
         name = device_class.meta.name
         try:
             class_selectors = [self._cel.compile(e) for e in device_class.selectors]
         except ValueError as e:  # CelCompileError names the expression and the reason
-            return Failure(REASON_SELECTOR_ERROR, f"{where}: device class {name}: {e}", claim_key, result_name, name)
+            return of_claim(REASON_SELECTOR_ERROR, claim_key, f"{where}: device class {name}: {e}", result_name, name)
         try:
             request_selectors = [self._cel.compile(e) for e in req.selectors]
         except ValueError as e:
-            return Failure(REASON_SELECTOR_ERROR, f"{where}: {e}", claim_key, result_name)
+            return of_claim(REASON_SELECTOR_ERROR, claim_key, f"{where}: {e}", result_name)
         return device_class, class_selectors, request_selectors
 
     def _flags_or_error(

@@ -25,7 +25,9 @@ from allocator.failures import (
     REASON_COUNTERS,
     REASON_NO_DEVICES,
     REASON_SEARCH_LIMIT,
+    ClaimName,
     Failure,
+    of_claim,
 )
 from allocator.types import ALLOCATION_RESULTS_MAX_SIZE, DeviceClass, DeviceID, ExactRequest, ResourceClaim
 
@@ -200,10 +202,16 @@ class Search:
 
     def failure(self) -> Failure:
         if self.exhausted:
+            names: list[str | ClaimName] = []
+            for i, c in enumerate(self.claims):
+                names += [", ", ClaimName(c.key)] if i else [ClaimName(c.key)]
             return Failure(
                 REASON_SEARCH_LIMIT,
-                f"gave up after {self.budget} allocation steps: the constraints of "
-                f"{', '.join(c.key for c in self.claims)} admit too many combinations on this node",
+                (
+                    f"gave up after {self.budget} allocation steps: the constraints of ",
+                    *names,
+                    " admit too many combinations on this node",
+                ),
             )
         constrained = [c for c in self.claims if c.constraints]
         if self.constraint_blocked and constrained:
@@ -213,18 +221,14 @@ class Search:
                 f"{k.match_attribute or k.distinct_attribute}" + (f" on requests {', '.join(k.requests)}" if k.requests else "")
                 for k in c.constraints
             )
-            return Failure(
-                REASON_CONSTRAINTS,
-                f"claim {c.key}: no combination of available devices satisfies the constraints ({what})",
-                c.key,
-            )
+            return of_claim(REASON_CONSTRAINTS, c.key, f": no combination of available devices satisfies the constraints ({what})")
         if self.shortage is not None:
             return self._shortage_failure(*self.shortage)
-        return Failure(REASON_NO_DEVICES, "no allocation found for the pod's claims on this node")
+        return Failure(REASON_NO_DEVICES, ("no allocation found for the pod's claims on this node",))
 
     def _shortage_failure(self, slot: Slot, alt: Alternative) -> Failure:
         claim = self.claims[slot.claim_index]
-        where = f"claim {claim.key}, request {alt.result_name}: {alt.usable} devices usable, but"
+        where = f", request {alt.result_name}: {alt.usable} devices usable, but"
         if self.counter_blocked:
             code = REASON_COUNTERS
             why = f"the shared counters of their pools do not cover {alt.count} of them together with the other picks of this pod"
@@ -236,4 +240,4 @@ class Search:
         else:
             code = REASON_ALLOCATED
             why = f"not enough left for {alt.count} after the devices picked for other requests of this pod"
-        return Failure(code, f"{where} {why}", claim.key, alt.result_name)
+        return of_claim(code, claim.key, f"{where} {why}", alt.result_name)

@@ -47,7 +47,7 @@ from extender.health.controller import HealthController
 from extender.health.receiver import Receiver
 from extender.http_thread import Limits
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from kubesim.null_source import NullSource
 from tests.health.harness import asgi_post
 from tracker.api_source import ApiSource
@@ -177,7 +177,7 @@ async def run(nodes: int, seconds: float) -> dict[str, Any]:
         tasks = [asyncio.create_task(source.run(state)), asyncio.create_task(health.run())]
         while not health.ready:
             await asyncio.sleep(0.05)
-        service = Service(state, NullSource(), Allocator(state.cel), Metrics(), placement_wait=0, claim_wait=0)
+        service = build_service(state, NullSource(), Allocator(state.cel), Metrics(), placement_wait=0, claim_wait=0)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",

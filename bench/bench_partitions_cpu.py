@@ -44,7 +44,7 @@ def build(nodes: int, pods: int) -> tuple[Any, list[PodClaim]]:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from extender.metrics import Metrics
-    from extender.service import Service
+    from extender.service import build_service
     from tracker.state import ClusterState
 
     objs = base_objects(0, 0)
@@ -75,7 +75,7 @@ def build(nodes: int, pods: int) -> tuple[Any, list[PodClaim]]:
         state.mark_synced(kind, group)
     gc.collect()
     gc.freeze()
-    service = Service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0)
+    service = build_service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0)
     return service, pcs
 
 

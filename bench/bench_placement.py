@@ -316,7 +316,7 @@ def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from extender.metrics import Metrics
-    from extender.service import Service
+    from extender.service import build_service
     from extender.wire import BindingArgs, parse_extender_args
     from tracker.manifest_source import ManifestSource
     from tracker.state import ClusterState
@@ -339,7 +339,7 @@ def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
         cel = CelEnvironment()
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
-        service = Service(state, source, Allocator(cel), Metrics(), node_placement=policy)
+        service = build_service(state, source, Allocator(cel), Metrics(), node_placement=policy)
         task = asyncio.create_task(source.run(state))
         while not state.ready:
             await asyncio.sleep(0.01)
@@ -354,10 +354,10 @@ def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
             else:
                 host = passed[0]
             if pending is not None:
-                assert await service.bind(pending) == ""
+                assert await service.bind(pending) is None
             pending = BindingArgs(f"partition-{i}", NAMESPACE, f"uid-{i}", host)
         if pending is not None:
-            assert await service.bind(pending) == ""
+            assert await service.bind(pending) is None
         spent = time.process_time() - started
         task.cancel()
         return round(spent * 1000 / pods, 2)

@@ -188,7 +188,7 @@ async def build(
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from extender.metrics import Metrics
-    from extender.service import Service
+    from extender.service import build_service
     from tracker.reflector import LIST_PAGE_SIZE, Freshness, Reflector
     from tracker.state import ClusterState
 
@@ -232,7 +232,7 @@ async def build(
     gc.collect()
     gc.freeze()  # as the reflector does once the initial lists are in
     extra: dict[str, Any] = {} if offer_nodes is None else {"offer_nodes": offer_nodes}
-    service = Service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)
+    service = build_service(state, MemorySource(state, held), Allocator(state.cel), Metrics(), placement_wait=0.05, claim_wait=0, **extra)
     return service, pcs, {"intake_peak_mb": round(peak / 2**20, 1), "intake_held_mb": round(current / 2**20, 1)}
 
 
@@ -263,7 +263,8 @@ async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Ran
     body = orjson.dumps({"PodName": pc.name, "PodNamespace": "default", "PodUID": pc.uid, "Node": node})
     t = time.thread_time()
     bargs = wire.parse_binding_args(body)
-    error = await service.bind(bargs)
+    refusal = await service.bind(bargs)
+    error = "" if refusal is None else refusal.message
     wire.binding_result(error)
     out["bind"] = time.thread_time() - t
     if error:

@@ -32,7 +32,7 @@ from allocator.cel import CelEnvironment
 from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from extender import wire
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from kubesim.null_source import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
@@ -119,7 +119,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def run(nodes: int, calls: int) -> dict[str, Any]:
     state = build_state(nodes)
-    service = Service(state, NullSource(), Allocator(state.cel), Metrics(), placement_wait=0, claim_wait=0)
+    service = build_service(state, NullSource(), Allocator(state.cel), Metrics(), placement_wait=0, claim_wait=0)
     names = [f"node-{i:04d}" for i in range(nodes)]
     results = []
     gc.collect()

@@ -31,6 +31,7 @@ from allocator.extended_resources import (
     in_memory_claim,
     is_extended_claim,
 )
+from allocator.failures import REASON_BINDING_CONDITIONS, REASON_NOT_BOUND, Failure, plain
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
 from allocator.pod_claims import being_deleted, may_use_dra
@@ -96,25 +97,25 @@ class Binder:
 
     # ------------------------------------------------------------------ entry point
 
-    async def bind(self, args: BindingArgs) -> str:
-        """'' when the pod is bound, else why not (the scheduler retries the pod with backoff)."""
+    async def bind(self, args: BindingArgs) -> Failure | None:
+        """None when the pod is bound, else why not (the scheduler retries the pod with backoff)."""
         uid = args.pod_uid
         try:
             if not self.is_leader():
                 self.metrics.binds.labels("not_leader").inc()
-                return "not leader"
+                return plain(REASON_NOT_BOUND, "not leader")
             deadline = time.monotonic() + self.timeout
             try:
                 pod = await asyncio.wait_for(self._pod(args), self.timeout)
             except TimeoutError:
-                return f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out"
+                return plain(REASON_NOT_BOUND, f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out")
             uid = args.pod_uid or pod.meta.uid
             if not may_use_dra(pod, extended_resources=self.features.extended_resources):
                 self.gate.decided(uid)
                 return await self._bind_pod(args, uid, deadline)
             return await self._bind_with_claims(pod, uid, args, deadline)
         except BindFailed as e:
-            return str(e)
+            return plain(REASON_NOT_BOUND, str(e))
         finally:
             self.gate.decided(uid)
 
@@ -142,19 +143,21 @@ class Binder:
 
     # ------------------------------------------------------------------ decide, then write
 
-    async def _bind_with_claims(self, pod: Pod, uid: str, args: BindingArgs, deadline: float) -> str:
+    async def _bind_with_claims(self, pod: Pod, uid: str, args: BindingArgs, deadline: float) -> Failure | None:
         """The pod's claims are this bind's alone until it and the undo of its writes are done (extender/pod_owners.py)."""
         busy = self.owners.take(uid, BINDING)
         if busy is not None:
             self.metrics.binds.labels("claims_busy").inc()
-            return f"pod {pod.key}: not bound now, {busy}; the pod is scheduled again"
+            return plain(REASON_NOT_BOUND, f"pod {pod.key}: not bound now, {busy}; the pod is scheduled again")
         undos: list[asyncio.Future[Any]] = []
         try:
             return await self._decide_and_write(pod, uid, args, deadline, undos)
         finally:
             self.owners.release_after(uid, BINDING, undos)
 
-    async def _decide_and_write(self, pod: Pod, uid: str, args: BindingArgs, deadline: float, undos: list[asyncio.Future[Any]]) -> str:
+    async def _decide_and_write(
+        self, pod: Pod, uid: str, args: BindingArgs, deadline: float, undos: list[asyncio.Future[Any]]
+    ) -> Failure | None:
         for attempt in range(BIND_ATTEMPTS):
             await self.claims.fetch_missing(pod, deadline)
             async with self.lock:
@@ -169,7 +172,7 @@ class Binder:
                 # One line per pod, with what it was given (a line per claim would double the logging cost of a bind).
                 allocated = {key: sorted(str(r.device_id) for r in alloc.results) for key, alloc in allocations.items()}
                 log.info("bound pod", extra={"pod": pod.key, "node": args.node, "attempt": attempt + 1, "allocated": allocated})
-                return ""
+                return None
             except Conflict as e:
                 # A claim changed under us (another pod reserved it, a status echo): decide again.
                 log.info("claim changed while binding; retrying", extra={"pod": pod.key, "attempt": attempt + 1, "err": e.message})
@@ -178,18 +181,21 @@ class Binder:
             except TimeoutError:
                 self.metrics.binds.labels("timeout").inc()
                 undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
-                return f"binding pod {pod.key} to {args.node}: timed out after {self.timeout:g}s; its claim writes are being undone"
+                return plain(
+                    REASON_NOT_BOUND,
+                    f"binding pod {pod.key} to {args.node}: timed out after {self.timeout:g}s; its claim writes are being undone",
+                )
             except SourceError as e:
                 binding = isinstance(e, _BindingFailed)
                 self.metrics.binds.labels("binding_failed" if binding else "write_failed").inc()
                 undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
                 what = "creating the Binding" if binding else "writing its claims"
-                return f"binding pod {pod.key} to {args.node}: {what}: {e.message}"
+                return plain(REASON_NOT_BOUND, f"binding pod {pod.key} to {args.node}: {what}: {e.message}")
             except BaseException:
                 undos.append(self.undo.in_background(pod, uid, args.node, written, hold))
                 raise
         self.metrics.binds.labels("conflict").inc()
-        return f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)"
+        return plain(REASON_NOT_BOUND, f"pod {pod.key}: claims kept changing while binding ({BIND_ATTEMPTS} attempts)")
 
     async def _write_and_bind(
         self,
@@ -202,8 +208,8 @@ class Binder:
         hold: Reservation,
         extended: Extended | None,
         written: list[Written],
-    ) -> str | None:
-        """The decision's writes within the bind's budget; None once bound, else /bind's answer (binding conditions pending or failed)."""
+    ) -> Failure | None:
+        """The decision's writes within the bind's budget; None once bound, else why not (binding conditions pending or failed)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
@@ -226,7 +232,7 @@ class Binder:
             if self.features.binding_conditions:
                 answer = await self.binding.check(pod, uid, args.node, keys)
                 if answer is not None:
-                    return answer
+                    return plain(REASON_BINDING_CONDITIONS, answer)
             await self._create_binding(args, uid)
         return None
 
@@ -249,12 +255,12 @@ class Binder:
         outcome = self.allocator.allocate(
             node,
             claims,
-            self.state.slices_for_node(node_name),
+            self.state.queries.slices_for_node(node_name),
             self.state.classes,
             self.state.allocated_state,
             self.state.device,
             timestamp=rfc3339(),
-            pool_slices=self.state.pool_slices,
+            pool_slices=self.state.queries.pool_slices,
         )
         if outcome.failure is not None:
             self.metrics.binds.labels("unschedulable").inc()
@@ -340,19 +346,21 @@ class Binder:
             # Not a claim conflict to retry: the pod is bound elsewhere, gone, or the write failed.
             raise _BindingFailed(e.message) from None
 
-    async def _bind_pod(self, args: BindingArgs, uid: str, deadline: float) -> str:
+    async def _bind_pod(self, args: BindingArgs, uid: str, deadline: float) -> Failure | None:
         """A pod without claims: just the Binding."""
         try:
             await asyncio.wait_for(self._create_binding(args, uid), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             self.metrics.binds.labels("timeout").inc()
-            return f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: timed out after {self.timeout:g}s"
+            return plain(
+                REASON_NOT_BOUND, f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: timed out after {self.timeout:g}s"
+            )
         except SourceError as e:
             self.metrics.binds.labels("binding_failed").inc()
-            return f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: {e.message}"
+            return plain(REASON_NOT_BOUND, f"binding pod {args.pod_namespace}/{args.pod_name} to {args.node}: {e.message}")
         self.metrics.binds.labels("ok").inc()
         log.info("bound pod", extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node})
-        return ""
+        return None
 
     # ------------------------------------------------------------------ binding conditions (for /filter)
 

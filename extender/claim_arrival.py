@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, plain
 from allocator.pod_claims import TEMPLATE, being_deleted, claim_refs
 from allocator.types import Pod, ResourceClaim
 from extender.metrics import Metrics
@@ -27,20 +28,19 @@ class ClaimArrival:
         if event.kind in (ev.RESOURCE_CLAIM, ev.POD):
             self._changed.set()
 
-    def claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+    def claims_for(self, pod: Pod) -> tuple[list[ResourceClaim], Failure | None]:
         """The pod's claims, or why they cannot be used (not created yet, not found, being deleted, reserved for too many)."""
         claims, problem = self.state.pod_claims(pod)
-        if problem is not None:
-            return claims, problem
-        deleted = being_deleted(claims)
-        if deleted is not None:
-            return claims, deleted
-        for claim in claims:
-            if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
-                return claims, f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
-        return claims, None
+        if problem is None:
+            problem = being_deleted(claims)
+        if problem is None:
+            for claim in claims:
+                if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
+                    problem = f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
+                    break
+        return claims, None if problem is None else plain(REASON_CLAIMS_UNRESOLVED, problem)
 
-    async def when_created(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+    async def when_created(self, pod: Pod) -> tuple[list[ResourceClaim], Failure | None]:
         """The pod's claims, waiting up to `claim_wait` for ones not created yet.
 
         kube-scheduler often pops a pod before kube-controller-manager has

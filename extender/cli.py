@@ -607,8 +607,10 @@ def _health_setup(args: argparse.Namespace, cluster: ApiSource | None) -> Health
 async def serve(args: argparse.Namespace) -> int:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
+    from extender.binder import Binder
     from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
+    from extender.placements import PlacementGate
     from extender.service import Service
     from tracker.k8s_events import EventRecorder
 
@@ -629,19 +631,17 @@ async def serve(args: argparse.Namespace) -> int:
         await _connect(cluster, args)
     is_leader = _is_leader(args, leadership)
     features = features_from(args)
-    service = Service(
+    # The composition root: the parts are built here and handed in.
+    binder = Binder(
         state,
         source,
         Allocator(cel, features=features, device_placement=args.device_placement),
         metrics,
+        PlacementGate(args.placement_wait),
         is_leader=is_leader,
-        placement_wait=args.placement_wait,
-        claim_wait=args.claim_wait,
-        bind_timeout=args.bind_timeout,
+        timeout=args.bind_timeout,
         features=features,
         binding_timeout=args.binding_timeout,
-        offer_nodes=args.offer_nodes,
-        node_placement=args.node_placement,
     )
     eviction = None
     if args.read_only:
@@ -667,7 +667,16 @@ async def serve(args: argparse.Namespace) -> int:
     if cluster is not None and not args.read_only:  # cluster mode: there is a kube-scheduler whose queue to wake
         from extender.requeue import Requeuer
 
-        requeuer = service.requeuer = Requeuer(state, cluster.patch_pod, metrics, is_leader=is_leader)
+        requeuer = Requeuer(state, cluster.patch_pod, metrics, is_leader=is_leader)
+    service = Service(
+        state,
+        binder,
+        metrics,
+        requeuer=requeuer,
+        claim_wait=args.claim_wait,
+        offer_nodes=args.offer_nodes,
+        node_placement=args.node_placement,
+    )
 
     loop = asyncio.get_running_loop()
     bridge = LoopBridge(loop, args.livez_stall_threshold)

@@ -21,7 +21,7 @@ def device_page(state: ClusterState, node: str, driver: str, pool: str, tainted:
     limit = max(1, min(limit, MAX_DEBUG_PAGE))
     ids = _sorted_devices(state)
     if node:
-        reach = {d.id for s in state.slices_for_node(node) for d in s.devices}
+        reach = {d.id for s in state.queries.slices_for_node(node) for d in s.devices}
         ids = [d for d in ids if d in reach]
     if driver:
         ids = [d for d in ids if d.driver == driver]
@@ -43,7 +43,7 @@ def device_page(state: ClusterState, node: str, driver: str, pool: str, tainted:
 def _device_item(state: ClusterState, did: DeviceID) -> dict[str, Any]:
     """One device (tracker/device_rows.py) with its attributes and capacity as published and as patched, and its taints."""
     view = state.devices[did]
-    slice_ = state.published_slice(did)
+    slice_ = state.queries.slice_of(did)
     original = next((d for d in slice_.devices if d.name == did.device), None) if slice_ else None
     row = device_row(state, did)
     return {

@@ -15,14 +15,14 @@ keyed by what decides it, never by the pod:
 So the second to n-th pod of a workload (every pod from one
 ResourceClaimTemplate) are dictionary lookups, and a bind on one node makes
 only that node's verdicts be computed again. Failure messages name the
-claims: a failure is kept as a template whose claim names are slots (the
-claim's index in the pod), and a verdict found for other claims with the
-same signature is told with their names when the cache hands it out.
+claims: a failure is kept as a template whose claim names (the ClaimName
+parts its message is built from) are slots (the claim's index in the pod),
+and a verdict found for other claims with the same signature is rendered
+with their names when the cache hands it out.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -31,6 +31,7 @@ from typing import Any
 
 from allocator.allocation import Allocator, Failure, Outcome
 from allocator.cel.lib.budget import DeadlineExceeded
+from allocator.failures import ClaimName
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
 from tracker.state import ClusterState
 
@@ -41,36 +42,30 @@ ClaimSignature = tuple[Any, ...]
 class FailureTemplate:
     """A failure without the names of the claims it was computed for.
 
-    `message` is text and claim slots (an int: the claim's index in the pod's
-    claims, in order); `claim` is a slot when the failure blames one of them.
-    `failure` holds the other fields as computed (its message and claim blank).
+    `parts` is the failure's message parts with a slot (an int: the claim's
+    index in the pod's claims, in order) for each claim it names; `claim` is
+    a slot when the failure blames one of them. `failure` holds the other
+    fields as computed (its parts and claim blank).
     """
 
     failure: Failure
-    message: tuple[str | int, ...]
+    parts: tuple[str | int | ClaimName, ...]
     claim: str | int
 
     @classmethod
-    def of(cls, failure: Failure, names: tuple[str, ...]) -> FailureTemplate:
-        """`failure` with a slot wherever its message says "claim <one of names>"."""
-        parts: list[str | int] = []
-        rest = failure.message
-        if names:
-            mention = re.compile(rf"claim ({'|'.join(re.escape(n) for n in names)})(?![a-z0-9.\-])")
-            pos = 0
-            for m in mention.finditer(rest):
-                parts += [rest[pos : m.start(1)], names.index(m.group(1))]
-                pos = m.end()
-            rest = rest[pos:]
-        parts.append(rest)
-        claim = names.index(failure.claim) if failure.claim in names else failure.claim
-        return cls(replace(failure, message="", claim=""), tuple(p for p in parts if p != ""), claim)
+    def of(cls, failure: Failure, names: Sequence[str]) -> FailureTemplate:
+        """`failure` with a slot for each of `names` it names (a name twice in `names`: its first place)."""
+        slots: dict[str, int] = {}
+        for i, name in enumerate(names):
+            slots.setdefault(name, i)
+        parts = tuple(slots.get(p.key, p) if isinstance(p, ClaimName) else p for p in failure.parts)
+        return cls(replace(failure, parts=(), claim=""), parts, slots.get(failure.claim, failure.claim))
 
-    def tell(self, names: Sequence[str]) -> Failure:
+    def render(self, names: Sequence[str]) -> Failure:
         """The failure for the claims `names` (same signature as those it was computed for, so same slots)."""
-        message = "".join(p if isinstance(p, str) else names[p] for p in self.message)
+        parts = tuple(ClaimName(names[p]) if isinstance(p, int) else p for p in self.parts)
         claim = self.claim if isinstance(self.claim, str) else names[self.claim]
-        return replace(self.failure, message=message, claim=claim)
+        return replace(self.failure, parts=parts, claim=claim)
 
 
 @dataclass(slots=True)
@@ -171,7 +166,7 @@ class OutcomeCache:
                 if isinstance(verdict, FailureTemplate):
                     known = told.get(id(verdict))
                     if known is None:
-                        known = told[id(verdict)] = Outcome(verdict.tell(names))
+                        known = told[id(verdict)] = Outcome(verdict.render(names))
                     verdict = known
                 append(verdict)
                 continue
@@ -205,14 +200,20 @@ class OutcomeCache:
     def _compute(self, node: Node, claims: Sequence[ResourceClaim]) -> Outcome:
         state = self.state
         outcome = self.allocator.allocate(
-            node, claims, state.slices_for_node(node.name), state.classes, state.ledger, state.device, pool_slices=state.pool_slices
+            node,
+            claims,
+            state.queries.slices_for_node(node.name),
+            state.classes,
+            state.allocated_state,
+            state.device,
+            pool_slices=state.queries.pool_slices,
         )
         self.on_computed(outcome)
         return outcome
 
     def _keep(self, group: _Group, node: str, token: Any, outcome: Outcome, names: tuple[str, ...], *, new: bool) -> None:
         """Store a computed verdict without the claims' names: a fit without its allocations (which
-        name them), a failure as a template with slots where its message names a claim."""
+        name them), a failure as a template with slots for the claims its message names."""
         if new:
             self._entries += 1
         verdicts = group.verdicts

@@ -170,8 +170,8 @@ class NodeFullness:
 
     def _compute(self, node: str) -> NodeUnits:
         """The node's units as allocated now; what only its slices decide is reused while they are the same objects."""
-        ledger: AllocatedState = self.state.ledger
-        reachable = self.state.slices_for_node(node)
+        ledger: AllocatedState = self.state.allocated_state
+        reachable = self.state.queries.slices_for_node(node)
         held = self._shapes.get(node)
         if held is not None and len(held[0]) == len(reachable) and all(r() is s for r, s in zip(held[0], reachable, strict=True)):
             shape = held[1]

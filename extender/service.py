@@ -16,13 +16,13 @@ edge asks the Service only, never the state.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from allocator.allocation import Allocator, Outcome
+from allocator.failures import REASON_BINDING_CONDITIONS, REASON_NOT_BOUND, Failure, plain
 from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
 from allocator.pod_claims import raw_may_use_dra, raw_needs_extender
@@ -61,20 +61,19 @@ class NotReady(Exception):
 
 
 class Service:
+    """The verbs over the state. Its parts are built by the composition root (`serve` in extender/cli.py,
+    or `build_service` for tools and tests) and handed in: the binder (and through it the placement gate,
+    the source, the allocator, the features and the leadership test) and, in cluster mode, the requeuer."""
+
     def __init__(
         self,
         state: ClusterState,
-        source: BindingSource,
-        allocator: Allocator[Any],  # over whichever selector engine the state has (tracker: SelectorEngine[Any])
+        binder: Binder,
         metrics: Metrics,
         *,
-        is_leader: Callable[[], bool] = lambda: True,
+        requeuer: Requeuer | None = None,
         outcome_cache_size: int = 50_000,
-        placement_wait: float = DEFAULT_PLACEMENT_WAIT,
         claim_wait: float = DEFAULT_CLAIM_WAIT,
-        bind_timeout: float = DEFAULT_BIND_TIMEOUT,
-        features: Features = DEFAULT_FEATURES,
-        binding_timeout: float = 600.0,
         offer_nodes: int = DEFAULT_OFFER_NODES,
         observe_only: bool = False,
         node_placement: str = DEFAULT_NODE_PLACEMENT,
@@ -83,36 +82,21 @@ class Service:
         claim whose binding failed): `kubectl dra why` asks this way over its own snapshot."""
         self.observe_only = observe_only
         self.state = state
-        self.features = features
-        self.source = source
-        self.allocator = allocator
+        self.binder = binder
+        self.features = binder.features
+        self.source = binder.source
+        self.allocator = binder.allocator
         self.metrics = metrics
-        self.is_leader = is_leader
-        self.placements = PlacementGate(placement_wait)
-        self.binder = Binder(
-            state,
-            source,
-            allocator,
-            metrics,
-            self.placements,
-            is_leader=is_leader,
-            timeout=bind_timeout,
-            features=features,
-            binding_timeout=binding_timeout,
-        )
-        self.outcomes = OutcomeCache(state, allocator, size=outcome_cache_size, on_computed=self._count_computed)
+        self.is_leader = binder.is_leader
+        self.placements = binder.gate
+        self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
-        self.extended = ExtendedGroups(state, features)
+        self.extended = ExtendedGroups(state, binder.features)
         self.fit = NodeFit(self.outcomes, offer_nodes)
         self.contested = ContestedNodes(state, self.outcomes, self.extended.memory_claims)
         self.scores = Scores(state, self.outcomes, node_placement)
         self.volumes = VolumeChecks(state, metrics)
-        self.requeuer: Requeuer | None = None  # cluster mode: wakes rejected pods when devices change
-
-    @property
-    def bind_lock(self) -> asyncio.Lock:
-        """The lock decisions are made under (held only for in-memory work)."""
-        return self.binder.lock
+        self.requeuer = requeuer  # cluster mode: wakes rejected pods when devices change
 
     # ------------------------------------------------------------------ what the HTTP edge asks (it never reads the state)
 
@@ -129,7 +113,7 @@ class Service:
     def refresh_gauges(self) -> None:
         """On the main loop: the gauges that read the tracker's state."""
         self.metrics.leader.set(1 if self.is_leader() else 0)
-        for k, v in self.state.device_state_counts().items():
+        for k, v in self.state.queries.device_state_counts().items():
             self.metrics.devices.labels(k).set(v)
         self.metrics.set_cel_stats(self.state.cel.stats)
 
@@ -199,7 +183,8 @@ class Service:
         pod = self._parse_pod(args.pod)
         self.placements.forget(pod.meta.uid)
         self.scores.forget(pod.meta.uid)
-        claims, problem = await self.claims.when_created(pod)
+        claims, refusal = await self.claims.when_created(pod)
+        problem = None if refusal is None else refusal.message
         if problem is None and has_pvc_volumes(args.pod):
             problem = self.volumes.problem(pod)
         if problem is not None:
@@ -208,7 +193,7 @@ class Service:
         if waiting:
             held = self._binding_wait(pod, waiting)
             if held is not None:
-                return [], {n: held for n in names}
+                return [], {n: held.message for n in names}
         nodes = RequestNodes(self.state, args.nodes)
         groups = self.extended.groups(pod, claims, names, nodes)
         if len(groups) > 1:
@@ -240,8 +225,8 @@ class Service:
                 withheld = self.contested.withhold(placed, claims, passed, nodes, deadline, budget)
                 if withheld is None:  # no node is safe from the pods being bound: wait for their binds
                     again = await self._after_placed_binds(pod, names, nodes, deadline, budget)
-                    if isinstance(again, str):
-                        return [], {n: again for n in names}
+                    if isinstance(again, Failure):
+                        return [], {n: again.message for n in names}
                     claims, passed, failed, fits = again
                 elif withheld:
                     self.metrics.placement_nodes_withheld.inc(len(withheld))
@@ -258,8 +243,8 @@ class Service:
 
     async def _after_placed_binds(
         self, pod: Pod, names: list[str], nodes: RequestNodes, deadline: float | None, budget: float | None
-    ) -> str | tuple[list[ResourceClaim], list[str], dict[str, str], dict[str, Outcome]]:
-        """Wait for the binds of the pods placed before this one, then fit again; a str when the claims are gone meanwhile."""
+    ) -> Failure | tuple[list[ResourceClaim], list[str], dict[str, str], dict[str, Outcome]]:
+        """Wait for the binds of the pods placed before this one, then fit again; a failure when the claims are gone meanwhile."""
         waited, expired = await self.placements.wait(pod.meta.uid)
         if waited:
             self.metrics.placement_wait.observe(waited)
@@ -303,7 +288,7 @@ class Service:
         self._tell_requeuer(pod, passed, names)
         return passed, failed
 
-    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> str | None:
+    def _binding_wait(self, pod: Pod, waiting: list[ResourceClaim]) -> Failure | None:
         """Why no node is offered while the pod's binding conditions are pending or have failed; None once ready.
 
         Every node is rejected as unresolvable: the pod waits in kube-scheduler's
@@ -316,9 +301,14 @@ class Service:
             return None
         if bad.state == PENDING:
             node = allocated_node(next(c for c in waiting if c.key == bad.claim))
-            return f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met"
+            return plain(
+                REASON_BINDING_CONDITIONS,
+                f"claim {bad.claim}: {pending_message(node or 'the allocated node')}; the pod is bound there once they are met",
+            )
         self._binding_failed(pod, waiting, bad)
-        return f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+        return plain(
+            REASON_BINDING_CONDITIONS, f"claim {bad.claim}: {bad.message}; the claim is being deallocated and the pod scheduled again"
+        )
 
     def _binding_failed(self, pod: Pod, waiting: list[ResourceClaim], bad: Readiness, *, keep_ready: bool = True) -> None:
         if not self.observe_only:
@@ -358,15 +348,15 @@ class Service:
 
     # ------------------------------------------------------------------ bind
 
-    async def bind(self, args: BindingArgs) -> str:
-        """Allocate, write claim status, then create the Binding; '' on success, else the error.
+    async def bind(self, args: BindingArgs) -> Failure | None:
+        """Allocate, write claim status, then create the Binding; None on success, else why not.
 
         Whatever the way out (not leader, not ready, an error), the placement gate
         hears that this pod's bind is decided: later filters must not wait for it.
         """
         try:
             if not self.is_leader():
-                return "not leader"
+                return plain(REASON_NOT_BOUND, "not leader")
             self._check_ready()
             return await self.binder.bind(args)
         finally:
@@ -380,3 +370,33 @@ def _readiness_gone(claim: str, node: str) -> Readiness:
         claim,
         f"device binding failed: claim={claim.partition('/')[2]}, reason=NodeUnavailable, message=node {node or '?'} is no longer offered to the pod",
     )
+
+
+def build_service(
+    state: ClusterState,
+    source: BindingSource,
+    allocator: Allocator[Any],
+    metrics: Metrics,
+    *,
+    is_leader: Callable[[], bool] = lambda: True,
+    placement_wait: float = DEFAULT_PLACEMENT_WAIT,
+    bind_timeout: float = DEFAULT_BIND_TIMEOUT,
+    features: Features = DEFAULT_FEATURES,
+    binding_timeout: float = 600.0,
+    **options: Any,
+) -> Service:
+    """A Service with its binder, for tools and tests: the parts `serve` builds, with the defaults
+    (`options`: Service's own keywords)."""
+    gate = PlacementGate(placement_wait)
+    binder = Binder(
+        state,
+        source,
+        allocator,
+        metrics,
+        gate,
+        is_leader=is_leader,
+        timeout=bind_timeout,
+        features=features,
+        binding_timeout=binding_timeout,
+    )
+    return Service(state, binder, metrics, **options)

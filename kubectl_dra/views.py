@@ -20,7 +20,7 @@ from extender.eviction.clock import parse_time
 from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from extender.eviction.rule_status import RuleCounts, condition
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import build_service
 from extender.wire import BadRequest, ExtenderArgs
 from kubectl_dra.rule_checks import rule_problems
 from tracker.device_rows import device_row
@@ -130,7 +130,9 @@ async def why(state: ClusterState, source: BindingSource, raw_pod: dict[str, Any
     source that refuses writes, waits for nothing (no claim or placement
     wait) and looks at every node (no `--offer-nodes` cut-off).
     """
-    service = Service(state, source, Allocator(state.cel), Metrics(), claim_wait=0, placement_wait=0, offer_nodes=0, observe_only=True)
+    service = build_service(
+        state, source, Allocator(state.cel), Metrics(), claim_wait=0, placement_wait=0, offer_nodes=0, observe_only=True
+    )
     names = sorted(state.nodes)
     try:
         passed, failed = await service.filter(ExtenderArgs(raw_pod, names, None, None))

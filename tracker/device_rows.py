@@ -31,7 +31,7 @@ class DeviceRow:
 
 def device_row(state: ClusterState, did: DeviceID) -> DeviceRow:
     view = state.devices[did]
-    return DeviceRow(did, view.node_name, attributes_json(view.attributes), state.holder(did), state.sharing(did))
+    return DeviceRow(did, view.node_name, attributes_json(view.attributes), state.holder(did), state.queries.sharing(did))
 
 
 def attributes_json(attributes: Mapping[str, AttributeValue]) -> dict[str, object]:

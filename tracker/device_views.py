@@ -21,7 +21,7 @@ way in or out of them:
   cheap, the rest and the CEL warm-up (tracker/warmup.py) in the background;
 - tracker/node_changes.py: which nodes must decide again, and each node's
   taken devices;
-- the read queries (tracker/device_queries.py).
+- the read queries (tracker/device_queries.py), handed out as `queries`.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class DeviceViews:
         self.devices: dict[DeviceID, DeviceView] = builder.devices
         self._nodes = NodeChanges(changes, ledger, index, objects.slices, builder.devices)
         self._recompute = Recompute(cel, builder, index, objects.classes, release=release)
-        self._queries = DeviceQueries(objects, builder, index, ledger)
+        self.queries = DeviceQueries(objects, builder, index, ledger)  # the read queries, handed out as they are
         slice_intake = SliceIntake(objects.slices, versions, index, builder, self._recompute, self._nodes)
         selector_intake = SelectorIntake(
             cel, objects, versions, index, selectors, builder, self._recompute, changes=changes, report=report, started=started
@@ -140,29 +140,6 @@ class DeviceViews:
     def uid_of(self, kind: str, group: str, name: str) -> str:
         held: Any = self.rules.get((group, name)) if kind == ev.DEVICE_TAINT_RULE else self._store(kind).get(name)
         return held.meta.uid if held is not None else ""
-
-    # ------------------------------------------------------------------ queries (tracker/device_queries.py)
-
-    def slices_for_node(self, node_name: str) -> list[SliceView]:
-        return self._queries.slices_for_node(node_name)
-
-    def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
-        return self._queries.pool_slices(driver, pool)
-
-    def device(self, did: DeviceID) -> DeviceView | None:
-        return self.devices.get(did)
-
-    def slice_of(self, did: DeviceID) -> ResourceSlice | None:
-        return self._queries.slice_of(did)
-
-    def sharing(self, did: DeviceID) -> dict[str, Any]:
-        return self._queries.sharing(did)
-
-    def device_state_counts(self) -> dict[str, int]:
-        return self._queries.device_state_counts()
-
-    def may_evict(self) -> bool:
-        return self._queries.may_evict()
 
     def taken_on_node(self, node_name: str) -> int:
         """How many of the node's own (node-local) devices are allocated or in flight."""

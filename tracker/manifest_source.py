@@ -43,7 +43,7 @@ log = logging.getLogger("dra_extender.source")
 SLOW_RELOAD_SECONDS = 3.0  # a reload slower than this is logged (changes wait behind it)
 
 
-class ManifestSource:
+class ManifestSource(OverlayWrites):
     """The `Source` for `--source DIR` (see the module docstring)."""
 
     def __init__(
@@ -60,9 +60,8 @@ class ManifestSource:
         self.debounce_ms = max(1, int(debounce_ms))
         self.events: list[dict[str, Any]] = []  # Events "created" (recorded and logged)
         self.manifests = ManifestDirectory(self.directory, clock)
-        self.store = OverlayStore()
-        self.claims = ClaimController(self.store)
-        self.writes = OverlayWrites(self.store, self.claims)
+        store = OverlayStore()
+        super().__init__(store, ClaimController(store))
 
     @property
     def load_report(self) -> LoadReport:
@@ -123,56 +122,11 @@ class ManifestSource:
         """The freshest copy (files + overlay); a DeviceTaintRule is looked up in resource.k8s.io first."""
         return self.store.get(kind, namespace, name, group)
 
-    @property
-    def rule_status(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """(group, name) -> status written with update_rule_status (for tests and tools)."""
-        return self.store.rule_status
-
     def api_version(self, kind: str, group: str) -> str:
         """The registry's apiVersion (upstream DeviceTaintRule: the default version; a directory serves no versions)."""
         return registry_api_version(kind, group)
 
-    # ------------------------------------------------------------------ writes (manifest_writes)
-
-    async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
-        return self.writes.update_claim(claim)
-
-    async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
-        return self.writes.update_claim_status(claim)
-
-    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
-        return self.writes.patch_claim(namespace, name, patch, status=status)
-
-    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
-        return self.writes.create_claim(namespace, claim)
-
-    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
-        self.writes.delete_claim(namespace, name, uid)
-
-    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self.writes.patch_pod_status(namespace, name, patch)
-
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.writes.bind_pod(namespace, name, uid, node)
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        self.writes.delete_pod(namespace, name, uid)
-
-    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Without PodDisruptionBudgets to consult, an eviction here is a deletion."""
-        self.writes.delete_pod(namespace, name, uid)
-
-    async def update_pod_status_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
-        self.writes.update_pod_status_condition(namespace, name, condition)
-
-    async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
-        self.writes.update_rule_status(group, name, status)
-
-    async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
-        self.writes.update_rule_time_added(group, name, time_added)
-
-    async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
-        self.writes.update_volume_taints(kind, namespace, name, text)
+    # ------------------------------------------------------------------ writes: OverlayWrites (manifest_writes)
 
     async def create_event(self, event: dict[str, Any]) -> None:
         """Kept in `events` and logged: a directory has nowhere to post an Event."""

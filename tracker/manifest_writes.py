@@ -27,7 +27,10 @@ log = logging.getLogger("dra_extender.source")
 
 
 class OverlayWrites:
-    """Claim, pod, rule and volume writes against the store, with the API server's checks."""
+    """Claim, pod, rule and volume writes against the store, with the API server's checks.
+
+    The write half of the `Source` protocol (async, as a cluster's are, though nothing here
+    waits): ManifestSource is these writes plus the directory and its reads."""
 
     def __init__(self, store: OverlayStore, claims: ClaimController) -> None:
         self.store = store
@@ -56,7 +59,7 @@ class OverlayWrites:
             raise Conflict(f"ResourceClaim {ident[2]}: UID {want_uid} does not match {current.get('uid')}")
         return ident
 
-    def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
+    async def update_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
         """Metadata (finalizers, labels, annotations) of a claim; its spec is immutable, as upstream."""
         ident = self._claim_for_write(claim)
         if "spec" in claim and claim["spec"] != self.store.objects[ident].get("spec"):
@@ -68,7 +71,7 @@ class OverlayWrites:
         over.annotations = dict(meta.get("annotations") or {})
         return self.store.commit(ident, "update claim", finalizers=over.finalizers)
 
-    def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
+    async def update_claim_status(self, claim: dict[str, Any]) -> dict[str, Any]:
         """Only `.status` is taken (allocation, reservedFor), as the /status subresource does."""
         ident = self._claim_for_write(claim)
         status = claim.get("status")
@@ -84,7 +87,7 @@ class OverlayWrites:
         reserved = [r.get("name") for r in (status or {}).get("reservedFor") or () if isinstance(r, dict)]
         return self.store.commit(ident, "update claim status", devices=devices, reservedFor=reserved)
 
-    def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386) of the claim or its /status, as the API server applies it."""
         current = self.store.get(ev.RESOURCE_CLAIM, namespace, name)
         if current is None:
@@ -93,9 +96,9 @@ class OverlayWrites:
         merged = merge_patch(current, patch)
         if not want_rv:
             merged["metadata"].pop("resourceVersion", None)  # no precondition asked for
-        return self.update_claim_status(merged) if status else self.update_claim(merged)
+        return await (self.update_claim_status(merged) if status else self.update_claim(merged))
 
-    def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
+    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
         """A claim made at /bind, named from generateName, kept in memory until the pod is gone."""
         store = self.store
         meta = dict(claim.get("metadata") or {})
@@ -117,7 +120,7 @@ class OverlayWrites:
         store.emit("ADDED", ident, obj)
         return copy.deepcopy(obj)
 
-    def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         store = self.store
         ident = store.find(ev.RESOURCE_CLAIM, namespace, name)
         if ident is None:
@@ -142,13 +145,13 @@ class OverlayWrites:
             raise Conflict(f"Pod {ident[2]}: precondition failed: UID in precondition: {uid}, UID in object meta: {have}")
         return ident
 
-    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         ident = self._pod_for_write(namespace, name, "")
         over = self.store.overlay_of(ident)
         over.pod_status = merge_patch(over.pod_status or {}, patch.get("status") or {})
         return self.store.commit(ident, "pod status", status=sorted((patch.get("status") or {}).keys()))
 
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         ident = self._pod_for_write(namespace, name, uid)
         bound = (self.store.objects[ident].get("spec") or {}).get("nodeName")
         if bound:
@@ -158,7 +161,7 @@ class OverlayWrites:
         self.store.overlay_of(ident).node_name = node
         self.store.commit(ident, "bind", node=node)
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """The pod stays deleted, though its file is unchanged, until its manifest changes."""
         ident = self._pod_for_write(namespace, name, uid)
         self.store.overlay_of(ident).deleted = True
@@ -169,7 +172,10 @@ class OverlayWrites:
         if pod_uid:
             self.claims.release(ident, pod_uid, emit=True)
 
-    def update_pod_status_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
+    # Without PodDisruptionBudgets to consult, an eviction here is a deletion.
+    evict_pod = delete_pod
+
+    async def update_pod_status_condition(self, namespace: str, name: str, condition: dict[str, Any]) -> None:
         """Set one pod condition (by type), like a strategic-merge patch of status.conditions."""
         ident = self._pod_for_write(namespace, name, "")
         if not isinstance(condition, dict) or not isinstance(condition.get("type"), str) or not condition["type"]:
@@ -179,7 +185,7 @@ class OverlayWrites:
 
     # ------------------------------------------------------------------ rules and volumes
 
-    def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
+    async def update_rule_status(self, group: str, name: str, status: dict[str, Any]) -> None:
         """Merge `status` into a DeviceTaintRule's status (a merge patch of /status)."""
         ident = self.store.find(ev.DEVICE_TAINT_RULE, "", name, group)
         if ident is None:
@@ -190,7 +196,7 @@ class OverlayWrites:
         over.status = {**(over.status or {}), **copy.deepcopy(status)}
         self.store.commit(ident, "rule status")
 
-    def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
+    async def update_rule_time_added(self, group: str, name: str, time_added: str) -> None:
         """Set a rule's `spec.taint.timeAdded` in the overlay (until its file changes)."""
         ident = self.store.find(ev.DEVICE_TAINT_RULE, "", name, group)
         if ident is None:
@@ -198,7 +204,7 @@ class OverlayWrites:
         self.store.overlay_of(ident).time_added = time_added
         self.store.commit(ident, "rule timeAdded", timeAdded=time_added)
 
-    def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
+    async def update_volume_taints(self, kind: str, namespace: str, name: str, text: str) -> None:
         """Set a PVC's or PV's volume-taints annotation in the overlay (until its file changes)."""
         from tracker.volumes import TAINTS_ANNOTATION
 

@@ -19,8 +19,8 @@ Composed of private parts, along upstream's seams:
   writer of `allocated` and `inflight`.
 
 ClusterState owns intake (the EventSink methods), readiness, the versions
-held and the listeners; readers see named queries returning read-only
-mappings, and writers go through `apply`, `replace`, `mark_synced`,
+held and the listeners; readers see read-only mappings and the device
+views' query object (`queries`: tracker/device_queries.py), and writers go through `apply`, `replace`, `mark_synced`,
 `reserve` and `report`, never through a part.
 """
 
@@ -50,6 +50,7 @@ from allocator.types import (
 )
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus
+from tracker.device_queries import DeviceQueries
 from tracker.device_views import DeviceViews
 from tracker.ledger import AllocationLedger, Reservation
 from tracker.pod_status import PodStatus
@@ -125,6 +126,9 @@ class ClusterState:
         self._ro_patches = MappingProxyType(v.patches)
         self._ro_devices = MappingProxyType(v.devices)
         self._ro_slice_views = MappingProxyType(v.slice_views)
+        # The device views' read queries (slices a node reaches, a pool's slices, a device's slice,
+        # counters and shares, whether anything may evict), asked directly: `state.queries.x(...)`.
+        self.queries: DeviceQueries = v.queries
 
     # ------------------------------------------------------------------ intake (the EventSink)
 
@@ -201,7 +205,7 @@ class ClusterState:
 
     def _published_consumption(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
         """What a published device consumes of its pool's counters (None: not published), for the ledger's records."""
-        s = self._views.slice_of(did)
+        s = self.queries.slice_of(did)
         device = next((d for d in s.devices if d.name == did.device), None) if s is not None else None
         return device.consumes_counters if device is not None else None
 
@@ -347,29 +351,6 @@ class ClusterState:
     def device(self, did: DeviceID) -> DeviceView | None:
         return self._views.devices.get(did)
 
-    def published_slice(self, did: DeviceID) -> ResourceSlice | None:
-        """The slice a device is published in, as the driver wrote it."""
-        return self._views.slice_of(did)
-
-    def slices_for_node(self, node_name: str) -> list[SliceView]:
-        """Slices that may reach `node_name`: its own node-local ones and every shared one."""
-        return self._views.slices_for_node(node_name)
-
-    def pool_slices(self, driver: str, pool: str) -> list[SliceView]:
-        """Every slice of a pool, whichever nodes it reaches."""
-        return self._views.pool_slices(driver, pool)
-
-    def sharing(self, did: DeviceID) -> dict[str, Any]:
-        """A device's counters and shares now (/debug/devices, kubectl dra devices)."""
-        return self._views.sharing(did)
-
-    def device_state_counts(self) -> dict[str, int]:
-        return self._views.device_state_counts()
-
-    def may_evict(self) -> bool:
-        """Whether a NoExecute taint may apply to some device (see DeviceViews.may_evict)."""
-        return self._views.may_evict()
-
     # ------------------------------------------------------------------ allocation state
 
     @property
@@ -385,11 +366,6 @@ class ClusterState:
     @property
     def allocated_state(self) -> AllocatedState:
         """What the allocator asks of allocated and in-flight devices (read-only)."""
-        return self._ledger
-
-    @property
-    def ledger(self) -> AllocatedState:
-        """The same as `allocated_state` (the name older readers use)."""
         return self._ledger
 
     def is_taken(self, did: DeviceID) -> bool:

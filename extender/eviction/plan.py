@@ -237,7 +237,7 @@ def plan_evictions(
     NoExecute (the `effect: None` dry run).
     """
     per_pod: dict[str, tuple[str, float, float, list[TaintRef], list[str]]] = {}
-    if simulate is None and not state.may_evict():
+    if simulate is None and not state.queries.may_evict():
         return {}  # no NoExecute taint anywhere: nothing to look for in every allocated claim
     for claim in state.claims.values():
         if claim.allocation is None or not claim.reserved_for:

@@ -430,7 +430,7 @@ class HealthController:
             conditions = (obj.get("status") or {}).get("conditions") or ()
             if not any(c.get("type") == cond.type and c.get("status") == cond.status for c in conditions if isinstance(c, dict)):
                 continue
-            for s in self.state.slices_for_node(name):
+            for s in self.state.queries.slices_for_node(name):
                 if s.driver != rule.driver or s.node_name != name:
                     continue
                 for view in s.devices:

@@ -38,11 +38,11 @@ def resolve(state: ClusterState, m: DeviceMapping, labels: Mapping[str, str]) ->
         if label and label not in labels:
             return Unresolved(f"label {label!r} missing")
     if m.pool_label:
-        candidates: Iterable[DeviceView] = (d for s in state.pool_slices(driver, labels[m.pool_label]) for d in s.devices)
+        candidates: Iterable[DeviceView] = (d for s in state.queries.pool_slices(driver, labels[m.pool_label]) for d in s.devices)
         where = f"pool {labels[m.pool_label]!r}"
     elif m.node_label:
         node = labels[m.node_label]
-        candidates = (d for s in state.slices_for_node(node) if s.driver == driver and s.node_name == node for d in s.devices)
+        candidates = (d for s in state.queries.slices_for_node(node) if s.driver == driver and s.node_name == node for d in s.devices)
         where = f"node {node!r}"
     else:
         candidates = (d for d in state.devices.values() if d.id.driver == driver)

@@ -144,7 +144,8 @@ def prioritize_verb(service: Service) -> Verb[wire.ExtenderArgs]:
 def bind_verb(service: Service, bridge: LoopBridge) -> Verb[wire.BindingArgs]:
     async def decide(args: wire.BindingArgs) -> Response:
         try:
-            error = await service.bind(args)
+            refusal = await service.bind(args)
+            error = "" if refusal is None else refusal.message
         except NotReady as e:
             error = str(e)
         return json_response(wire.binding_result(error))

@@ -8,7 +8,7 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.app import create_app
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import build_service
 from tests.e2e.harness import DEMO, demo_pod_args, sample
 from tracker.manifest_source import ManifestSource
 from tracker.state import ClusterState
@@ -17,7 +17,7 @@ from tracker.state import ClusterState
 async def test_not_ready_answers() -> None:
     cel = CelEnvironment()
     state = ClusterState(cel)  # nothing synced yet
-    app = create_app(Service(state, ManifestSource(DEMO), Allocator(cel), Metrics()))
+    app = create_app(build_service(state, ManifestSource(DEMO), Allocator(cel), Metrics()))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as client:
         ready = await client.get("/readyz")
         assert ready.status_code == 503 and "ResourceSlice" in ready.text

@@ -40,7 +40,7 @@ async def test_an_eviction_removes_the_pod_from_the_view_and_releases_its_claim(
             assert len(deleted) == 1 and deleted[0].pod == "default/trainer" and deleted[0].devices == "gpu.example.com/node-a/gpu-0"
             assert "example.com/broken:NoExecute" in deleted[0].taints and deleted[0].claims == "default/trainer-gpu"
             # timeAdded came from the load; the controller only recorded it (no spec write in the overlay).
-            status = source.rule_status[("resource.dra-extender.io", "drain")]
+            status = source.store.rule_status[("resource.dra-extender.io", "drain")]
             assert status["stampedTaint"]["effect"] == "NoExecute"
             condition = status["conditions"][-1]
             assert condition["reason"] == "PodsPendingEviction" and condition["message"].startswith(

@@ -18,7 +18,7 @@ import orjson
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
@@ -83,7 +83,7 @@ class ApiCluster:
         cel = CelEnvironment()
         self.state = ClusterState(cel)
         source = ApiSource(kubeconfig=str(self.kubeconfig))
-        self.service = Service(self.state, source, Allocator(cel), Metrics(), **self.service_args)
+        self.service = build_service(self.state, source, Allocator(cel), Metrics(), **self.service_args)
         self.task = asyncio.create_task(source.run(self.state))
         await until(lambda: self.state.ready, "the initial lists")
         return self.service
@@ -112,8 +112,10 @@ class ApiCluster:
         await until(same, "the state to catch up with the server")
 
     async def bind(self, pod: dict[str, Any], node: str) -> str:
+        """/bind's answer as the wire carries it: '' when bound, else why not."""
         meta = pod["metadata"]
-        return await self.service.bind(BindingArgs(meta["name"], meta.get("namespace", "default"), meta["uid"], node))
+        refusal = await self.service.bind(BindingArgs(meta["name"], meta.get("namespace", "default"), meta["uid"], node))
+        return "" if refusal is None else refusal.message
 
     async def filter(self, pod: dict[str, Any], nodes: list[str]) -> tuple[list[str], dict[str, str]]:
         return await self.service.filter(parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": nodes})))

@@ -12,7 +12,7 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import build_service
 from tests.e2e.harness import DEMO
 from tracker.manifest_source import ManifestSource
 from tracker.state import ClusterState, Problem
@@ -27,7 +27,7 @@ class DemoService:
         cel = CelEnvironment()
         self.state = ClusterState(cel, on_problem=self.problems.append)
         self.source = ManifestSource(directory, watch=False)
-        self.service = Service(self.state, self.source, Allocator(cel), Metrics(), is_leader=lambda: self.leading)
+        self.service = build_service(self.state, self.source, Allocator(cel), Metrics(), is_leader=lambda: self.leading)
 
 
 @pytest.fixture

@@ -12,14 +12,15 @@ async def test_bind_queued_behind_the_lock_when_leadership_ends_does_not_allocat
     demo = await demo_service()
     svc = demo.service
     args = BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a")
-    async with svc.bind_lock:
+    async with svc.binder.lock:
         # The request passed the entry check and waits for the lock (another bind is writing)...
         waiting = asyncio.create_task(svc.bind(args))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         # ...when this process stops leading (a hand-over noticed at the next Lease poll).
         demo.leading = False
-    assert await waiting == "not leader"
+    refusal = await waiting
+    assert refusal is not None and refusal.message == "not leader"
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
     assert claim is not None
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
@@ -30,7 +31,7 @@ async def test_bind_while_leading_allocates(demo_service) -> None:
     demo = await demo_service()
     svc = demo.service
     args = BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a")
-    assert await svc.bind(args) == ""
+    assert await svc.bind(args) is None
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
     assert claim is not None
     assert claim["status"]["allocation"]["devices"]["results"]

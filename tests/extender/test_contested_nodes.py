@@ -74,7 +74,7 @@ def _args(i: int):
 
 
 async def _bind(demo: DemoService, i: int, node: str) -> None:
-    assert await demo.service.bind(BindingArgs(f"p{i}", "default", f"uid-p{i}", node)) == ""
+    assert await demo.service.bind(BindingArgs(f"p{i}", "default", f"uid-p{i}", node)) is None
 
 
 def _withheld(demo: DemoService) -> float:

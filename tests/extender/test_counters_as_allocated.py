@@ -117,12 +117,12 @@ def _args(pod: str):
 async def test_a_pool_republished_without_an_allocated_partition_does_not_fit_b(demo: DemoService) -> None:
     service = demo.service
     assert (await service.filter(_args("a")))[0] == ["node-a"]
-    assert await service.bind(BindingArgs("a", "default", "uid-a", "node-a")) == ""
+    assert await service.bind(BindingArgs("a", "default", "uid-a", "node-a")) is None
     assert service.state.claims["default/a"].allocation is not None
     for raw in _slice(2, ["full"]):  # the driver republishes its pool without part-a, still A's
         service.state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, raw["metadata"]["name"], raw))
     passed, failed = await service.filter(_args("b"))
     assert passed == [], "B's full (2 units) with A's part-a (1) held: 3 of 2 promised"
     assert "mem: 1 left, 2 needed" in failed["node-a"], failed
-    assert await service.bind(BindingArgs("b", "default", "uid-b", "node-a")) != ""
+    assert await service.bind(BindingArgs("b", "default", "uid-b", "node-a")) is not None
     assert service.state.claims["default/b"].allocation is None

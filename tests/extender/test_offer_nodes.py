@@ -12,7 +12,7 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from tracker.manifest_source import ManifestSource
 from tracker.state import ClusterState
@@ -75,7 +75,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         cel = CelEnvironment()
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
-        service = Service(state, source, Allocator(cel), Metrics(), offer_nodes=offer_nodes, placement_wait=0.2)
+        service = build_service(state, source, Allocator(cel), Metrics(), offer_nodes=offer_nodes, placement_wait=0.2)
         tasks.append(asyncio.create_task(source.run(state)))
         for _ in range(200):
             if state.ready:
@@ -101,16 +101,16 @@ async def test_filter_offers_the_first_fitting_nodes_and_starts_the_next_look_wh
     service = await start(dict.fromkeys(NODES, 2), offer_nodes=3)
     passed, failed = await service.filter(_args(1))
     assert passed == NODES[:3] and failed == {}, "the nodes not looked at are neither offered nor failed"
-    assert await service.bind(BindingArgs("p1", "default", "uid-p1", passed[0])) == ""
+    assert await service.bind(BindingArgs("p1", "default", "uid-p1", passed[0])) is None
     passed, failed = await service.filter(_args(2))
     assert passed == NODES[3:6] and failed == {}
-    assert await service.bind(BindingArgs("p2", "default", "uid-p2", passed[0])) == ""
+    assert await service.bind(BindingArgs("p2", "default", "uid-p2", passed[0])) is None
     # Every pod still reaches every fitting node in turn, wrapping around the list.
     seen = set()
     for i in range(3, 7):
         passed, _ = await service.filter(_args(i))
         seen.update(passed)
-        assert await service.bind(BindingArgs(f"p{i}", "default", f"uid-p{i}", passed[0])) == ""
+        assert await service.bind(BindingArgs(f"p{i}", "default", f"uid-p{i}", passed[0])) is None
     assert seen == set(NODES)
 
 
@@ -119,7 +119,7 @@ async def test_a_pod_that_fits_on_one_node_only_is_offered_it_wherever_it_is(sta
     passed, failed = await service.filter(_args(1))
     assert passed == [NODES[-1]]
     assert set(failed) == set(NODES[:-1]), "a look over every name reports why each other node does not fit"
-    assert await service.bind(BindingArgs("p1", "default", "uid-p1", NODES[-1])) == ""
+    assert await service.bind(BindingArgs("p1", "default", "uid-p1", NODES[-1])) is None
     passed, failed = await service.filter(_args(2))
     assert passed == [] and set(failed) == set(NODES), "no fitting node: refused, as before"
 
@@ -139,7 +139,7 @@ async def test_offer_nodes_0_offers_every_fitting_node(start: Start) -> None:
     service = await start(dict.fromkeys(NODES, 1), offer_nodes=0)
     passed, _ = await service.filter(_args(1))
     assert passed == NODES
-    assert await service.bind(BindingArgs("p1", "default", "uid-p1", NODES[1])) == ""
+    assert await service.bind(BindingArgs("p1", "default", "uid-p1", NODES[1])) is None
     passed, _ = await service.filter(_args(2))
     assert passed == [n for n in NODES if n != NODES[1]]
 
@@ -149,7 +149,7 @@ async def test_a_limited_look_still_withholds_nodes_a_placed_pod_may_take(start:
     names = NODES[:6]
     passed, _ = await service.filter(_args(1, names))
     assert passed == names[:2]
-    assert await service.bind(BindingArgs("p1", "default", "uid-p1", names[0])) == ""  # the gate turns on
+    assert await service.bind(BindingArgs("p1", "default", "uid-p1", names[0])) is None  # the gate turns on
     assert (await service.filter(_args(2, names)))[0] == names[2:4]  # p2 placed; its /bind outstanding
     assert (await service.filter(_args(3, names)))[0] == names[4:6]  # p3 looks further on: nothing shared
     # p4 wraps around: node-00 is taken, node-01 fits, node-02 and node-03 fit alone but p2 may take

@@ -19,7 +19,7 @@ from allocator.cel import CelEnvironment
 from allocator.parse import parse_pod
 from extender.metrics import Metrics
 from extender.request_nodes import RequestNodes
-from extender.service import Service
+from extender.service import build_service
 from extender.wire import parse_extender_args
 from kubesim.null_source import NullSource
 from tracker import events as ev
@@ -79,7 +79,7 @@ class World:
         self.rng = random.Random(seed)
         self.cel = CelEnvironment()
         self.state = ClusterState(self.cel)
-        self.service = Service(self.state, NullSource(), Allocator(self.cel), Metrics(), placement_wait=0, claim_wait=0)
+        self.service = build_service(self.state, NullSource(), Allocator(self.cel), Metrics(), placement_wait=0, claim_wait=0)
         self.reference = Allocator(self.cel)
         self.rv = 10
         self.sent: dict[tuple[str, str], dict[str, Any]] = {}  # the objects as last put (the state keeps them parsed)
@@ -207,9 +207,9 @@ class World:
             outcome = self.reference.allocate(
                 self.state.nodes[node],
                 [claim],
-                self.state.slices_for_node(node),
+                self.state.queries.slices_for_node(node),
                 self.state.classes,
-                self.state.ledger,
+                self.state.allocated_state,
                 self.state.device,
             )
             if outcome.ok:
@@ -233,11 +233,11 @@ class World:
                 outcome = self.reference.allocate(
                     state.nodes[n],
                     claims,
-                    state.slices_for_node(n),
+                    state.queries.slices_for_node(n),
                     state.classes,
-                    state.ledger,
+                    state.allocated_state,
                     state.device,
-                    pool_slices=state.pool_slices,
+                    pool_slices=state.queries.pool_slices,
                 )
                 if outcome.ok:
                     want_passed.append(n)
@@ -303,11 +303,11 @@ async def test_an_allocation_on_one_node_drops_verdicts_of_every_node_sharing_it
     outcome = world.reference.allocate(
         world.state.nodes["n1"],
         [world.state.claims[key]],
-        world.state.slices_for_node("n1"),
+        world.state.queries.slices_for_node("n1"),
         world.state.classes,
-        world.state.ledger,
+        world.state.allocated_state,
         world.state.device,
-        pool_slices=world.state.pool_slices,
+        pool_slices=world.state.queries.pool_slices,
     )
     assert outcome.ok and outcome.allocations[key].results[0].device == "pb0"
     world.put(

@@ -15,7 +15,7 @@ import yaml
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
-from extender.service import Service
+from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.objects import device_class, node_slice, partitioned_slices
 from tracker.manifest_source import ManifestSource
@@ -75,7 +75,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         state = ClusterState(cel)
         source = ManifestSource(directory, watch=False)
         allocator = Allocator(cel, device_placement=device_placement)
-        service = Service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
+        service = build_service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
         tasks.append(asyncio.create_task(source.run(state)))
         for _ in range(300):
             if state.ready:
@@ -101,7 +101,7 @@ async def _place(service: Service, i: int, node: str) -> None:
     """Pod i filtered (offered only `node`) and bound there, as kube-scheduler would."""
     passed, failed = await service.filter(_args(i, [node]))
     assert passed == [node], failed
-    assert await service.bind(BindingArgs(f"p{i}", "default", f"uid-p{i}", node)) == ""
+    assert await service.bind(BindingArgs(f"p{i}", "default", f"uid-p{i}", node)) is None
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ async def test_a_pod_scored_before_the_previous_pods_bind_sees_where_that_pod_go
     assert max(scores, key=lambda n: scores[n]) == want, scores
     # A's /bind: its devices are in the ledger now, its aim counts no more; B still sees them.
     a_node = "n2" if policy == "binpack" else "n0"
-    assert await service.bind(BindingArgs("p5", "default", "uid-p5", a_node)) == ""
+    assert await service.bind(BindingArgs("p5", "default", "uid-p5", a_node)) is None
     assert service.scores.expected() == 1, "only B's own aim is left"
     passed, _ = await service.filter(_args(6))
     scores = dict(service.prioritize(_args(6)))

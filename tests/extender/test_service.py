@@ -51,7 +51,7 @@ async def test_only_allocations_written_elsewhere_are_foreign(demo_service) -> N
     demo = await demo_service()
     service = demo.service
     pod = service.state.pods["default/trainer"]
-    assert await service.bind(BindingArgs("trainer", "default", pod.meta.uid, "node-a")) == ""
+    assert await service.bind(BindingArgs("trainer", "default", pod.meta.uid, "node-a")) is None
     assert _foreign(service) == 0, "our own allocation is not foreign"
     await _allocated_elsewhere(demo, "maintenance-ok", "gpu-0")
     assert _foreign(service) == 1

@@ -73,7 +73,12 @@ def _state(problems: list[Problem]) -> ClusterState:
 def _fits(state: ClusterState, claim_body: dict[str, Any]) -> tuple[bool, str]:
     claim = parse_resource_claim(claim_body)
     out = Allocator(CelEnvironment()).allocate(
-        Node("n1"), [claim], state.slices_for_node("n1"), state.classes, state.allocated_state, pool_slices=state.pool_slices
+        Node("n1"),
+        [claim],
+        state.queries.slices_for_node("n1"),
+        state.classes,
+        state.allocated_state,
+        pool_slices=state.queries.pool_slices,
     )
     return out.ok, out.failure.message if out.failure is not None else ""
 
@@ -158,7 +163,7 @@ def test_a_negative_step_refuses_only_its_device() -> None:
     assert not problems, "the slice is not refused whole"
     assert state.device(DeviceID(D, "p", "good")) is not None
     assert "validRange.step" in state.device(DeviceID(D, "p", "bad")).refused  # type: ignore[union-attr]
-    assert "validRange.step: -10Gi must be greater than zero" in state.sharing(DeviceID(D, "p", "bad"))["refused"]  # /debug/devices
+    assert "validRange.step: -10Gi must be greater than zero" in state.queries.sharing(DeviceID(D, "p", "bad"))["refused"]  # /debug/devices
     assert _fits(state, _claim("g", named("good")))[0]
     ok, why = _fits(state, _claim("b", named("bad")))
     assert not ok and "1 refused" in why and "validRange.step: -10Gi must be greater than zero" in why, why

@@ -293,10 +293,10 @@ def test_cel_rule_costs_one_evaluation_per_device(state: ClusterState) -> None:
 
 
 def test_node_index(state: ClusterState) -> None:
-    assert [s.name for s in state.slices_for_node("n1")] == ["s1"]
-    assert [s.name for s in state.slices_for_node("n2")] == ["s2"]
+    assert [s.name for s in state.queries.slices_for_node("n1")] == ["s1"]
+    assert [s.name for s in state.queries.slices_for_node("n2")] == ["s2"]
     state.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, "s1", {}))
-    assert state.slices_for_node("n1") == [] and state.device(DeviceID(D, "p1", "g0")) is None
+    assert state.queries.slices_for_node("n1") == [] and state.device(DeviceID(D, "p1", "g0")) is None
 
 
 def claim_obj(name: str, devices: list[str], rv: str) -> dict:
