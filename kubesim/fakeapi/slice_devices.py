@@ -9,6 +9,7 @@ here; the slice as a whole is `kubesim/fakeapi/resource_slices.py`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from fractions import Fraction
@@ -157,7 +158,7 @@ def valid_value_list(values: list[Fraction], default: Fraction, cap: Fraction, p
     vpath = f"{path}.validValues"
     out = [
         fe.invalid(f"{vpath}[{i + 1}]", str(b), "values must be sorted in ascending order")
-        for i, (a, b) in enumerate(zip(values, values[1:]))
+        for i, (a, b) in enumerate(itertools.pairwise(values))
         if a > b
     ]
     if len(values) > VALID_VALUES_MAX:
