@@ -47,8 +47,9 @@ Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
 
 from __future__ import annotations
 
+from kubesim.fakeapi.faults import Faults, RequestInfo, RequestRecord
 from kubesim.fakeapi.registry import Registry, ResourceType, default_types
-from kubesim.fakeapi.server import FakeApiServer, Faults, RequestInfo, RequestRecord, iter_manifests
+from kubesim.fakeapi.server import FakeApiServer, iter_manifests
 from kubesim.fakeapi.store import ApiError
 
 FakeApiError = ApiError
