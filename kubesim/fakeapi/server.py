@@ -29,7 +29,7 @@ from aiohttp import web
 
 from kubesim.fakeapi import routing
 from kubesim.fakeapi.crd import CRD_TYPE, crd_errors, resource_type
-from kubesim.fakeapi.faults import FaultControls
+from kubesim.fakeapi.faults import FaultControls, Faults, RequestInfo, RequestRecord
 from kubesim.fakeapi.raw_extension import RawParameters
 from kubesim.fakeapi.registry import Registry, ResourceType, default_types
 from kubesim.fakeapi.selectors import both, parse_field_selector, parse_label_selector
@@ -316,4 +316,5 @@ class FakeApiServer(FaultControls, WatchControls):
         }
 
 
-__all__ = ["SHIPPED_CRDS", "FakeApiServer", "iter_manifests"]
+# Faults, RequestInfo and RequestRecord stay importable from here, where tests have always found them.
+__all__ = ["SHIPPED_CRDS", "FakeApiServer", "Faults", "RequestInfo", "RequestRecord", "iter_manifests"]
