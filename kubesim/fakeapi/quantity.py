@@ -59,3 +59,15 @@ def quantity(raw: Any) -> Fraction:
     else:
         raise QuantityError("unable to parse quantity's suffix")
     return -value * scale if sign == "-" else value * scale
+
+
+def show(q: Fraction) -> str:
+    """A quantity as messages print it: the largest binary suffix that divides it whole, else the plain number."""
+    if q.denominator != 1:
+        return str(float(q))
+    n = q.numerator
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _SUFFIX[suffix].numerator
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from kubesim.fakeapi import field_errors as fe
 from kubesim.fakeapi import names
-from kubesim.fakeapi.quantity import QuantityError, quantity
+from kubesim.fakeapi.quantity import QuantityError, quantity, show
 
 # Limits of resource.k8s.io/v1 (the API's type definitions).
 ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32
@@ -157,7 +157,7 @@ def request_policy(policy: Mapping[str, Any], cap: Fraction, path: str) -> Error
 def valid_value_list(values: list[Fraction], default: Fraction, cap: Fraction, path: str) -> Errors:
     vpath = f"{path}.validValues"
     out = [
-        fe.invalid(f"{vpath}[{i + 1}]", str(b), "values must be sorted in ascending order")
+        fe.invalid(f"{vpath}[{i + 1}]", show(b), "values must be sorted in ascending order")
         for i, (a, b) in enumerate(itertools.pairwise(values))
         if a > b
     ]
@@ -166,12 +166,12 @@ def valid_value_list(values: list[Fraction], default: Fraction, cap: Fraction, p
     seen: set[int] = set()
     for i, v in enumerate(values):
         if v > cap:
-            out.append(fe.invalid(f"{vpath}[{i}]", str(v), f"option is larger than capacity value: {cap}"))
+            out.append(fe.invalid(f"{vpath}[{i}]", show(v), f"option is larger than capacity value: {show(cap)}"))
         if integer_value(v) in seen:
-            out.append(fe.duplicate(f"{vpath}[{i}]", str(v)))
+            out.append(fe.duplicate(f"{vpath}[{i}]", show(v)))
         seen.add(integer_value(v))
     if default not in values:
-        out.append(fe.invalid(vpath, str(default), "default value is not valid according to the requestPolicy"))
+        out.append(fe.invalid(vpath, show(default), "default value is not valid according to the requestPolicy"))
     return out
 
 
@@ -182,16 +182,16 @@ def value_range(r: Mapping[str, Any], default: Fraction, cap: Fraction, path: st
     high = amount(r["max"], f"{path}.max") if r.get("max") is not None else None
     out: Errors = []
     if low > cap:
-        out.append(fe.invalid(f"{path}.min", str(low), f"min is larger than capacity value: {cap}"))
+        out.append(fe.invalid(f"{path}.min", show(low), f"min is larger than capacity value: {show(cap)}"))
     if default < low:
-        out.append(fe.invalid(f"{path}.min", str(default), f"default is less than min: {low}"))
+        out.append(fe.invalid(f"{path}.min", show(default), f"default is less than min: {show(low)}"))
     if high is not None:
         if low > high:
-            out.append(fe.invalid(f"{path}.max", str(low), f"min is larger than max: {high}"))
+            out.append(fe.invalid(f"{path}.max", show(low), f"min is larger than max: {show(high)}"))
         if high > cap:
-            out.append(fe.invalid(f"{path}.max", str(high), f"max is larger than capacity value: {cap}"))
+            out.append(fe.invalid(f"{path}.max", show(high), f"max is larger than capacity value: {show(cap)}"))
         if default > high:
-            out.append(fe.invalid(f"{path}.max", str(default), f"default is more than max: {high}"))
+            out.append(fe.invalid(f"{path}.max", show(default), f"default is more than max: {show(high)}"))
     if r.get("step") is not None:
         out += range_step(amount(r["step"], f"{path}.step"), low, high, default, cap, f"{path}.step")
     return out
@@ -201,14 +201,14 @@ def range_step(step: Fraction, low: Fraction, high: Fraction | None, default: Fr
     """One step from min stays within the capacity; default and max are whole steps from min (integer views)."""
     out: Errors = []
     if low + step > cap:
-        out.append(fe.invalid(path, str(step), f"one step {low + step} is larger than capacity value: {cap}"))
+        out.append(fe.invalid(path, show(step), f"one step {show(low + step)} is larger than capacity value: {show(cap)}"))
     stride = integer_value(step)
     if stride == 0:
         # The 1.36 server divides by the step here and fails the request; the fake names the field instead.
-        return [*out, fe.invalid(path, str(step), "must not be zero")]
+        return [*out, fe.invalid(path, show(step), "must not be zero")]
     for v in (default, high):
         if v is not None and _go_remainder(integer_value(v) - integer_value(low), stride) != 0:
-            out.append(fe.invalid(path, str(v), f"value is not a multiple of a given step ({step}) from ({low})"))
+            out.append(fe.invalid(path, show(v), f"value is not a multiple of a given step ({show(step)}) from ({show(low)})"))
     return out
 
 
