@@ -181,9 +181,6 @@ class FakeApiServer(FaultControls, WatchControls):
 
     # ------------------------------------------------------------------ Python-level helpers (privileged)
 
-    def _type(self, kind_or_resource: str, group: str | None = None) -> ResourceType:
-        return self.registry.resolve(kind_or_resource, group)
-
     @property
     def resource_version(self) -> int:
         return self.store.rv
@@ -195,7 +192,7 @@ class FakeApiServer(FaultControls, WatchControls):
         return self.store.create(t, obj, version=version, namespace=namespace, http=False).copy()
 
     def get(self, kind_or_resource: str, namespace: str | None, name: str, *, group: str | None = None) -> dict[str, Any] | None:
-        s = self.store.lookup(self._type(kind_or_resource, group), namespace, name)
+        s = self.store.lookup(self.registry.resolve(kind_or_resource, group), namespace, name)
         return s.copy() if s is not None else None
 
     def update(self, obj: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
@@ -233,7 +230,7 @@ class FakeApiServer(FaultControls, WatchControls):
         group: str | None = None,
     ) -> dict[str, Any]:
         """patch_type: merge, strategic, json or apply."""
-        t = self._type(kind_or_resource, group)
+        t = self.registry.resolve(kind_or_resource, group)
         return self.store.patch(t, namespace, name, patch, patch_type, subresource=subresource, http=False).copy()
 
     def delete(
@@ -248,7 +245,7 @@ class FakeApiServer(FaultControls, WatchControls):
         force: bool = False,
     ) -> dict[str, Any] | None:
         """Delete (finalizers only mark deletionTimestamp unless force). Returns the object, None if missing."""
-        t = self._type(kind_or_resource, group)
+        t = self.registry.resolve(kind_or_resource, group)
         if self.store.lookup(t, namespace, name) is None:
             return None
         stored, _ = self.store.delete(t, namespace, name, uid=uid, resource_version=resource_version, force=force)
@@ -263,12 +260,12 @@ class FakeApiServer(FaultControls, WatchControls):
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
-        t = self._type(kind_or_resource, group)
+        t = self.registry.resolve(kind_or_resource, group)
         match = both(parse_label_selector(label_selector), parse_field_selector(field_selector, t.field_selectors))
         return [s.copy() for s in self.store.list(t, namespace=namespace, match=match)[1]]
 
     def count(self, kind_or_resource: str, *, group: str | None = None) -> int:
-        return len(self.store.table(self._type(kind_or_resource, group)))
+        return len(self.store.table(self.registry.resolve(kind_or_resource, group)))
 
     def bind(self, namespace: str, name: str, node: str) -> dict[str, Any]:
         return self.store.bind(namespace, name, {"target": {"kind": "Node", "name": node}}).copy()
