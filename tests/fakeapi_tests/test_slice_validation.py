@@ -685,3 +685,15 @@ async def test_the_api_server_accepts_a_slice_the_extender_refuses(
     assert passed == [] and list(failed) == ["n1"], (passed, failed)
     refusals = [failed["n1"]] + [str(getattr(r, "err", "")) for r in caplog.records if r.getMessage() == "ignoring invalid object"]
     assert any(reason in text for text in refusals), refusals
+
+
+async def test_a_patch_is_validated_like_a_write(api: FakeApiServer) -> None:
+    """A merge patch is applied with the fake's own RFC 7386 code, then the slice rules judge the result."""
+    status, _ = await send(api, "POST", SLICES, base())
+    assert status == 201
+    patch = {"spec": {"devices": [{"name": "gpu-0", "taints": [{"key": "example.com/broken", "effect": "Later"}]}]}}
+    async with (
+        aiohttp.ClientSession(api.url) as s,
+        s.patch(f"{SLICES}/s", json=patch, headers={"Content-Type": "application/merge-patch+json"}) as r,
+    ):
+        assert r.status == 422 and "spec.devices[0].taints[0].effect" in (await r.json())["message"]
