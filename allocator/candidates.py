@@ -77,6 +77,11 @@ class SelectorEngine(Protocol[SelectorT]):
         """Drop what is cached for a device (its CEL activation); called when its view is replaced."""
         return None
 
+    @property
+    def stats(self) -> dict[str, int]:
+        """Cumulative counters and cache sizes, for metrics (allocator/cel/engine.py names them)."""
+        ...
+
 
 @dataclass(slots=True)
 class Candidate:

@@ -46,7 +46,7 @@ def consumed_amount(requested: Quantity | None, value: Quantity, policy: Capacit
             return requested.value
         req, step, base = _go_int(requested), _go_int(policy.valid_range_step), _go_int(low)
         if step <= 0:
-            return requested.value  # such a device is refused (allocator/parse.py device_refusal); no rounding
+            return requested.value  # such a device is refused (allocator/parse/slices.py device_refusal); no rounding
         added = req - base
         n = int(added / step) if added >= 0 else -int(-added / step)
         if _go_rem(added, step) != 0:

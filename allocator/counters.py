@@ -48,7 +48,7 @@ def _n(q: Quantity) -> Number:
     """Whole quantities (the usual case: bytes, cores) as ints, whose arithmetic is ~20x cheaper than Fraction's.
 
     A negative amount counts as zero: a consumption never makes room (such a
-    device is refused anyway, allocator/parse.py).
+    device is refused anyway, allocator/parse/slices.py).
     """
     v = q.value
     if v.denominator == 1:

@@ -43,7 +43,7 @@ class DeviceView:
     binds_to_node: bool = False
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
-    refused: str = ""  # why the device is never allocated (allocator/parse.py); "" if usable
+    refused: str = ""  # why the device is never allocated (allocator/parse/slices.py); "" if usable
 
     @property
     def driver(self) -> str:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from allocator.allocation import Allocator
 from allocator.extended_resources import (
@@ -53,6 +53,7 @@ from tracker.timestamps import rfc3339
 __all__ = ["BIND_ATTEMPTS", "DEFAULT_BIND_TIMEOUT", "BindFailed", "Binder"]
 
 log = logging.getLogger("dra_extender.bind")
+_T = TypeVar("_T")
 
 DEFAULT_BIND_TIMEOUT = 4.0  # kube-scheduler's default httpTimeout is 5 s and covers /bind
 
@@ -68,7 +69,7 @@ class Binder:
         self,
         state: ClusterState,
         source: BindingSource,
-        allocator: Allocator,
+        allocator: Allocator[Any],  # over whichever selector engine the state has (tracker: SelectorEngine[Any])
         metrics: Metrics,
         gate: PlacementGate,
         *,
@@ -133,7 +134,7 @@ class Binder:
             raise BindFailed(f"pod {key}: UID {pod.meta.uid} does not match the requested {args.pod_uid}")
         return pod
 
-    async def _call(self, coro: Any, what: str) -> Any:
+    async def _call(self, coro: Awaitable[_T], what: str) -> _T:
         try:
             return await coro
         except SourceError as e:

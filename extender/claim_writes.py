@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ class ForeignAllocations:
     allocation made by anyone else can be named (see docs/kube-scheduler.md).
     """
 
-    def __init__(self, state: ClusterState, metrics: Metrics, is_leader: Any) -> None:
+    def __init__(self, state: ClusterState, metrics: Metrics, is_leader: Callable[[], bool]) -> None:
         self.state = state
         self.metrics = metrics
         self.is_leader = is_leader

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from allocator.cel import CelEnvironment
     from extender.foreign_pods import ForeignSchedulerPods
     from extender.health.wiring import HealthSetup
-    from extender.http_thread import HttpThread, Limits, LoopBridge
+    from extender.http_thread import HttpThread, Limits, Listener, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
     from tracker.api_source import ApiSource
@@ -504,7 +504,7 @@ def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadersh
     if cluster is None:
         raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
     try:
-        leadership = Leadership.from_args(cluster, args)
+        leadership = Leadership.choose(cluster, scheduler_config=args.scheduler_config, follow_scheduler_lease=args.follow_scheduler_lease)
     except ValueError as e:
         raise UsageError(str(e)) from None
     if leadership is not None:
@@ -562,15 +562,16 @@ def _apps(
     addresses: tuple[tuple[str, int], tuple[str, int] | None],
     cluster: ApiSource | None,
     leadership: Leadership | None,
-) -> list[tuple[Any, ...]]:
+) -> list[Listener]:
     """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen."""
     from extender.app import create_app
+    from extender.http_thread import Listener
 
     listen, probe = addresses
     source_status = cluster.sync_status if cluster is not None else None
     lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
-    apps: list[tuple[Any, ...]] = [
-        (
+    apps = [
+        Listener(
             create_app(
                 service,
                 bridge,
@@ -585,7 +586,10 @@ def _apps(
     ]
     if probe is not None:
         apps.append(
-            (create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem), *probe)
+            Listener(
+                create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem),
+                *probe,
+            )
         )
     return apps
 
@@ -656,7 +660,7 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         log.info("NoExecute evictions off (--no-eviction)")
     if health is not None:
-        health.start(state, cluster, is_leader, metrics)
+        health.start(state, is_leader, metrics)
 
     foreign = _foreign_pods(args, state, metrics, events, is_leader) if events is not None else None
     requeuer = None

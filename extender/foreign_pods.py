@@ -22,7 +22,7 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from allocator.extended_resources import class_mapping, dra_use
 from tracker import events as ev
@@ -59,7 +59,7 @@ def add_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def profiles_from(args: Any) -> frozenset[str] | None:
+def profiles_from(args: argparse.Namespace) -> frozenset[str] | None:
     """--scheduler-name, else the schedulerNames of --scheduler-config's profiles (kube-scheduler's default filled in).
 
     None when neither is given: the extender cannot tell its pods from another scheduler's.

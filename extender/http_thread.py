@@ -20,11 +20,12 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("dra_extender.http")
@@ -185,24 +186,34 @@ def bind_socket(host: str, port: int, flag: str) -> socket.socket:
 
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
-    def capture_signals(self):  # the main thread owns signal handling
+    def capture_signals(self) -> Iterator[None]:  # the main thread owns signal handling
         yield
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """An app and where it listens; with a certificate and key it serves TLS."""
+
+    app: ASGIApp
+    host: str
+    port: int
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
 
 class HttpThread:
     """uvicorn servers on their own event loop, in a daemon thread."""
 
-    def __init__(self, apps: list[tuple[Any, ...]], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
-        """`apps` are (app, host, port) or (app, host, port, extra uvicorn settings such as TLS files);
-        `sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
+    def __init__(self, apps: list[Listener], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
+        """`sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
         protocol = protocol_class(limits.header_timeout)
         self.sockets = sockets
         self.servers = [
             _Server(
                 uvicorn.Config(
-                    app,
-                    host=host,
-                    port=port,
+                    a.app,
+                    host=a.host,
+                    port=a.port,
                     log_config=None,
                     access_log=False,
                     loop="none",
@@ -210,10 +221,11 @@ class HttpThread:
                     lifespan="off",
                     timeout_graceful_shutdown=3,
                     timeout_keep_alive=5,
-                    **(extra[0] if extra else {}),
+                    ssl_certfile=a.ssl_certfile,
+                    ssl_keyfile=a.ssl_keyfile,
                 )
             )
-            for app, host, port, *extra in apps
+            for a in apps
         ]
         self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)

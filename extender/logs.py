@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from tracker import events as ev
+
 # uvicorn adds `color_message` (its message with ANSI escape codes) to every record: never ours to print.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName", "color_message"}
 # uvicorn logs its lifecycle as "uvicorn.error" although nothing is wrong: shown as "uvicorn".
@@ -69,7 +71,7 @@ def configure(fmt: str = "text", level: int = logging.INFO) -> None:
 _DEVICE_KINDS = {"ResourceSlice", "DeviceTaintRule", "ResourceSlicePatch", "DeviceClass"}
 
 
-def device_change_logger(slices_at_info: bool, ready: Callable[[], bool]) -> Callable[[Any], None]:
+def device_change_logger(slices_at_info: bool, ready: Callable[[], bool]) -> Callable[[ev.ObjectEvent], None]:
     """A tracker listener: one info line when a rule, patch, class (or, from a manifest directory, a slice) changes.
 
     Silent for the initial load (before `ready`) and for events that leave the spec as it was (status
@@ -78,7 +80,7 @@ def device_change_logger(slices_at_info: bool, ready: Callable[[], bool]) -> Cal
     changes = logging.getLogger("dra_extender.devices")
     seen: dict[tuple[str, str, str], int] = {}  # the hash of each object's spec: status writes and re-reads change nothing
 
-    def on_event(event: Any) -> None:
+    def on_event(event: ev.ObjectEvent) -> None:
         if event.kind not in _DEVICE_KINDS:
             return
         obj = event.object or {}

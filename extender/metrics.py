@@ -16,7 +16,7 @@ from prometheus_client import (
 
 # No `<name>_created` series beside every counter and histogram: they double the series count and
 # nothing in the dashboard or the docs reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client defines it without annotations
 
 # The CEL engine's cumulative statistics (allocator.cel stats keys) -> (counter, its labels).
 _CEL_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -93,7 +93,7 @@ class OutcomeCache:
     def __init__(
         self,
         state: ClusterState,
-        allocator: Allocator,
+        allocator: Allocator[Any],  # over whichever selector engine the state has (tracker: SelectorEngine[Any])
         *,
         size: int = 50_000,
         on_computed: Callable[[Outcome], None] = lambda _o: None,

@@ -92,7 +92,7 @@ class Service:
         self,
         state: ClusterState,
         source: BindingSource,
-        allocator: Allocator,
+        allocator: Allocator[Any],  # over whichever selector engine the state has (tracker: SelectorEngine[Any])
         metrics: Metrics,
         *,
         is_leader: Callable[[], bool] = lambda: True,
@@ -158,9 +158,7 @@ class Service:
         self.metrics.leader.set(1 if self.is_leader() else 0)
         for k, v in self.state.device_state_counts().items():
             self.metrics.devices.labels(k).set(v)
-        stats = getattr(self.state.cel, "stats", None)
-        if isinstance(stats, dict):
-            self.metrics.set_cel_stats(stats)
+        self.metrics.set_cel_stats(self.state.cel.stats)
 
     def bind_decided(self, pod_uid: str) -> None:
         """A /bind that cannot be read is decided too: later filters must not wait for it."""

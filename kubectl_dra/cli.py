@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _global_flags(p: Any, default: Any) -> None:
+def _global_flags(p: argparse._ActionsContainer, default: str | None) -> None:
     """--kubeconfig, --context, -n: before the command (defaults) and after it (SUPPRESS: the earlier value stays)."""
     p.add_argument("--kubeconfig", metavar="PATH", default=default, help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)")
     p.add_argument("--context", default=default, help="kubeconfig context (default: its current-context)")
@@ -276,11 +276,12 @@ def _pods_phrase(pods: int, namespaces: int) -> str:
 
 async def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
     try:
-        return await cluster.call("GET", path)
+        obj: dict[str, Any] | None = await cluster.call("GET", path)
     except ApiError as e:
         if e.status == 404:
             return None
         raise
+    return obj
 
 
 def _by_taint(managed: list[dict[str, Any]], key: str, effect: str | None, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -453,8 +454,9 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
 
 
 def _default_namespace(args: argparse.Namespace) -> str:
-    if args.namespace:
-        return args.namespace
+    namespace: str | None = args.namespace
+    if namespace:
+        return namespace
     path = args.kubeconfig or (os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")).split(os.pathsep)[0]
     try:
         config = yaml.safe_load(Path(path).read_text()) or {}

@@ -15,7 +15,7 @@ from typing import Any
 from extender.eviction.clock import format_time
 from extender.health.ladder import effect_of
 from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
-from extender.health.rules import POLICY_LABEL, decode, label_value
+from extender.health.rules import POLICY_LABEL, Owned, decode, label_value
 from kubectl_dra.cluster import Cluster
 from tracker.resources import OWN_RULES, Resource
 
@@ -28,7 +28,7 @@ def add_parser(command: Callable[[str, str], argparse.ArgumentParser], output_fl
     output_flag(health)
 
 
-def _clears(policy: Policy | None, rule: str, owned: Any) -> str:
+def _clears(policy: Policy | None, rule: str, owned: Owned) -> str:
     if owned.pinned:
         return "pinned"
     if owned.state.firing:

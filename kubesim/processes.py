@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def start_fake_api(tmp: Path, *extra_args: str, module: str = "kubesim.fakeapi") -> tuple[subprocess.Popen, str, Path]:
+def start_fake_api(tmp: Path, *extra_args: str, module: str = "kubesim.fakeapi") -> tuple[subprocess.Popen[str], str, Path]:
     """`python -m kubesim.fakeapi` (or `module`) in a subprocess: (process, URL, kubeconfig path); its log is TMP/fakeapi.log."""
     kubeconfig = tmp / "kubeconfig.yaml"
     proc = subprocess.Popen(
@@ -48,14 +49,14 @@ def start_fake_api(tmp: Path, *extra_args: str, module: str = "kubesim.fakeapi")
     return proc, json.loads(line)["url"], kubeconfig
 
 
-def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
+def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen[bytes], httpx.Client]:
     """`dra-extender serve ARGS --listen 127.0.0.1:PORT`, returned once /readyz answers 200."""
     return start_server(
         [sys.executable, "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"], port, log_path, timeout=timeout
     )
 
 
-def start_server(cmd: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen, httpx.Client]:
+def start_server(cmd: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen[bytes], httpx.Client]:
     """Any extender-like server command listening on 127.0.0.1:PORT, returned once its /readyz answers 200."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
@@ -74,7 +75,7 @@ def start_server(cmd: list[str], port: int, log_path: Path, *, timeout: float = 
         time.sleep(0.05)
 
 
-def stop_process(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL after 20 s."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

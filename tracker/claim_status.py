@@ -1,6 +1,6 @@
 """What the binder and the binding conditions read of a claim beyond the allocator's ResourceClaim, parsed once.
 
-The allocator's ResourceClaim (allocator/parse.py) carries the spec, the
+The allocator's ResourceClaim (allocator/parse/claims.py) carries the spec, the
 allocation and the parsed reservations; writing a claim back needs a little
 more, as the API server sent it: the `status.reservedFor` entries (sent
 back unchanged in the binder's merge patches), whether `status.allocation`

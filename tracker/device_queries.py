@@ -76,7 +76,7 @@ class DeviceQueries:
             return {}
         out: dict[str, Any] = {}
         if view.refused:
-            out["refused"] = view.refused  # never allocated: the field at fault (allocator/parse.py device_refusal)
+            out["refused"] = view.refused  # never allocated: the field at fault (allocator/parse/slices.py device_refusal)
         if view.consumes_counters:
             out.update(self._counters(did, view))
         if view.allow_multiple_allocations:

@@ -199,19 +199,22 @@ class Leadership:
         self._missing_since: float | None = None
 
     @classmethod
-    def from_args(cls, source: Transport, args: Any) -> Leadership | None:
-        """None when --scheduler-config names a scheduler that does not elect (a single one: always leader)."""
+    def choose(cls, source: Transport, *, scheduler_config: str | None, follow_scheduler_lease: str | None) -> Leadership | None:
+        """Follow the Lease of the scheduler configuration or the one named NAMESPACE/NAME, else elect (the flags' values).
+
+        None when `scheduler_config` names a scheduler that does not elect (a single one: always leader).
+        """
         hostname = os.environ.get("HOSTNAME") or socket.gethostname()
-        if getattr(args, "scheduler_config", None):
-            refuse_in_tree_allocator(args.scheduler_config)
-            lease = lease_from_scheduler_config(args.scheduler_config)
+        if scheduler_config:
+            refuse_in_tree_allocator(scheduler_config)
+            lease = lease_from_scheduler_config(scheduler_config)
             if lease is None:
                 return None
             return cls(source, mode="follow", namespace=lease[0], name=lease[1], identity=hostname, hostname=hostname)
-        if args.follow_scheduler_lease:
-            namespace, sep, name = args.follow_scheduler_lease.partition("/")
+        if follow_scheduler_lease:
+            namespace, sep, name = follow_scheduler_lease.partition("/")
             if not sep or not namespace or not name:
-                raise ValueError(f"--follow-scheduler-lease: expected NAMESPACE/NAME, got {args.follow_scheduler_lease!r}")
+                raise ValueError(f"--follow-scheduler-lease: expected NAMESPACE/NAME, got {follow_scheduler_lease!r}")
             return cls(source, mode="follow", namespace=namespace, name=name, identity=hostname, hostname=hostname)
         identity = f"{hostname}_{uuid.uuid4()}"
         return cls(source, mode="elect", namespace=pod_namespace(), name="dra-extender", identity=identity, hostname=hostname)

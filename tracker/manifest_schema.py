@@ -1,6 +1,6 @@
 """The API server's structural checks that the allocator's parsers leave out.
 
-The parse functions in `allocator/parse.py` check shapes and types; the API
+The parse functions in `allocator/parse/` check shapes and types; the API
 server also checks names and formats, and our CRDs
 (`charts/dra-extender/crds/`) add schema and CEL rules. In `--source` mode
 nothing else enforces them, so the manifest loader calls these, and an

@@ -10,7 +10,9 @@ cleared. The parts:
 - resolver.py: an alert's labels → the device, against the tracker's views;
 - ladder.py: the pure, clock-injected state machine (ladder, hold-down, guard);
 - rules.py: a device's state ↔ its DeviceTaintRule (name, labels, annotation);
-- controller.py: the leader's loop and the API writes;
+- controller.py: the leader's loop and the rules' API writes;
+- status.py: what a policy shows (its status subresource, Events);
+- sinks.py: the controller's own reflector sinks (policies, nodes);
 - receiver.py: the webhook listener (bearer token, body limits).
 """
 

@@ -18,20 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
+from allocator.device_view import DeviceView
 from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
 from extender.health.alerts import Delivery
 from extender.health.ladder import DeviceState
-from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, Rule, parse_policy
+from extender.health.policy import GROUP, KIND, Policy, PolicyError, Rule, parse_policy
 from extender.health.resolver import Unresolved, device_key, resolve
 from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
+from extender.health.sinks import NodeSink, ObjectSink
+from extender.health.status import MERGE_PATCH, POLICIES, PolicyStatus, Unmatched, Writes, write
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.api_source import OPTIONAL_RECHECK_SECONDS
@@ -43,20 +46,12 @@ from tracker.state import ClusterState
 
 log = logging.getLogger("dra_extender.health")
 
-POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
-MERGE_PATCH = "application/merge-patch+json"
 WRITERS = 64  # API writes in flight at once
 Taint = tuple[str, str, str]  # key, value, effect
 
 
-class HealthSource(Transport, Protocol):
+class HealthSource(Transport, Writes, Protocol):
     """What the controller needs of the API server (ApiSource provides it): requests, sends and Events."""
-
-    async def send(
-        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
-    ) -> tuple[int, bytes]: ...
-
-    async def create_event(self, event: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,54 +60,6 @@ class Answer:
 
     status: int
     body: dict[str, Any]
-
-
-@dataclass
-class _Unmatched:
-    count: int = 0
-    last: dict[str, Any] = field(default_factory=dict)
-
-
-class _ObjectSink:
-    """A reflector's sink of our own (policies, nodes): the raw objects, and whether the first list is in."""
-
-    def __init__(self, changed: Callable[[], None]) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.synced = False
-        self._changed = changed
-
-    def apply(self, event: ev.ObjectEvent) -> None:
-        if event.type == "DELETED":
-            self.objects.pop(event.key, None)
-        else:
-            self.objects[event.key] = event.object
-        self._changed()
-
-    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
-        self.objects = {o["metadata"]["name"]: o for o in objects}
-        self._changed()
-
-    def mark_synced(self, kind: str, group: str) -> None:
-        self.synced = True
-        self._changed()
-
-    @property
-    def ready(self) -> bool:
-        return self.synced
-
-
-class _NodeSink(_ObjectSink):
-    """Nodes kept as their name and conditions only (a Node's status also holds images, addresses, capacity)."""
-
-    @staticmethod
-    def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-        return {"metadata": {"name": obj["metadata"]["name"]}, "status": {"conditions": (obj.get("status") or {}).get("conditions") or []}}
-
-    def apply(self, event: ev.ObjectEvent) -> None:
-        super().apply(ev.ObjectEvent(event.type, event.kind, event.group, event.key, self._slim(event.object)))
-
-    def replace(self, kind: str, group: str, objects: list[dict[str, Any]]) -> None:
-        super().replace(kind, group, [self._slim(o) for o in objects])
 
 
 class HealthController:
@@ -141,20 +88,18 @@ class HealthController:
         self.wake = asyncio.Event()
         self.lock = asyncio.Lock()
         self.idle = False
-        self.policies = _ObjectSink(self._changed)
-        self.nodes = _NodeSink(self._changed)  # Node objects with their conditions, watched while a rule needs them
+        self.policies = ObjectSink(self._changed)
+        self.nodes = NodeSink(self._changed)  # Node objects with their conditions, watched while a rule needs them
         self._node_task: asyncio.Task[None] | None = None
         self._parsed: dict[str, tuple[str, Policy | PolicyError]] = {}  # name -> (resourceVersion, parsed)
-        self._warned: set[tuple[str, int]] = set()
         self.loaded = False  # the rules' states read back since leadership began
         self.states: dict[tuple[str, str], dict[str, DeviceState]] = {}
         self.where: dict[str, tuple[DeviceID, str]] = {}  # device key -> (id, node)
         self.written: dict[str, tuple[Taint, str]] = {}  # rule name -> (taint, state annotation) the API has
         self.waiting: dict[tuple[str, str], tuple[str, ...]] = {}
-        self.unmatched: dict[tuple[str, str], _Unmatched] = {}
+        self.unmatched: dict[tuple[str, str], Unmatched] = {}
         self.last_signal: dict[tuple[str, str], float] = {}
-        self._status_written: dict[str, dict[str, Any]] = {}
-        self._transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (policy, condition) -> (status, time)
+        self.status = PolicyStatus(source, self.clock)
         self._failed = False
         self._error = ""  # the last write error of a pass
         self.failing: str | None = None  # the last pass's write error while writes fail: deliveries get 503
@@ -164,9 +109,6 @@ class HealthController:
         self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
         self._names: dict[tuple[str, str, str], str] = {}
         self._same: dict[str, tuple[DeviceState, Taint]] = {}  # rule name -> the state and taint `written` holds
-        self._events: set[asyncio.Task[None]] = set()
-        self._status_pending: dict[str, dict[str, Any]] = {}
-        self._status_tasks: dict[str, asyncio.Task[None]] = {}
         state.subscribe(self._tracker_event)
 
     # ------------------------------------------------------------------ inputs
@@ -291,7 +233,7 @@ class HealthController:
                     self.policies.mark_synced(KIND, GROUP)
             await asyncio.sleep(self.policy_recheck)
 
-    def _reflector(self, res: Resource, sink: _ObjectSink) -> Reflector:
+    def _reflector(self, res: Resource, sink: ObjectSink) -> Reflector:
         stats = dict.fromkeys(("lists", "watch_events", "relists_410", "watch_restarts", "errors"), 0)
         return Reflector(
             res, sink, self.feed, freshness=Freshness(3600.0), stats=stats, last_resource_versions={}, watch_timeout_seconds=290
@@ -314,7 +256,7 @@ class HealthController:
         self.states.clear()
         self.written.clear()
         self._same.clear()
-        self._status_written.clear()
+        self.status.written.clear()
         self.dirty.clear()
         self.failing = None
 
@@ -391,7 +333,14 @@ class HealthController:
         return touched
 
     def _apply_alert(
-        self, policy: Policy, rule: Rule, labels: Any, fingerprint: str, firing: bool, now: float, touched: set[tuple[str, str]]
+        self,
+        policy: Policy,
+        rule: Rule,
+        labels: Mapping[str, str],
+        fingerprint: str,
+        firing: bool,
+        now: float,
+        touched: set[tuple[str, str]],
     ) -> str:
         ident = (policy.name, rule.name)
         assert rule.device is not None  # an alert rule
@@ -420,14 +369,14 @@ class HealthController:
         self.last_signal[ident] = now
         return "firing" if firing else "resolved"
 
-    def _unmatched(self, ident: tuple[str, str], reason: str, labels: Any, now: float, outcome: str = "unmatched") -> str:
-        u = self.unmatched.setdefault(ident, _Unmatched())
+    def _unmatched(self, ident: tuple[str, str], reason: str, labels: Mapping[str, str], now: float, outcome: str = "unmatched") -> str:
+        u = self.unmatched.setdefault(ident, Unmatched())
         u.count += 1
         u.last = {"reason": reason, "labels": dict(labels), "time": format_time(now)}
         log.warning("alert names no device of the rule", extra={"policy": ident[0], "rule": ident[1], "err": reason})
         return outcome
 
-    def _selected(self, rule: Rule, device: Any) -> bool:
+    def _selected(self, rule: Rule, device: DeviceView) -> bool:
         if device.id.driver != rule.driver:
             return False
         for expr in rule.selectors:
@@ -532,13 +481,15 @@ class HealthController:
                 nxt = await self._reconcile_rule(policy, rule, now)
                 if nxt is not None:
                     times.append(nxt)
-            await self._write_status(policy)
+            self.status.write(policy.name, self.status.render(policy, self.states, self.unmatched, self.waiting, self.last_signal))
         if only is None:
             await self._remove_orphans(policies)
         for name in sorted(self.policies.objects):
             err = self.policy_error(name)
             if err is not None:
-                await self._invalid(name, err)
+                failed = await self.status.invalid(name, self.policies.objects[name], err)
+                if failed is not None:
+                    self._failed, self._error = True, failed
         if self._failed:
             times.append(now + self.retry)
         self.failing = self._error if self._failed else None
@@ -584,7 +535,7 @@ class HealthController:
         self.states[ident] = d.states
         sem = asyncio.Semaphore(WRITERS)
 
-        async def bounded(coro: Any) -> None:
+        async def bounded(coro: Awaitable[None]) -> None:
             async with sem:
                 await coro
 
@@ -600,11 +551,6 @@ class HealthController:
             n = sum(1 for st in d.states.values() if ladder.effect_of(rule, st.step) == effect)
             self.metrics.health_devices.labels(policy.name, rule.name, effect).set(n)
         return d.next_at
-
-    async def _write(self, method: str, path: str, body: Any, what: str, content_type: str = "application/json") -> None:
-        status, data = await self.source.send(method, path, body, content_type=content_type)
-        if status not in (200, 201, 202):
-            raise status_error(status, data, what)
 
     def _name(self, policy: Policy, rule: Rule, key: str) -> str:
         name = self._names.get((policy.name, rule.name, key))
@@ -651,11 +597,11 @@ class HealthController:
                 elif status not in (200, 201):
                     raise status_error(status, data, f"create DeviceTaintRule {name}")
                 else:
-                    await self._event(policy, "Normal", "DeviceTainted", f"{did} ({node}): {rule.name} {effect} ({st.cause})")
+                    self.status.event(policy, "Normal", "DeviceTainted", f"{did} ({node}): {rule.name} {effect} ({st.cause})")
             else:
                 await self._patch(name, taint, annotation)
                 if have[0][2] != effect:
-                    await self._event(
+                    self.status.event(
                         policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0][2]} -> {effect} ({st.cause})"
                     )
         except (SourceError, OSError, TimeoutError) as e:
@@ -673,7 +619,7 @@ class HealthController:
             "spec": {"taint": {"key": key, "value": value or None, "effect": effect}},
         }
         try:
-            await self._write("PATCH", OWN_RULES.item("", name), patch, f"patch DeviceTaintRule {name}", MERGE_PATCH)
+            await write(self.source, "PATCH", OWN_RULES.item("", name), patch, f"patch DeviceTaintRule {name}", MERGE_PATCH)
         except NotFound:
             self.written.pop(name, None)
             raise
@@ -682,7 +628,7 @@ class HealthController:
         did, node = self.where[key]
         name = rule_name(policy.name, rule.name, did)
         try:
-            await self._write("DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
+            await write(self.source, "DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
         except NotFound:
             pass
         except (SourceError, OSError, TimeoutError) as e:
@@ -691,7 +637,7 @@ class HealthController:
             log.warning("health rule delete failed", extra={"object": name, "err": str(e)})
             return
         self.written.pop(name, None)
-        await self._event(policy, "Normal", "DeviceCleared", f"{did} ({node}): {rule.name} cleared after {rule.clear_after:g}s resolved")
+        self.status.event(policy, "Normal", "DeviceCleared", f"{did} ({node}): {rule.name} cleared after {rule.clear_after:g}s resolved")
 
     async def _guard(self, policy: Policy, rule: Rule, waiting: tuple[str, ...]) -> None:
         ident = (policy.name, rule.name)
@@ -701,7 +647,7 @@ class HealthController:
         new = [k for k in waiting if k not in before]
         if new:
             self.metrics.health_guard_trips.labels(policy.name, rule.name).inc(len(new))
-            await self._event(
+            self.status.event(
                 policy,
                 "Warning",
                 "GuardTripped",
@@ -723,7 +669,7 @@ class HealthController:
                 did = self.where[key][0]
                 name = rule_name(ident[0], ident[1], did)
                 try:
-                    await self._write("DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
+                    await write(self.source, "DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
                 except NotFound:
                     pass
                 except (SourceError, OSError, TimeoutError) as e:
@@ -733,109 +679,3 @@ class HealthController:
                 del self.states[ident][key]
             if not self.states[ident]:
                 del self.states[ident]
-
-    # ------------------------------------------------------------------ visible
-
-    async def _event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
-        """Best effort and off the delivery's path: a failed Event is logged by the writer, never retried."""
-        task = asyncio.create_task(self._post_event(policy, type_, reason, message))
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
-
-    async def _post_event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
-        await self.source.create_event(
-            {
-                "type": type_,
-                "reason": reason,
-                "message": message,
-                "involvedObject": {"kind": KIND, "name": policy.name, "uid": policy.uid, "apiVersion": f"{GROUP}/{VERSION}"},
-            }
-        )
-
-    async def _invalid(self, name: str, err: PolicyError) -> None:
-        obj = self.policies.objects[name]
-        gen = int(obj["metadata"].get("generation") or 0)
-        if (name, gen) in self._warned:
-            return
-        self._warned.add((name, gen))
-        log.warning("invalid DeviceHealthPolicy", extra={"object": name, "field": err.field, "err": str(err)})
-        await self.source.create_event(
-            {
-                "type": "Warning",
-                "reason": "InvalidPolicy",
-                "message": str(err),
-                "involvedObject": {"kind": KIND, "name": name, "uid": obj["metadata"].get("uid", ""), "apiVersion": f"{GROUP}/{VERSION}"},
-            }
-        )
-        await self._patch_status(
-            name, {"observedGeneration": gen, "conditions": [self._condition(name, "Ready", "False", "Invalid", str(err))]}
-        )
-
-    def _condition(self, policy: str, type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
-        prev = self._transitions.get((policy, type_))
-        since = prev[1] if prev is not None and prev[0] == status else format_time(self.clock.now())
-        self._transitions[(policy, type_)] = (status, since)
-        return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
-
-    def policy_status(self, policy: Policy) -> dict[str, Any]:
-        rules = []
-        waiting_all: list[str] = []
-        for rule in policy.rules:
-            ident = (policy.name, rule.name)
-            states = self.states.get(ident, {})
-            steps: dict[str, int] = {"None": 0, "NoSchedule": 0, "NoExecute": 0}  # all three: a merge patch keeps absent keys
-            for st in states.values():
-                e = ladder.effect_of(rule, st.step)
-                steps[e] = steps.get(e, 0) + 1
-            u = self.unmatched.get(ident, _Unmatched())
-            waiting = list(self.waiting.get(ident, ()))
-            waiting_all += waiting
-            entry: dict[str, Any] = {"name": rule.name, "devices": steps, "waiting": waiting, "unmatchedAlerts": u.count}
-            if u.last:
-                entry["lastUnmatched"] = u.last
-            if ident in self.last_signal:
-                entry["lastSignal"] = format_time(self.last_signal[ident])
-            rules.append(entry)
-        guard = (
-            self._condition(
-                policy.name,
-                "GuardTripped",
-                "True",
-                "DevicesWaiting",
-                f"{len(waiting_all)} device(s) held below NoExecute: {', '.join(waiting_all[:20])}",
-            )
-            if waiting_all
-            else self._condition(policy.name, "GuardTripped", "False", "WithinLimits", "No device is held by the guard.")
-        )
-        ready = self._condition(policy.name, "Ready", "True", "DryRun" if policy.dry_run else "Enforcing", f"mode {policy.mode}")
-        return {"observedGeneration": policy.generation, "conditions": [ready, guard], "rules": rules}
-
-    async def _write_status(self, policy: Policy) -> None:
-        """Off the delivery's path: the latest status is written by one task per policy (a failure is retried by the next pass)."""
-        status = self.policy_status(policy)
-        if self._status_written.get(policy.name) == status:
-            return
-        self._status_pending[policy.name] = status
-        if policy.name not in self._status_tasks:
-            self._status_tasks[policy.name] = asyncio.create_task(self._flush_status(policy.name))
-
-    async def _flush_status(self, name: str) -> None:
-        try:
-            while name in self._status_pending:
-                await self._patch_status(name, self._status_pending.pop(name), background=True)
-        finally:
-            self._status_tasks.pop(name, None)
-
-    async def _patch_status(self, name: str, status: dict[str, Any], *, background: bool = False) -> None:
-        if self._status_written.get(name) == status:
-            return
-        try:
-            await self._write("PATCH", POLICIES.item("", name) + "/status", {"status": status}, f"patch {KIND} {name} status", MERGE_PATCH)
-        except NotFound:
-            return
-        except (SourceError, OSError, TimeoutError) as e:
-            if not background:
-                self._failed, self._error = True, str(e)
-            log.warning("policy status write failed", extra={"object": name, "err": str(e)})
-            return
-        self._status_written[name] = status

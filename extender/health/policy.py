@@ -289,7 +289,7 @@ def _rule(raw: Any, path: str) -> Rule:
     clear_after = parse_duration(r["clearAfter"], f"{path}.clearAfter") if r.get("clearAfter") is not None else DEFAULT_CLEAR_AFTER
     return Rule(
         name=name,
-        kind=kind,  # type: ignore[arg-type]  # one of the two literals, checked above
+        kind=kind,
         alert=alert,
         taint_signal=taint_signal,
         condition=condition,

@@ -8,11 +8,15 @@ import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from extender.http_thread import Limits, LoopBridge
+from extender.http_thread import Limits, Listener, LoopBridge
 from extender.metrics import Metrics
 from tracker.state import ClusterState
+
+if TYPE_CHECKING:  # imported when started: a process without health never loads the controller
+    from extender.health.controller import HealthController
+    from tracker.api_source import ApiSource
 
 log = logging.getLogger("dra_extender.health")
 
@@ -40,16 +44,17 @@ class HealthSetup:
     """What `serve` starts for device health: the controller's task, and the receiver's app and socket."""
 
     args: argparse.Namespace
+    cluster: ApiSource  # policies, rules and Events live there
     sock: socket.socket | None = None
     listen: tuple[str, int] | None = None
     background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = field(default_factory=list)
-    controller: Any = None
+    controller: HealthController | None = None
 
-    def start(self, state: ClusterState, cluster: Any, is_leader: Callable[[], bool], metrics: Metrics) -> None:
+    def start(self, state: ClusterState, is_leader: Callable[[], bool], metrics: Metrics) -> None:
         """Build the controller before the source runs (it subscribes to the tracker's events)."""
         from extender.health.controller import HealthController
 
-        self.controller = HealthController(state, cluster, is_leader=is_leader, metrics=metrics)
+        self.controller = HealthController(state, self.cluster, is_leader=is_leader, metrics=metrics)
         self.background.append(("health", self.controller.run))
         if self.listen is not None:
             from extender.health.leader_label import LeaderLabel, own_pod
@@ -58,25 +63,28 @@ class HealthSetup:
             if pod is None:
                 log.info("no POD_NAME/POD_NAMESPACE: the own pod is not labelled as the health leader")
             else:
-                self.background.append(("health-leader-label", LeaderLabel(cluster, *pod, is_leader).run))
+                self.background.append(("health-leader-label", LeaderLabel(self.cluster, *pod, is_leader).run))
 
-    def apps(self, bridge: LoopBridge, limits: Limits) -> list[tuple[Any, ...]]:
+    def apps(self, bridge: LoopBridge, limits: Limits) -> list[Listener]:
         if self.sock is None or self.controller is None or self.listen is None:
             return []
         from extender.health.receiver import Receiver
 
         receiver = Receiver(self.controller, Path(self.args.alerts_token_file), limits, bridge=bridge, metrics=self.controller.metrics)
-        tls = {}
-        if self.args.alerts_tls_cert_file:
-            tls = {"ssl_certfile": self.args.alerts_tls_cert_file, "ssl_keyfile": self.args.alerts_tls_key_file}
-        return [(receiver.app, *self.listen, tls)] if tls else [(receiver.app, *self.listen)]
+        if self.args.alerts_tls_cert_file:  # prepare checked that the key file comes with it
+            return [
+                Listener(receiver.app, *self.listen, ssl_certfile=self.args.alerts_tls_cert_file, ssl_keyfile=self.args.alerts_tls_key_file)
+            ]
+        return [Listener(receiver.app, *self.listen)]
 
     @property
     def sockets(self) -> list[socket.socket]:
         return [self.sock] if self.sock is not None else []
 
 
-def prepare(args: argparse.Namespace, cluster: Any, parse_hostport: Callable[[str, str], tuple[str, int]]) -> HealthSetup | None:
+def prepare(
+    args: argparse.Namespace, cluster: ApiSource | None, parse_hostport: Callable[[str, str], tuple[str, int]]
+) -> HealthSetup | None:
     """Check the flags and bind the receiver's socket; ValueError with a one-line message for a usage error."""
     from extender.http_thread import BindError, bind_socket
 
@@ -90,7 +98,7 @@ def prepare(args: argparse.Namespace, cluster: Any, parse_hostport: Callable[[st
         if cluster is None:
             log.info("device health controller off: it needs a cluster")
         return None
-    setup = HealthSetup(args)
+    setup = HealthSetup(args, cluster)
     if bool(args.alerts_tls_cert_file) != bool(args.alerts_tls_key_file):
         raise ValueError("--alerts-tls-cert-file and --alerts-tls-key-file go together")
     if args.alerts_listen:

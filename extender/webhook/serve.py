@@ -6,14 +6,19 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where the server starts
+    import uvicorn
 
 log = logging.getLogger("dra_extender.webhook")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # a pod is at most ~1.5 MiB (etcd's limit); an AdmissionReview carries one or two
 
 
-def add_parser(sub: Any, hostport: Callable[[str, str], tuple[str, int]]) -> argparse.ArgumentParser:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], hostport: Callable[[str, str], tuple[str, int]]
+) -> argparse.ArgumentParser:
     """The `webhook` subcommand's flags (extender/cli.py registers it)."""
     p = sub.add_parser(
         "webhook",
@@ -156,7 +161,7 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     return 0
 
 
-async def _reload_certificates(config: Any, cert: str, key: str, every: float) -> None:
+async def _reload_certificates(config: uvicorn.Config, cert: str, key: str, every: float) -> None:
     """cert-manager renews the Secret in place: load the new pair into the live SSL context (new handshakes use it)."""
     import os
 

@@ -40,7 +40,7 @@ class _SpanDecoder(json.JSONDecoder):
             self.keep.append(obj)
             return obj, end
 
-        self.parse_object = parse_object  # type: ignore[assignment]  # same call shape as JSONObject
+        self.parse_object = parse_object  # same call shape as JSONObject
         self.scan_once = json.scanner.py_make_scanner(self)  # type: ignore[attr-defined]  # the pure-Python scanner: no stub
 
 

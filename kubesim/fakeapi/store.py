@@ -163,7 +163,8 @@ class Stored:
         return data
 
     def copy(self) -> dict[str, Any]:
-        return orjson.loads(orjson.dumps(self.obj))
+        obj: dict[str, Any] = orjson.loads(orjson.dumps(self.obj))
+        return obj
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -57,7 +57,7 @@ class Api:
             if not token:
                 return items, body["metadata"]["resourceVersion"]
 
-    async def watch(self, path: str, rv: str):
+    async def watch(self, path: str, rv: str) -> AsyncIterator[dict[str, Any]]:
         assert self.session is not None
         url = f"{self.url}{path}?watch=true&allowWatchBookmarks=true&timeoutSeconds=600&resourceVersion={rv}"
         async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as resp:
@@ -74,7 +74,9 @@ class Api:
 class Informer:
     """List, then watch from the list's resourceVersion; re-list on 410 or a broken watch. Calls handler(type, old, new)."""
 
-    def __init__(self, api: Api, kind: str, path: str, handler: Callable[[str, str, dict | None, dict | None], None]) -> None:
+    def __init__(
+        self, api: Api, kind: str, path: str, handler: Callable[[str, str, dict[str, Any] | None, dict[str, Any] | None], None]
+    ) -> None:
         self.api, self.kind, self.path, self.handler = api, kind, path, handler
         self.cache: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()

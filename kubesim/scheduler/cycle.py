@@ -47,12 +47,12 @@ class KubeSchedulerModel:
         self.last_rejection: dict[str, str] = {}
         self.rejected_pods: set[str] = set()
         self.rejected_with_claims: set[str] = set()  # rejected while every claim of the pod existed
-        self.tasks: list[asyncio.Task] = []
-        self.bind_tasks: set[asyncio.Task] = set()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.bind_tasks: set[asyncio.Task[None]] = set()
         self.session: aiohttp.ClientSession | None = None
 
     # -- events from the informers (eventhandlers.go)
-    def _on_event(self, kind: str, typ: str, old: dict | None, new: dict | None) -> None:
+    def _on_event(self, kind: str, typ: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if kind == "Pod":
             self._on_pod(typ, old, new)
             if self.claim_controller is not None:
@@ -73,7 +73,7 @@ class KubeSchedulerModel:
         else:
             self.stats.ignored_events[f"{kind}/{typ}"] += 1
 
-    def _on_pod(self, typ: str, old: dict | None, new: dict | None) -> None:
+    def _on_pod(self, typ: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         pod = new or old
         assert pod is not None
         k = key_of(pod)

@@ -28,7 +28,7 @@ class FakeDriver:
         self.ready_at: dict[str, float] = {}  # claim key -> when its devices were reported ready
         self.failures = 0
         self.allocations = 0
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         try:

@@ -8,7 +8,7 @@ import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kubesim.scheduler.config import EXTENDER, SchedulerConfig, key_of, now
 
@@ -30,14 +30,22 @@ class QueuedPod:
     gen: int = 0  # bumped on every move: heap entries of older generations are stale
 
 
+# The heaps' entries: the ordering fields, then the pod's generation at the push (older ones are stale) and the pod.
+_Active = tuple[int, float, int, int, QueuedPod]  # -priority, timestamp, tie
+_Backoff = tuple[float, int, float, int, int, QueuedPod]  # backoff expiry, -priority, timestamp, tie
+_ErrorBackoff = tuple[float, int, int, QueuedPod]  # backoff expiry, tie
+_Entry = _Active | _Backoff | _ErrorBackoff
+_B = TypeVar("_B", _Backoff, _ErrorBackoff)  # one of the two backoff heaps
+
+
 class SchedulingQueue:
     """activeQ, backoffQ (rejected pods), error backoffQ, unschedulable pods, in-flight pods (scheduling_queue.go)."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
-        self.active: list[tuple] = []
-        self.backoff: list[tuple] = []
-        self.error_backoff: list[tuple] = []
+        self.active: list[_Active] = []
+        self.backoff: list[_Backoff] = []
+        self.error_backoff: list[_ErrorBackoff] = []
         self.unschedulable: dict[str, QueuedPod] = {}
         self.where: dict[str, str] = {}  # key -> active | backoff | error_backoff | unschedulable | in_flight
         self.pods: dict[str, QueuedPod] = {}
@@ -96,7 +104,7 @@ class SchedulingQueue:
             self._to_active(p, event)
 
     @staticmethod
-    def _valid(entry: tuple, where: dict[str, str], name: str) -> bool:
+    def _valid(entry: _Entry, where: dict[str, str], name: str) -> bool:
         p: QueuedPod = entry[-1]
         return entry[-2] == p.gen and where.get(p.key) == name
 
@@ -112,7 +120,7 @@ class SchedulingQueue:
     async def pop(self) -> QueuedPod:
         while True:
             while self.active:
-                entry = heapq.heappop(self.active)
+                entry: _Entry = heapq.heappop(self.active)
                 if self._valid(entry, self.where, "active"):
                     return self._in_flight(entry[-1])
             if self.cfg.pop_from_backoff:
@@ -186,16 +194,19 @@ class SchedulingQueue:
             self._requeue_after_backoff(p, "UnscheduledPodUpdate")
 
     def flush_backoff_completed(self) -> None:
-        for heap, name in ((self.backoff, "backoff"), (self.error_backoff, "error_backoff")):
-            while heap:
-                entry = heap[0]
-                if not self._valid(entry, self.where, name):
-                    heapq.heappop(heap)
-                    continue
-                if self.backing_off(entry[-1]):
-                    break
+        self._flush_completed(self.backoff, "backoff")
+        self._flush_completed(self.error_backoff, "error_backoff")
+
+    def _flush_completed(self, heap: list[_B], name: str) -> None:
+        while heap:
+            entry = heap[0]
+            if not self._valid(entry, self.where, name):
                 heapq.heappop(heap)
-                self._to_active(entry[-1], "BackoffComplete")
+                continue
+            if self.backing_off(entry[-1]):
+                break
+            heapq.heappop(heap)
+            self._to_active(entry[-1], "BackoffComplete")
 
     def flush_unschedulable_leftover(self) -> None:
         t = now()

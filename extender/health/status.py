@@ -1,0 +1,179 @@
+"""What a DeviceHealthPolicy shows: its status subresource and its Events.
+
+A condition keeps its lastTransitionTime while its status holds. A policy's
+status is written only when it changed, by one task per policy, off the
+delivery's path (a failure is retried by the controller's next pass); an
+invalid policy is warned about once per generation; Events are best effort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from extender.eviction.clock import Clock, format_time
+from extender.health import ladder
+from extender.health.ladder import DeviceState
+from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError
+from tracker.resources import Resource
+from tracker.source import NotFound, SourceError, status_error
+
+log = logging.getLogger("dra_extender.health")
+
+POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Writes(Protocol):
+    """The API server as the health controller writes to it (ApiSource provides it): sends and Events."""
+
+    async def send(
+        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
+    ) -> tuple[int, bytes]: ...
+
+    async def create_event(self, event: dict[str, Any]) -> None: ...
+
+
+async def write(source: Writes, method: str, path: str, body: Any, what: str, content_type: str = "application/json") -> None:
+    """One API write; a status other than 200, 201 or 202 raises the SourceError that names `what`."""
+    status, data = await source.send(method, path, body, content_type=content_type)
+    if status not in (200, 201, 202):
+        raise status_error(status, data, what)
+
+
+@dataclass
+class Unmatched:
+    """A rule's alerts that named no device of it: how many, and the last one (shown in the status)."""
+
+    count: int = 0
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+class PolicyStatus:
+    """The policies' status subresources and Events, as the leader writes them."""
+
+    def __init__(self, source: Writes, clock: Clock) -> None:
+        self.source = source
+        self.clock = clock
+        self.written: dict[str, dict[str, Any]] = {}  # policy -> the status the API has
+        self._transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (policy, condition) -> (status, time)
+        self._warned: set[tuple[str, int]] = set()
+        self._events: set[asyncio.Task[None]] = set()
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
+        """Best effort and off the delivery's path: a failed Event is logged by the writer, never retried."""
+        task = asyncio.create_task(self._post_event(policy, type_, reason, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _post_event(self, policy: Policy, type_: str, reason: str, message: str) -> None:
+        await self.source.create_event(
+            {
+                "type": type_,
+                "reason": reason,
+                "message": message,
+                "involvedObject": {"kind": KIND, "name": policy.name, "uid": policy.uid, "apiVersion": f"{GROUP}/{VERSION}"},
+            }
+        )
+
+    async def invalid(self, name: str, obj: Mapping[str, Any], err: PolicyError) -> str | None:
+        """Warn about an invalid policy (once per generation) and say so in its status; the write error, if any."""
+        gen = int(obj["metadata"].get("generation") or 0)
+        if (name, gen) in self._warned:
+            return None
+        self._warned.add((name, gen))
+        log.warning("invalid DeviceHealthPolicy", extra={"object": name, "field": err.field, "err": str(err)})
+        await self.source.create_event(
+            {
+                "type": "Warning",
+                "reason": "InvalidPolicy",
+                "message": str(err),
+                "involvedObject": {"kind": KIND, "name": name, "uid": obj["metadata"].get("uid", ""), "apiVersion": f"{GROUP}/{VERSION}"},
+            }
+        )
+        return await self._patch(
+            name, {"observedGeneration": gen, "conditions": [self._condition(name, "Ready", "False", "Invalid", str(err))]}
+        )
+
+    def _condition(self, policy: str, type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        prev = self._transitions.get((policy, type_))
+        since = prev[1] if prev is not None and prev[0] == status else format_time(self.clock.now())
+        self._transitions[(policy, type_)] = (status, since)
+        return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+
+    def render(
+        self,
+        policy: Policy,
+        states: Mapping[tuple[str, str], Mapping[str, DeviceState]],
+        unmatched: Mapping[tuple[str, str], Unmatched],
+        waiting: Mapping[tuple[str, str], tuple[str, ...]],
+        last_signal: Mapping[tuple[str, str], float],
+    ) -> dict[str, Any]:
+        """The policy's status from the controller's memory (per rule: devices by effect, waiting, unmatched alerts)."""
+        rules = []
+        waiting_all: list[str] = []
+        for rule in policy.rules:
+            ident = (policy.name, rule.name)
+            rule_states = states.get(ident, {})
+            steps: dict[str, int] = {"None": 0, "NoSchedule": 0, "NoExecute": 0}  # all three: a merge patch keeps absent keys
+            for st in rule_states.values():
+                e = ladder.effect_of(rule, st.step)
+                steps[e] = steps.get(e, 0) + 1
+            u = unmatched.get(ident, Unmatched())
+            rule_waiting = list(waiting.get(ident, ()))
+            waiting_all += rule_waiting
+            entry: dict[str, Any] = {"name": rule.name, "devices": steps, "waiting": rule_waiting, "unmatchedAlerts": u.count}
+            if u.last:
+                entry["lastUnmatched"] = u.last
+            if ident in last_signal:
+                entry["lastSignal"] = format_time(last_signal[ident])
+            rules.append(entry)
+        guard = (
+            self._condition(
+                policy.name,
+                "GuardTripped",
+                "True",
+                "DevicesWaiting",
+                f"{len(waiting_all)} device(s) held below NoExecute: {', '.join(waiting_all[:20])}",
+            )
+            if waiting_all
+            else self._condition(policy.name, "GuardTripped", "False", "WithinLimits", "No device is held by the guard.")
+        )
+        ready = self._condition(policy.name, "Ready", "True", "DryRun" if policy.dry_run else "Enforcing", f"mode {policy.mode}")
+        return {"observedGeneration": policy.generation, "conditions": [ready, guard], "rules": rules}
+
+    def write(self, name: str, status: dict[str, Any]) -> None:
+        """Off the delivery's path: the latest status is written by one task per policy (a failure is retried by the next pass)."""
+        if self.written.get(name) == status:
+            return
+        self._pending[name] = status
+        if name not in self._tasks:
+            self._tasks[name] = asyncio.create_task(self._flush(name))
+
+    async def _flush(self, name: str) -> None:
+        try:
+            while name in self._pending:
+                await self._patch(name, self._pending.pop(name))
+        finally:
+            self._tasks.pop(name, None)
+
+    async def _patch(self, name: str, status: dict[str, Any]) -> str | None:
+        """Patch the status subresource; the error of a failed write (logged), None otherwise."""
+        if self.written.get(name) == status:
+            return None
+        try:
+            await write(
+                self.source, "PATCH", POLICIES.item("", name) + "/status", {"status": status}, f"patch {KIND} {name} status", MERGE_PATCH
+            )
+        except NotFound:
+            return None
+        except (SourceError, OSError, TimeoutError) as e:
+            log.warning("policy status write failed", extra={"object": name, "err": str(e)})
+            return str(e)
+        self.written[name] = status
+        return None
