@@ -38,6 +38,12 @@ included (kubesim/fakeapi/crd.py). The chart's CRDs are installed at start
 unless `crds=False` (`--no-crds`): then apply them yourself with
 `install_crd(crd)` or a POST, as `kubectl apply` does.
 
+ResourceSlices are judged by the 1.36 API server's rules, written here
+(`resource_slices.py`, `slice_devices.py`), never by the extender's parser:
+a test can see the API server accept what the extender refuses. The server
+itself is `server.py` (state, lifecycle, Python helpers), `routing.py` and
+`verbs.py` (HTTP), `watch.py`, `faults.py` and `control.py` (`/_fake/`).
+
 `pods/eviction` honours PodDisruptionBudgets (`policy/v1`, 429 when a budget
 forbids it; see `disruption.py`) and marks the pod `DisruptionTarget` first.
 
@@ -47,8 +53,9 @@ Why not a library: none has real resourceVersions, 410 Gone, bookmarks and
 
 from __future__ import annotations
 
+from kubesim.fakeapi.faults import Faults, RequestInfo, RequestRecord
 from kubesim.fakeapi.registry import Registry, ResourceType, default_types
-from kubesim.fakeapi.server import FakeApiServer, Faults, RequestInfo, RequestRecord, iter_manifests
+from kubesim.fakeapi.server import FakeApiServer, iter_manifests
 from kubesim.fakeapi.store import ApiError
 
 FakeApiError = ApiError

@@ -34,47 +34,13 @@ from allocator.cel.cost import (
 )
 from allocator.cel.engine import parse  # the engine's own parser
 from allocator.cel.interpret import INTERP_FUNCTIONS, interpreter  # and runner
+from kubesim.fakeapi.field_errors import FieldError
+from kubesim.fakeapi.field_errors import go_value as _go_value
 from kubesim.fakeapi.registry import STATUS, ResourceType
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One `field.Error`: the reason a Status cause carries, the field, and the text after it."""
-
-    reason: str  # FieldValueRequired, FieldValueInvalid, FieldValueNotSupported, FieldValueTooLong, FieldValueTooMany, FieldValueForbidden
-    field: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.detail}"
-
-    def cause(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.detail, "field": self.field}
-
-
-def invalid_message(qualified_kind: str, name: str, errors: list[FieldError]) -> str:
-    """`Kind.group "name" is invalid: ...`; several errors in brackets, as `ErrorList.ToAggregate()` prints them."""
-    shown = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
-    return f'{qualified_kind} "{name}" is invalid: {shown}'
-
-
-def _go_value(v: Any) -> str:
-    """How `field.Invalid` prints a value: strings quoted, objects and lists by their type."""
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, dict):
-        return '"object"'
-    if isinstance(v, list):
-        return '"array"'
-    if v is None:
-        return "null"
-    return str(v)
 
 
 def _invalid(path: str, value: Any, detail: str) -> FieldError:

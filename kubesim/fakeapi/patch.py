@@ -14,15 +14,28 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-# RFC 7386: the same function the manifest source applies (re-exported for the store).
-from tracker.source import merge_patch as merge_patch
-
 
 class PatchError(ValueError):
     """The patch does not apply (a failed `test`, a bad path): answers 422."""
 
 
 # ------------------------------------------------------------------ merge patch
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: a patch object merges key by key (recursively), a null member removes the key, any other value replaces.
+
+    The fake's own, not the extender's: a test that sends both the same patch can see them differ.
+    """
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+            continue
+        merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 # ------------------------------------------------------------------ strategic merge patch

@@ -75,3 +75,28 @@ def stored_parameters(obj: dict[str, Any], plural: str) -> list[bytes]:
         orjson.dumps(((c or {}).get("opaque") or {}).get("parameters")) if isinstance(c, dict) else b"null"
         for c in (configs if isinstance(configs, list) else ())
     ]
+
+
+class RawParameters:
+    """The creators' parameter bytes, by (plural, namespace, name, uid), and the byte-wise check an update must pass."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[tuple[str, str, str, str], list[bytes]] = {}
+
+    @staticmethod
+    def _key(plural: str, obj: dict[str, Any]) -> tuple[str, str, str, str]:
+        meta = obj.get("metadata") or {}
+        return (plural, meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "")
+
+    def remember(self, plural: str, obj: dict[str, Any], raw: list[bytes] | None) -> None:
+        if raw is not None:
+            self._bytes[self._key(plural, obj)] = raw
+
+    def unchanged(self, plural: str, current: dict[str, Any], raw: list[bytes] | None) -> bool:
+        """Whether an update's parameters are the stored object's, byte for byte (True when there is nothing to compare)."""
+        if raw is None:
+            return True
+        stored = self._bytes.get(self._key(plural, current))
+        if stored is None:
+            stored = stored_parameters(current, plural)
+        return raw == stored

@@ -14,12 +14,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesim.fakeapi.quantity import QuantityError, quantity
+
 CORE_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 META_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 
 # Hooks validating a write made over HTTP (Python-level helpers bypass them):
 # (old object or None, new object) -> error message for a 422 (or the field errors,
-# kubesim.fakeapi.crd.FieldError), or None. A hook may prune the new object in place.
+# kubesim.fakeapi.field_errors.FieldError), or None. A hook may prune the new object in
+# place, and raise an ApiError of its own (a body that does not decode answers 400).
 Validator = Callable[[dict[str, Any] | None, dict[str, Any]], Any]
 
 
@@ -95,17 +98,11 @@ def _validate_immutable_spec(old: dict[str, Any] | None, new: dict[str, Any]) ->
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def _validate_resource_slice(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
-    """The API server's ResourceSlice validation, as far as the parser knows it (limits, counters, policies)."""
-    from allocator.parse import ValidationError, parse_resource_slice
-    from tracker.manifest_schema import check_slice_limits
+def _validate_resource_slice(old: dict[str, Any] | None, new: dict[str, Any]) -> Any:
+    """The API server's ResourceSlice rules (kubesim/fakeapi/resource_slices.py, imported here: it imports the store)."""
+    from kubesim.fakeapi.resource_slices import validate_resource_slice
 
-    try:
-        parse_resource_slice(new)
-        check_slice_limits("ResourceSlice", new)
-    except ValidationError as e:
-        return f"{e.field}: Invalid value: {e.reason}"
-    return None
+    return validate_resource_slice(old, new)
 
 
 def _validate_claim(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
@@ -113,8 +110,6 @@ def _validate_claim(old: dict[str, Any] | None, new: dict[str, Any]) -> str | No
     why = _validate_immutable_spec(old, new)
     if why is not None:
         return why
-    from allocator.quantity import QuantityError, parse_quantity
-
     allocation = (new.get("status") or {}).get("allocation") or {}
     results = (allocation.get("devices") or {}).get("results") or []
     if len(results) > 32:
@@ -131,7 +126,7 @@ def _validate_claim(old: dict[str, Any] | None, new: dict[str, Any]) -> str | No
         seen.add(key)
         for name, q in (r.get("consumedCapacity") or {}).items():
             try:
-                parse_quantity(q)
+                quantity(q)
             except QuantityError as e:
                 return f"{path}.consumedCapacity.{name}: Invalid value: {e}"
     return None

@@ -884,25 +884,6 @@ async def test_large_list_is_fast(api, kc):
     assert served < 5.0 and served_again < 2.5
 
 
-async def test_an_invalid_resource_slice_is_refused_with_the_parsers_reason(api, kc):
-    """A slice the parser refuses (more devices than a slice may hold) is a 422 naming the field, not a server error."""
-    devices = [{"name": f"gpu-{i}"} for i in range(200)]
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": "too-big"},
-        "spec": {
-            "driver": "gpu.example.com",
-            "nodeName": "n1",
-            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
-    status, out = await raw(kc, "POST", "/apis/resource.k8s.io/v1/resourceslices", body=body)
-    assert status == 422 and out["reason"] == "Invalid", out
-    assert "spec.devices" in out["message"] and "Invalid value" in out["message"], out["message"]
-
-
 # ---------------------------------------------------------------------- subprocess mode
 
 
