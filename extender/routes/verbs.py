@@ -122,7 +122,8 @@ def filter_verb(service: Service, budget: float | None) -> Verb[wire.ExtenderArg
             log_decision(args, passed, {})
         return None if passed is None else wire.filter_result(args, passed, unresolvable={})
 
-    return Verb("filter", wire.parse_extender_args, decide, wire.error_filter_result, quick)
+    names = wire.NodeNamesCache()
+    return Verb("filter", lambda raw: wire.parse_extender_args(raw, names), decide, wire.error_filter_result, quick)
 
 
 def prioritize_verb(service: Service) -> Verb[wire.ExtenderArgs]:
@@ -138,7 +139,8 @@ def prioritize_verb(service: Service) -> Verb[wire.ExtenderArgs]:
         scores = service.prioritize_without_state(args)
         return None if scores is None else wire.priority_list(scores)
 
-    return Verb("prioritize", wire.parse_extender_args, decide, lambda _e: b"[]", quick)
+    names = wire.NodeNamesCache()
+    return Verb("prioritize", lambda raw: wire.parse_extender_args(raw, names), decide, lambda _e: b"[]", quick)
 
 
 def bind_verb(service: Service, bridge: LoopBridge) -> Verb[wire.BindingArgs]:
