@@ -54,74 +54,8 @@ class ExtenderArgs:
         return [((n.get("metadata") or {}).get("name") or "") for n in self.nodes or []]
 
 
-class NodeNamesCache:
-    """The last NodeNames array the scheduler sent, its bytes and its checked names: the next /filter skips parsing it again.
-
-    kube-scheduler (Go's encoding/json) writes ExtenderArgs' fields in order,
-    NodeNames last; with percentageOfNodesToScore 100 (or a small cluster)
-    it sends the same names to every /filter and /prioritize of the same
-    node set: 5,000 names are ~85 KB of JSON, 5,000 strings made, checked
-    and freed per request. A body that ends with the cached array's bytes
-    has only its head parsed (the pod); anything else is parsed whole, as
-    before. An array becomes the cached one when two bodies in a row end
-    with it, so node sets that change from pod to pod cost one byte
-    comparison each, not a second parse.
-    """
-
-    KEY = b',"NodeNames":'
-
-    def __init__(self) -> None:
-        self._cached: tuple[bytes, tuple[str, ...]] | None = None  # (b',"NodeNames":[...]}', the names): one value, swapped whole
-        self._candidate = b""
-
-    def body(self, raw: bytes, what: str) -> dict[str, Any] | None:
-        """The lower-keyed body, its NodeNames the cached names, if `raw` ends with the cached array; else None (parse it whole).
-
-        `raw` is the cached tail after a head H: when H + "}" decodes to a
-        non-empty object, H ends after a complete member at the top level,
-        so `raw` is that object with NodeNames added last: what decoding it
-        whole gives (a second key that lower-cases to nodenames: parsed whole).
-        """
-        cached = self._cached
-        if cached is None or not raw.endswith(cached[0]) or len(raw) == len(cached[0]):
-            return None
-        try:
-            head = orjson.loads(raw[: len(raw) - len(cached[0])] + b"}")
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(head, dict) or not head:
-            return None
-        body = _lower_keys(head, what)
-        if "nodenames" in body:
-            return None
-        body["nodenames"] = list(cached[1])
-        return body
-
-    def saw(self, raw: bytes, names: list[str]) -> None:
-        """`raw` was parsed whole and its NodeNames are `names` (strings): cache them the second time in a row."""
-        at = raw.rfind(self.KEY)
-        if at <= 0:
-            return
-        tail = raw[at:]
-        if tail != self._candidate:
-            self._candidate = tail
-            return
-        end = tail.rstrip(b" \t\r\n")
-        if not end.endswith(b"}"):
-            return
-        try:
-            same = orjson.loads(end[len(self.KEY) : -1]) == names
-        except orjson.JSONDecodeError:
-            return
-        if same:
-            self._cached = (tail, tuple(names))
-
-
-def parse_extender_args(raw: bytes, names: NodeNamesCache | None = None) -> ExtenderArgs:
-    """The body parsed once at the edge; with `names` (one per verb: /filter and /prioritize send different sets), a NodeNames array seen before is not parsed again."""
-    what = "ExtenderArgs {Pod, Nodes, NodeNames}"
-    known = names.body(raw, what) if names is not None else None
-    body = known if known is not None else decode(raw, what)
+def parse_extender_args(raw: bytes) -> ExtenderArgs:
+    body = decode(raw, "ExtenderArgs {Pod, Nodes, NodeNames}")
     pod = body.get("pod")
     if not isinstance(pod, Mapping):
         raise BadRequest("Pod", "required object is missing" if pod is None else "must be an object")
@@ -131,18 +65,15 @@ def parse_extender_args(raw: bytes, names: NodeNamesCache | None = None) -> Exte
     spec = pod.get("spec")
     if spec is not None and not isinstance(spec, Mapping):
         raise BadRequest("Pod.spec", "must be an object")
-    node_list = body.get("nodenames")
+    names = body.get("nodenames")
     nodes_raw = body.get("nodes")
     node_names: list[str] | None = None
     nodes: list[dict[str, Any]] | None = None
     nodes_list: dict[str, Any] | None = None
-    if node_list is not None:
-        if known is None:
-            if not isinstance(node_list, list) or not set(map(type, node_list)) <= {str}:  # C-speed check of 5,000 names
-                raise BadRequest("NodeNames", "must be a list of strings")
-            if names is not None:
-                names.saw(raw, node_list)
-        node_names = node_list
+    if names is not None:
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:  # C-speed check of 5,000 names
+            raise BadRequest("NodeNames", "must be a list of strings")
+        node_names = names
     elif nodes_raw is not None:
         if not isinstance(nodes_raw, Mapping):
             raise BadRequest("Nodes", "must be a NodeList object")

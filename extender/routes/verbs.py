@@ -122,8 +122,7 @@ def filter_verb(service: Service, budget: float | None) -> Verb[wire.ExtenderArg
             log_decision(args, passed, {})
         return None if passed is None else wire.filter_result(args, passed, unresolvable={})
 
-    names = wire.NodeNamesCache()
-    return Verb("filter", lambda raw: wire.parse_extender_args(raw, names), decide, wire.error_filter_result, quick)
+    return Verb("filter", wire.parse_extender_args, decide, wire.error_filter_result, quick)
 
 
 def prioritize_verb(service: Service) -> Verb[wire.ExtenderArgs]:
@@ -139,8 +138,7 @@ def prioritize_verb(service: Service) -> Verb[wire.ExtenderArgs]:
         scores = service.prioritize_without_state(args)
         return None if scores is None else wire.priority_list(scores)
 
-    names = wire.NodeNamesCache()
-    return Verb("prioritize", lambda raw: wire.parse_extender_args(raw, names), decide, lambda _e: b"[]", quick)
+    return Verb("prioritize", wire.parse_extender_args, decide, lambda _e: b"[]", quick)
 
 
 def bind_verb(service: Service, bridge: LoopBridge) -> Verb[wire.BindingArgs]:
