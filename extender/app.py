@@ -13,12 +13,43 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import Receive, Scope, Send
 
 from extender.http_thread import InlineBridge, Limits, LoopBridge
 from extender.routes.debug import add_debug_routes
 from extender.routes.probes import add_probe_routes
-from extender.routes.verbs import add_verb_routes
+from extender.routes.verbs import Route, add_verb_routes
 from extender.service import Service
+
+
+class ExtenderApp(FastAPI):
+    """FastAPI, with POST /filter, /prioritize and /bind dispatched straight to their routes.
+
+    The scheduler sends three of those per pod: going through FastAPI's
+    middleware stack, router and dependency solving cost about as much
+    Python as the routes themselves (docs/design.md#cpu-per-pod-at-5000-nodes).
+    The routes take the raw request and return a finished Response, so the
+    direct path answers the same bytes; any other method or path (405, 404,
+    the probes, /debug) goes through FastAPI as before.
+    """
+
+    verbs: dict[str, Route]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self.verbs.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        try:
+            response = await route(Request(scope, receive))
+        except Exception:
+            # What Starlette's ServerErrorMiddleware answers before uvicorn logs the exception.
+            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            raise
+        await response(scope, receive, send)
 
 
 def create_app(
@@ -33,12 +64,13 @@ def create_app(
     lease_problem: Callable[[], str | None] | None = None,
 ) -> FastAPI:
     """Routes for one listener; `probes_only` for --probe-listen, `debug=False` drops /debug/*."""
-    app = FastAPI(title="dra-extender", docs_url=None, redoc_url=None, openapi_url=None)
+    app = ExtenderApp(title="dra-extender", docs_url=None, redoc_url=None, openapi_url=None)
+    app.verbs = {}
     bridge = bridge if bridge is not None else InlineBridge()
     add_probe_routes(app, service, bridge, source_status=source_status, lease_problem=lease_problem)
     if probes_only:
         return app
-    add_verb_routes(app, service, bridge, limits if limits is not None else Limits(), filter_budget=filter_budget)
+    app.verbs = add_verb_routes(app, service, bridge, limits if limits is not None else Limits(), filter_budget=filter_budget)
     if debug:
         add_debug_routes(app, service, bridge, source_status=source_status)
     return app

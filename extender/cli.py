@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import os
@@ -38,6 +39,8 @@ log = logging.getLogger("dra_extender")
 
 
 SWITCH_INTERVAL = 0.0005  # seconds; see serve()
+# The cyclic collector's thresholds (Python's default: 700, 10, 10); see serve() and docs/dependencies.md#pythons-garbage-collector.
+GC_THRESHOLDS = (10_000, 10, 10)
 
 
 class UsageError(Exception):
@@ -617,6 +620,9 @@ async def serve(args: argparse.Namespace) -> int:
     # Two threads run Python here (HTTP and the main loop): with the default 5 ms switch
     # interval a verb handed from one to the other can wait a whole interval for the GIL.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    # A watch event is a tree of dicts: at the default threshold (700) a young collection ran about once per
+    # event, and a full one, over everything built since the lists were frozen, every hundred of those.
+    gc.set_threshold(*GC_THRESHOLDS)
     addresses = _listen_addresses(args)
     picked = _pick_source(args)
     source, cluster = picked.source, picked.cluster

@@ -163,8 +163,17 @@ def bind_verb(service: Service, bridge: LoopBridge) -> Verb[wire.BindingArgs]:
     return Verb("bind", parse, decide, wire.binding_result)
 
 
-def add_verb_routes(app: FastAPI, service: Service, bridge: LoopBridge, limits: Limits, *, filter_budget: float | None) -> None:
+Route = Callable[[Request], Awaitable[Response]]
+
+
+def add_verb_routes(app: FastAPI, service: Service, bridge: LoopBridge, limits: Limits, *, filter_budget: float | None) -> dict[str, Route]:
+    """The three POST routes, registered on `app`; returned by path for the app's direct dispatch (extender/app.py)."""
     metrics = service.metrics
-    app.add_api_route("/filter", verb_route(filter_verb(service, filter_budget), limits, bridge, metrics), methods=["POST"])
-    app.add_api_route("/prioritize", verb_route(prioritize_verb(service), limits, bridge, metrics), methods=["POST"])
-    app.add_api_route("/bind", verb_route(bind_verb(service, bridge), limits, bridge, metrics), methods=["POST"])
+    routes: dict[str, Route] = {
+        "/filter": verb_route(filter_verb(service, filter_budget), limits, bridge, metrics),
+        "/prioritize": verb_route(prioritize_verb(service), limits, bridge, metrics),
+        "/bind": verb_route(bind_verb(service, bridge), limits, bridge, metrics),
+    }
+    for path, route in routes.items():
+        app.add_api_route(path, route, methods=["POST"])
+    return routes

@@ -8,7 +8,7 @@ from typing import Any
 from kubesim.measure import pct
 from kubesim.objects import GPU_GI, PARTITIONS_GI
 from kubesim.scheduler.api import Api
-from kubesim.scheduler.config import key_of, short_reason
+from kubesim.scheduler.config import NAMESPACE, key_of, short_reason
 from kubesim.scheduler.cycle import KubeSchedulerModel
 from kubesim.scheduler.oracle import claim_allocated
 from kubesim.scheduler.workloads import Workload, node_name
@@ -96,7 +96,8 @@ async def read_back(api: Api, w: Workload, http_timeout: float) -> dict[str, Any
             gpu, _, part = device.rpartition("-part-")
             counters_gi[(pool, gpu)] += PARTITIONS_GI[int(part)]
     by_name = {key_of(c): c for c in claims}
-    bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+    # The run's pods (a heavy cluster's DaemonSet pods, bound from the start, are in kube-system).
+    bound = [p for p in pods if (p.get("spec") or {}).get("nodeName") and (p.get("metadata") or {}).get("namespace") == NAMESPACE]
     without = [key_of(p) for p in bound if not claim_allocated(by_name, p)]
     reserved_elsewhere = 0
     for p in bound:

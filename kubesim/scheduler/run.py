@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from kubesim.measure import Cpu, pct
+from kubesim.measure import Cpu, cpu_seconds, pct
 from kubesim.processes import free_port, start_fake_api, start_server, stop_process
 from kubesim.scheduler.api import Api
 from kubesim.scheduler.config import NAMESPACE, ClaimControllerConfig, SchedulerConfig, now
@@ -96,7 +96,15 @@ async def _steady_churn(
 
 
 async def _drive(
-    w: Workload, api_url: str, ext_url: str, cfg: SchedulerConfig, claims: ClaimControllerConfig, progress: float, label: str, is_noop: bool
+    w: Workload,
+    api_url: str,
+    ext_url: str,
+    cfg: SchedulerConfig,
+    claims: ClaimControllerConfig,
+    progress: float,
+    label: str,
+    is_noop: bool,
+    cpu_of: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     async with Api(api_url) as api:
         model = KubeSchedulerModel(api, ext_url, cfg, claims)
@@ -118,7 +126,12 @@ async def _drive(
         def line(phase: str) -> None:
             _progress_line(label, phase, model, created_at, t0)
 
-        reached_at = await _until_bound(w, model, creator, created_at, expected, n_pods, t0, progress, line)
+        marks: list[tuple[int, float]] = []
+        reached_at = await _until_bound(w, model, creator, created_at, expected, n_pods, t0, progress, line, cpu_of, marks)
+        if len(marks) == 2 and marks[1][0] > marks[0][0]:
+            # The extender's CPU per pod once a fifth of the pods are bound: the claim shape's first pass over the
+            # nodes (verdicts, fullness) is behind it, so this is the per-pod cost a longer run tends to.
+            out["extender_cpu_ms_per_pod_after_first_fifth"] = round(1000 * (marks[1][1] - marks[0][1]) / (marks[1][0] - marks[0][0]), 2)
         out["timed_out"] = reached_at is None
         if not creator.done():
             creator.cancel()
@@ -168,8 +181,13 @@ async def _until_bound(
     t0: float,
     progress: float,
     line: Callable[[str], None],
+    cpu_of: Callable[[], float] | None = None,
+    marks: list[tuple[int, float]] | None = None,
 ) -> float | None:
-    """Until the expected pods are bound and `w.settle` has passed since (None: the workload's timeout came first)."""
+    """Until the expected pods are bound and `w.settle` has passed since (None: the workload's timeout came first).
+
+    With `cpu_of`, `marks` gets (pods bound, its CPU seconds) when a fifth of the expected pods are bound and when all are.
+    """
     last_print = now()
     reached_at: float | None = None
     while now() - t0 < w.timeout:
@@ -177,10 +195,14 @@ async def _until_bound(
         if progress and now() - last_print >= progress:
             last_print = now()
             line("fill" if w.taint_removal else "run")
+        if cpu_of is not None and marks is not None and len(marks) < 2:
+            bound = sum(k in model.bound_at for k in created_at)
+            if (not marks and bound >= max(1, expected // 5)) or (marks and bound >= expected):
+                marks.append((bound, cpu_of()))
         # Over-committed: also wait until every pod left over was rejected while its claim existed.
         if (
             reached_at is None
-            and len(model.bound_at) >= expected
+            and sum(k in model.bound_at for k in created_at) >= expected  # the run's pods (heavy clusters hold bound DaemonSet pods)
             and creator.done()
             and (n_pods <= expected or all(k in model.bound_at or k in model.rejected_with_claims for k in created_at))
         ):
@@ -283,12 +305,21 @@ def run_workload(
         ext_proc, client = start_server(cmd, port, tmp / "extender.log", timeout=300)
         client.close()
         ready_s = time.perf_counter() - started
+        startup_cpu_s = cpu_seconds(ext_proc.pid)  # the extender's start-up (lists, caches) up to ready, reported apart
         print(
             json.dumps({"run": label, "phase": "ready", "extender_ready_s": round(ready_s, 2), "cmd": " ".join(cmd_template)}), flush=True
         )
         cpu = Cpu({"extender": ext_proc.pid, "fakeapi": api_proc.pid})
-        result = _run_async(_drive(w, api_url, f"http://127.0.0.1:{port}", cfg, claims, progress, label, noop))
+        ext_pid = ext_proc.pid
+        result = _run_async(
+            _drive(w, api_url, f"http://127.0.0.1:{port}", cfg, claims, progress, label, noop, cpu_of=lambda: cpu_seconds(ext_pid))
+        )
         result["cpu"] = cpu.done()
+        # Whole-process CPU per pod bound: utime + stime of the extender over the scheduling phase only.
+        result["cpu"]["extender_startup_cpu_s"] = round(startup_cpu_s, 2)
+        bound = result.get("pods_bound") or 0
+        result["cpu"]["extender_cpu_ms_per_pod"] = round(1000 * result["cpu"]["extender_cpu_s"] / bound, 2) if bound else None
+        result["cpu"]["extender_cpu_ms_per_pod_after_first_fifth"] = result.pop("extender_cpu_ms_per_pod_after_first_fifth", None)
         result["extender_memory_mb"] = _memory_mb(ext_proc.pid)
         result["extender_ready_s"] = round(ready_s, 2)
         if ext_proc.poll() is not None:

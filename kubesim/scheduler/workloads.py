@@ -59,6 +59,8 @@ WORKLOADS: dict[str, Workload] = {
     "taint-removal": Workload("taint-removal", 10, 2, 19, tainted_nodes=1, taint_removal=True, timeout=360),
     # The issue-22 scale: 5,000 nodes x 8 devices, 2,500 pods created at once.
     "5000x8": Workload("5000x8", 5000, 8, 2500, timeout=1500, heavy=True),
+    # The same cluster with 500 pods: the extender's CPU per pod bound in a shorter run (a shared machine).
+    "5000x8-500": Workload("5000x8-500", 5000, 8, 500, timeout=900, heavy=True),
     # Upstream's SteadyStateClusterResourceClaimTemplate at the issue's 99.5 % full and 20 pods/s.
     "steady-100x10": Workload("steady-100x10", 100, 10, 1200, rate=20, steady_fill=0.995, warm_up=100, timeout=300),
     "steady-1000x8": Workload("steady-1000x8", 1000, 8, 1200, rate=20, steady_fill=0.995, warm_up=100, timeout=300),
