@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from allocator.cel import CelEnvironment
-from extender.eviction import EvictionController, FakeClock, Ownership, Settings
+from extender.eviction import EvictionController, Ownership, Settings
 from extender.metrics import Metrics
+from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState

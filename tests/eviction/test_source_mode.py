@@ -9,7 +9,8 @@ from pathlib import Path
 import yaml
 
 from allocator.cel import CelEnvironment
-from extender.eviction import EvictionController, FakeClock, Settings
+from extender.eviction import EvictionController, Settings
+from kubesim.clock import FakeClock
 from tests.eviction.harness import T0, claim_and_pod, gpu_slice, node, rule
 from tracker.manifest_source import ManifestSource
 from tracker.state import ClusterState

@@ -37,16 +37,6 @@ async def until(done: Callable[[], bool], what: str, timeout: float = 10.0) -> N
         await asyncio.sleep(0.001)
 
 
-class FakeClock:
-    """Seconds since the epoch, moved only by the test."""
-
-    def __init__(self) -> None:
-        self.t = time.time()
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class Held:
     """A reactor holding the first request that `match` picks until `release()`; the test sees when it arrived."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from extender.eviction.clock import FakeClock
+from kubesim.clock import FakeClock
 from extender.health.leader_label import LABEL, LeaderLabel
 from kubesim.fakeapi import FakeApiServer
 from tracker.api_source import ApiSource
