@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kubesim.clock import FakeClock
 from extender.health.leader_label import LABEL, LeaderLabel
+from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer
 from tracker.api_source import ApiSource
 
