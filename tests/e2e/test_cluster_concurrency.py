@@ -21,13 +21,10 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.e2e.cluster import FakeApi, cluster_extender, collection, wait_converged, wait_for
 from tests.e2e.harness import Extender
 from tracker.timestamps import rfc3339
-
-pytestmark = pytest.mark.e2e
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"

@@ -28,8 +28,6 @@ from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_vie
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
 from tracker.timestamps import rfc3339
 
-pytestmark = pytest.mark.e2e
-
 ALL = ["node-a", "node-b", "node-c"]
 DEMO_PODS = ["trainer", "maintenance-job", "pair", "templated", "plain", "gpu-and-nic"]
 GPU = "gpu.example.com"

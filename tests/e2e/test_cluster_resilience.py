@@ -32,8 +32,6 @@ from tracker import events as ev
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 
-pytestmark = pytest.mark.e2e
-
 CRD_GROUP = "resource.dra-extender.io"
 SLICES = (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE)
 

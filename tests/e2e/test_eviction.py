@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, holds, wait_converged, wait_for
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
-
-pytestmark = pytest.mark.e2e
 
 
 def rule_condition(api: FakeApi, name: str) -> dict | None:

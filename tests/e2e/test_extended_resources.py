@@ -19,8 +19,6 @@ from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
 from tests.e2e.cluster import FakeApi, bind, cluster_extender, filter_pod, serving, wait_converged, wait_for
 from tests.e2e.harness import Extender
 
-pytestmark = pytest.mark.e2e
-
 DRIVER = "gpu.example.com"
 RESOURCE = "example.com/gpu"
 FINALIZER = "resource.kubernetes.io/delete-protection"

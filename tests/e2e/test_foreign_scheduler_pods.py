@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_for
 from tests.e2e.harness import DEMO
 from tests.e2e.test_hostile import metric
-
-pytestmark = pytest.mark.e2e
 
 METRIC = "dra_extender_foreign_scheduler_pods_total"
 REASON = "ScheduledByAnotherScheduler"

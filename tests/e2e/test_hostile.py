@@ -27,8 +27,6 @@ from kubesim.hostile_cel import CASES as HOSTILE_CEL
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, filter_args, free_port
 
-pytestmark = pytest.mark.e2e
-
 GPU = "gpu.example.com"
 HEAVY = next(c.expression for c in HOSTILE_CEL if c.name == "replace-in-comprehension")  # ~20 ms, within the budget
 # The same work, false on every device: the search evaluates it on each one (a selector that

@@ -8,12 +8,8 @@ API server nothing but reads.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.e2e.cluster import FakeApi, cluster_extender, holds, wait_converged
 from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
-
-pytestmark = pytest.mark.e2e
 
 FAULTY_CLASS = {
     "apiVersion": "resource.k8s.io/v1",

@@ -20,8 +20,6 @@ import pytest
 
 from kubesim.scheduler import ClaimControllerConfig, SchedulerConfig, Workload, default_extender_cmd, run_workload
 
-pytestmark = pytest.mark.e2e
-
 HTTP_TIMEOUT = 5.0
 
 

@@ -12,8 +12,6 @@ import pytest
 
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args, sample
 
-pytestmark = pytest.mark.e2e
-
 ALL = ["node-a", "node-b", "node-c"]
 
 

@@ -24,8 +24,6 @@ from tests.chart.render import objects
 from tests.e2e.cluster import FakeApi, wait_for
 from tests.e2e.harness import DEMO, ROOT, free_port, stop_process
 
-pytestmark = pytest.mark.e2e
-
 SCHEDULER = "dra-scheduler"
 
 

@@ -22,8 +22,6 @@ from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule, seed
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 
-pytestmark = pytest.mark.e2e  # seconds on the real clock, and timing-sensitive under load
-
 PODS = 60
 BURST = 10
 WRITE_LATENCY_MS = 30
