@@ -17,17 +17,8 @@ import pytest
 
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
-from tests.extender.api_cluster import (
-    ApiCluster,
-    Held,
-    claim,
-    device_class,
-    node,
-    node_slice,
-    pod_with_claim,
-    ready_condition,
-    until,
-)
+from kubesim.objects import claim, node
+from tests.extender.api_cluster import ApiCluster, Held, gpu_class, node_slice, pod_with_claim, ready_condition, until
 
 TIMEOUT = 600.0
 
@@ -35,8 +26,8 @@ TIMEOUT = 600.0
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ApiCluster]:
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        api.create(device_class())
-        api.create(node("bc-a"))
+        api.create(gpu_class())
+        api.create(node("bc-a", hostname=True))
         api.create(node_slice("bc-a", 1, binding_conditions=True))
         c = ApiCluster(api, tmp_path, binding_timeout=TIMEOUT)
         yield c
