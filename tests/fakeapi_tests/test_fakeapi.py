@@ -22,6 +22,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubesim.fakeapi import FakeApiError, FakeApiServer
+from kubesim.objects import claim, node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = "resource.dra-extender.io"
@@ -43,26 +44,6 @@ async def kc(api, tmp_path):
     await config.load_kube_config(config_file=str(api.write_kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg)
     async with client.ApiClient(cfg) as c:
         yield c
-
-
-def pod(name: str, namespace: str = "default", *, labels: dict[str, str] | None = None, node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "busybox"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "spec": spec}
-
-
-def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
-
-
-def claim(name: str, namespace: str = "default") -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
-    }
 
 
 def slice_(name: str, node_name: str, devices: int) -> dict[str, Any]:
@@ -282,8 +263,8 @@ async def test_create_get_list_with_pagination(api, kc):
 
 async def test_label_and_field_selectors(api, kc):
     core = client.CoreV1Api(kc)
-    api.create(pod("p1", labels={"app": "a", "tier": "web"}, node="n1"))
-    api.create(pod("p2", labels={"app": "b"}, node="n2"))
+    api.create(pod("p1", labels={"app": "a", "tier": "web"}, node_name="n1"))
+    api.create(pod("p2", labels={"app": "b"}, node_name="n2"))
     api.create(pod("p3", "other", labels={"app": "c", "tier": "db"}))
 
     async def names(**kw: str) -> list[str]:
@@ -569,7 +550,7 @@ async def test_merge_strategic_and_json_patch(api, kc):
 
 async def test_status_subresource_is_isolated(api, kc):
     resource = client.ResourceV1Api(kc)
-    body = claim("c1")
+    body = claim("c1", device_class="gpu.example.com")
     body["status"] = {"reservedFor": [{"resource": "pods", "name": "ignored", "uid": "u0"}]}
     created = await resource.create_namespaced_resource_claim("default", body)
     assert created.status is None  # status is not settable on create
@@ -591,7 +572,7 @@ async def test_status_subresource_is_isolated(api, kc):
     main = {
         **status_body,
         "metadata": {"name": "c1", "namespace": "default", "finalizers": ["x/y"]},
-        "spec": claim("c1")["spec"],
+        "spec": claim("c1", device_class="gpu.example.com")["spec"],
         "status": {"reservedFor": []},
     }
     after_main = await resource.replace_namespaced_resource_claim("c1", "default", main)
@@ -677,7 +658,7 @@ async def test_delete_preconditions_eviction_and_finalizers(api, kc):
 
     # finalizers: deletion marks deletionTimestamp, removing the last finalizer deletes
     resource = client.ResourceV1Api(kc)
-    body = claim("c1")
+    body = claim("c1", device_class="gpu.example.com")
     body["metadata"]["finalizers"] = ["resource.dra-extender.io/allocation"]
     await resource.create_namespaced_resource_claim("default", body)
     resp = await open_watch(kc, "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims", resourceVersion=str(api.resource_version))
@@ -824,6 +805,7 @@ async def test_crd_group_can_be_switched_off(api, kc):
     assert [v["version"] for v in doc["versions"]] == ["v1", "v1beta2"]
 
 
+@pytest.mark.slow  # 64,000 devices seeded and listed
 async def test_large_list_is_fast(api, kc):
     """1,000 ResourceSlices x 64 devices, listed the production way (raw bytes, then orjson without GC)."""
     slices = [slice_(f"node-{i:04d}-gpu", f"node-{i:04d}", 64) for i in range(1000)]
