@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from kubesim.objects import pod
 from tests.chart.api_calls import api_call
 from tests.chart.render import objects
 from tests.e2e.cluster import FakeApi, wait_for
@@ -135,12 +136,10 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Webhook,
 
 
 def _pod(spec: dict[str, Any], metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata if metadata is not None else {"name": "p", "namespace": "ml"},
-        "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
-    }
+    out = pod("p", "ml", **spec)
+    if metadata is not None:
+        out["metadata"] = metadata
+    return out
 
 
 def _resources(name: str) -> dict[str, Any]:
