@@ -28,7 +28,7 @@ test: lint
 # In-process tests (no dra-extender or fake API server subprocess, no kube-scheduler model, no real-clock rate):
 # about 2.5 minutes on 2 idle cores (1,324 tests, 147 s measured; 127 s of CPU); longer when other jobs share the cores.
 test-fast: $(VENV)/.installed
-	DRA_TEST_TIER=fast $(BIN)/python -m pytest -q -m "not e2e" $(PYTEST_ARGS)
+	DRA_TEST_TIER=fast $(BIN)/python -m pytest -q -n 2 -m "not e2e and not slow" $(PYTEST_ARGS)
 
 # Style and layering, also run by `make test` (and by pre-commit: .pre-commit-config.yaml).
 lint: $(VENV)/.installed

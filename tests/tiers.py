@@ -11,5 +11,5 @@ import os
 
 
 def examples(full: int) -> int:
-    """`full` in the whole suite; a quarter of it (at least 25) in the fast tier."""
-    return max(25, full // 4) if os.environ.get("DRA_TEST_TIER") == "fast" else full
+    """`full` in the whole suite; an eighth of it (at least 25) in the fast tier."""
+    return max(25, full // 8) if os.environ.get("DRA_TEST_TIER") == "fast" else full

@@ -6,12 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from extender.health.policy import GROUP
 from extender.health.rules import PIN, POLICY_LABEL
 from kubesim.objects import node
 from tests.eviction.harness import CRD, T0, claim_and_pod, seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice, xid_rule
+
+pytestmark = pytest.mark.slow  # in process, but ~25 s of ladders on the fake clock: the full tier
 
 
 def health_rules(cluster: HealthCluster) -> dict[str, dict[str, Any]]:

@@ -149,6 +149,7 @@ async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succ
     assert rules_in(cluster) == ["gpu-0", "gpu-1"]
 
 
+@pytest.mark.slow  # a thousand rules written through the fake API server
 async def test_a_thousand_new_alerts_are_answered_before_their_rules_are_written_then_all_are_written(cluster: HealthCluster) -> None:
     nodes = [f"node-{i}" for i in range(10)]
     seed(cluster.api, *(node(n) for n in nodes), *(uuid_slice(100, node_name=n) for n in nodes), policy())
