@@ -1,8 +1,8 @@
 """How much a property test draws in each tier.
 
-`make test-fast` sets DRA_TEST_TIER=fast: property tests draw a quarter of
-their examples there, which keeps the fast tier near 2.5 minutes on 2 idle cores; `make test` (and
-CI) draw them all.
+`make test-fast` sets DRA_TEST_TIER=fast: property tests draw an eighth of
+their examples there (at least 25), which with two workers and the `slow` tests left out keeps the
+fast tier under a minute on 2 idle cores; `make test` (and CI) draw them all.
 """
 
 from __future__ import annotations

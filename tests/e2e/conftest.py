@@ -1,6 +1,6 @@
 """Every test under tests/e2e is marked `e2e`: it starts dra-extender or the fake API server as a
 subprocess, runs the kube-scheduler model, or measures a rate on the real clock, so `make test-fast`
-(`-m "not e2e"`) leaves it out. The rule is where a test lives, not a mark in each file."""
+(`-m "not e2e and not slow"`) leaves it out. The rule is where a test lives, not a mark in each file."""
 
 from __future__ import annotations
 
