@@ -100,12 +100,14 @@ def pod(
     image: str = "x",
     node_name: str | None = None,
     labels: dict[str, str] | None = None,
+    meta: dict[str, Any] | None = None,
     phase: str | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     """A Pod with one container `c`; `claims` maps its resourceClaims' names to the claims they name
     (`use_claims`: the container uses each); `scheduler` its schedulerName, `node_name` its node,
-    `phase` its status; `spec` adds or replaces spec fields (containers, volumes, ...)."""
+    `meta` more metadata (uid, annotations, ...), `phase` its status; `spec` adds or replaces spec
+    fields (containers, volumes, ...)."""
     container: dict[str, Any] = {"name": "c", "image": image}
     if claims and use_claims:
         container["resources"] = {"claims": [{"name": n} for n in claims]}
@@ -118,10 +120,10 @@ def pod(
     if node_name:
         body["nodeName"] = node_name
     body.update(spec)
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, **(meta or {})}
     if labels is not None:
-        meta["labels"] = labels
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+        metadata["labels"] = labels
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
     if phase is not None:
         out["status"] = {"phase": phase}
     return out

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from extender.eviction.clock import format_time, parse_time
+from kubesim import objects
 from kubesim.objects import node
 from tests.eviction.harness import T0, Cluster, seed
 from tracker.volumes import TAINTS_ANNOTATION, TOLERATIONS_ANNOTATION
@@ -32,16 +33,13 @@ def pvc() -> dict[str, Any]:
 def pod(
     name: str, tolerations: list[dict[str, Any]] | None = None, *, node_name: str = "node-a", ephemeral: bool = False
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}"}
+    meta: dict[str, Any] = {"uid": f"uid-{name}"}
     if tolerations is not None:
         meta["annotations"] = {TOLERATIONS_ANNOTATION: json.dumps(tolerations)}
     volume: dict[str, Any] = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
     if ephemeral:  # a generic ephemeral volume: its PVC is <pod>-<volume>
         volume = {"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}], "volumes": [volume]}
-    if node_name:
-        spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
+    return objects.pod(name, node_name=node_name, meta=meta, phase="Running" if node_name else "Pending", volumes=[volume])
 
 
 def no_use(seconds: int | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from extender.request_nodes import RequestNodes
 from extender.service import Service
 from extender.wire import parse_extender_args
 from kubesim.null_source import NullSource
+from kubesim.objects import pod
 from tracker import events as ev
 from tracker.state import ClusterState
 
@@ -66,12 +67,7 @@ def _claim(name: str, rng: random.Random) -> dict[str, Any]:
 
 
 def _pod(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": claim}], "containers": [{"name": "c", "image": "x"}]},
-    }
+    return pod(name, claims={"c": claim}, meta={"uid": f"uid-{name}", "resourceVersion": "1"})
 
 
 class World:
