@@ -75,18 +75,21 @@ def claim(
     device_class: str = "gpu",
     request: str = "gpu",
     count: int | None = None,
+    exactly: dict[str, Any] | None = None,
     **metadata: Any,
 ) -> dict[str, Any]:
     """A ResourceClaim with one request (`request`) for a device of `device_class`; `count` spells out
-    ExactCount; `metadata` adds fields (uid, resourceVersion, ...)."""
-    exactly: dict[str, Any] = {"deviceClassName": device_class}
+    ExactCount, `exactly` adds request fields (selectors, tolerations, ...); `metadata` adds fields
+    (uid, resourceVersion, ...)."""
+    request_fields: dict[str, Any] = {"deviceClassName": device_class}
     if count is not None:
-        exactly.update(allocationMode="ExactCount", count=count)
+        request_fields.update(allocationMode="ExactCount", count=count)
+    request_fields.update(exactly or {})
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace, **metadata},
-        "spec": {"devices": {"requests": [{"name": request, "exactly": exactly}]}},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": request_fields}]}},
     }
 
 
