@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kubesim.objects import PAUSE, pod
+from kubesim.objects import PAUSE, device_class, gpu_slice, node, pod
 from kubesim.scheduler import ClaimControllerConfig, SchedulerConfig, Workload, default_extender_cmd, run_workload
 
 HTTP_TIMEOUT = 5.0
@@ -174,20 +174,12 @@ async def _shared_claims_being_deleted() -> None:
     from kubesim.scheduler import KubeSchedulerModel
     from kubesim.scheduler.api import Api
     from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged
-    from tests.e2e.test_extended_resources import node, node_slice
 
     api = FakeApi()
-    api.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-        }
-    )
+    api.create(device_class("gpu", "gpu.example.com"))
     for name in ("sh-a", "sh-b"):
-        api.create(node(name))
-        api.create(node_slice(name, 2))
+        api.create(node(name, hostname=True))
+        api.create(gpu_slice(name, 2, name=f"{name}-slice"))
     ext = cluster_extender(api, "--placement-wait", "0")
 
     async def until(done: Any, what: str, timeout: float = 30.0) -> None:
