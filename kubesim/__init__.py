@@ -6,6 +6,7 @@
   with a resourceclaim-controller stand-in and the workloads it runs;
 - `kubesim.objects`, `kubesim.processes`, `kubesim.measure`: cluster objects,
   starting and stopping servers, and the readings (percentiles, CPU, memory);
+- `kubesim.clock`: a fake clock the tests move, for every deadline the extender keeps;
 - `kubesim.hostile_cel`: hostile CEL selectors, timed by a benchmark and
   checked for their verdicts by the tests.
 

@@ -1,19 +1,143 @@
-"""Cluster objects the benchmarks and the kube-scheduler model seed: device classes and node-local slices."""
+"""Cluster objects the tests, the benchmarks and the kube-scheduler model seed: nodes, device classes,
+node-local slices, claims and pods as raw API objects, lean (what the extender reads) or heavy (as a
+real API server lists them). One set of builders, so that a test's objects say what differs from the
+plain ones in keyword arguments instead of in a copy of the whole object."""
 
 from __future__ import annotations
 
 import zlib
 from typing import Any
 
+PAUSE = "registry.k8s.io/pause:3.10"
+HOSTNAME = "kubernetes.io/hostname"
 
-def device_class(name: str, driver: str) -> dict[str, Any]:
-    """A DeviceClass selecting every device of `driver`."""
+
+def node(name: str, labels: dict[str, str] | None = None, *, hostname: bool = False) -> dict[str, Any]:
+    """A Node; `metadata.labels` only when `labels` is given or `hostname` (kubelet's hostname label) is asked for."""
+    meta: dict[str, Any] = {"name": name}
+    if hostname or labels is not None:
+        meta["labels"] = {**({HOSTNAME: name} if hostname else {}), **(labels or {})}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+
+
+def gpus(
+    count: int,
+    *,
+    model: str | None = None,
+    index: bool = False,
+    memory: str | None = None,
+    taints: dict[int, list[dict[str, Any]]] | None = None,
+    **fields: Any,
+) -> list[dict[str, Any]]:
+    """`count` devices gpu-0.. with a `model` string and/or an `index` int attribute, a `memory` capacity,
+    the `taints` of the devices named by index, and any other device `fields` on each."""
+    devices = []
+    for i in range(count):
+        d: dict[str, Any] = {"name": f"gpu-{i}"}
+        attributes: dict[str, Any] = {}
+        if model is not None:
+            attributes["model"] = {"string": model}
+        if index:
+            attributes["index"] = {"int": i}
+        if attributes:
+            d["attributes"] = attributes
+        if memory is not None:
+            d["capacity"] = {"memory": {"value": memory}}
+        if taints and i in taints:
+            d["taints"] = taints[i]
+        devices.append({**d, **fields})
+    return devices
+
+
+def gpu_slice(
+    node_name: str,
+    count: int,
+    *,
+    driver: str = "gpu.example.com",
+    name: str | None = None,
+    pool: str | None = None,
+    generation: int = 1,
+    **device: Any,
+) -> dict[str, Any]:
+    """A node-local slice of `count` GPUs (`gpus`: `device` holds its keywords): named `<node>-<driver>`
+    and pooled by node unless `name`/`pool` say otherwise, one slice in its pool."""
+    out = node_slice(node_name, driver, gpus(count, **device))
+    if name is not None:
+        out["metadata"]["name"] = name
+    out["spec"]["pool"] = {"name": pool or node_name, "generation": generation, "resourceSliceCount": 1}
+    return out
+
+
+def claim(
+    name: str,
+    namespace: str = "default",
+    *,
+    device_class: str = "gpu",
+    request: str = "gpu",
+    count: int | None = None,
+    exactly: dict[str, Any] | None = None,
+    **metadata: Any,
+) -> dict[str, Any]:
+    """A ResourceClaim with one request (`request`) for a device of `device_class`; `count` spells out
+    ExactCount, `exactly` adds request fields (selectors, tolerations, ...); `metadata` adds fields
+    (uid, resourceVersion, ...)."""
+    request_fields: dict[str, Any] = {"deviceClassName": device_class}
+    if count is not None:
+        request_fields.update(allocationMode="ExactCount", count=count)
+    request_fields.update(exactly or {})
     return {
         "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, **metadata},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": request_fields}]}},
     }
+
+
+def pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    claims: dict[str, str] | None = None,
+    use_claims: bool = False,
+    scheduler: str | None = None,
+    image: str = "x",
+    node_name: str | None = None,
+    labels: dict[str, str] | None = None,
+    meta: dict[str, Any] | None = None,
+    phase: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Pod with one container `c`; `claims` maps its resourceClaims' names to the claims they name
+    (`use_claims`: the container uses each); `scheduler` its schedulerName, `node_name` its node,
+    `meta` more metadata (uid, annotations, ...), `phase` its status; `spec` adds or replaces spec
+    fields (containers, volumes, ...)."""
+    container: dict[str, Any] = {"name": "c", "image": image}
+    if claims and use_claims:
+        container["resources"] = {"claims": [{"name": n} for n in claims]}
+    body: dict[str, Any] = {}
+    if scheduler is not None:
+        body["schedulerName"] = scheduler
+    body["containers"] = [container]
+    if claims:
+        body["resourceClaims"] = [{"name": n, "resourceClaimName": c} for n, c in claims.items()]
+    if node_name:
+        body["nodeName"] = node_name
+    body.update(spec)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, **(meta or {})}
+    if labels is not None:
+        metadata["labels"] = labels
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+    if phase is not None:
+        out["status"] = {"phase": phase}
+    return out
+
+
+def device_class(name: str, driver: str, *, extended_resource: str | None = None) -> dict[str, Any]:
+    """A DeviceClass selecting every device of `driver`; `extended_resource` its extendedResourceName (KEP-5004)."""
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+    if extended_resource:
+        spec["extendedResourceName"] = extended_resource
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
 
 
 def node_slice(node: str, driver: str, devices: list[dict[str, Any]]) -> dict[str, Any]:

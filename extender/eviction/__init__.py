@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from extender.eviction.clock import Clock, FakeClock, SystemClock
+from extender.eviction.clock import Clock, SystemClock
 from extender.eviction.controller import EvictionController, Settings
 from extender.eviction.plan import Ownership
 
-__all__ = ["Clock", "EvictionController", "FakeClock", "Ownership", "Settings", "SystemClock"]
+__all__ = ["Clock", "EvictionController", "Ownership", "Settings", "SystemClock"]

@@ -1,4 +1,4 @@
-"""Time for the eviction controller, injectable so tests run on a fake clock.
+"""Time for the eviction controller, injectable so tests run on a fake clock (kubesim/clock.py).
 
 Every deadline the controller keeps (tolerationSeconds, rate-limit tokens,
 status throttling, 429 backoff) is read from a `Clock` and waited for with
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 from tracker.timestamps import parse_rfc3339, rfc3339
 
@@ -36,45 +36,6 @@ class SystemClock:
         timeout = None if deadline is None else max(0.0, deadline - time.time())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), timeout)
-
-
-class FakeClock:
-    """A clock that moves only when told: `advance_to` releases the waiters whose deadline passed."""
-
-    def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
-        self._now = start
-        self._waiters: list[tuple[float | None, asyncio.Future[None]]] = []
-
-    def now(self) -> float:
-        return self._now
-
-    def next_deadline(self) -> float | None:
-        """The earliest deadline anyone waits for (None when nobody waits with one)."""
-        deadlines = [d for d, f in self._waiters if d is not None and not f.done()]
-        return min(deadlines) if deadlines else None
-
-    def advance_to(self, t: float) -> None:
-        self._now = max(self._now, t)
-        for deadline, fut in self._waiters:
-            if deadline is not None and deadline <= self._now and not fut.done():
-                fut.set_result(None)
-
-    def advance(self, seconds: float) -> None:
-        self.advance_to(self._now + seconds)
-
-    async def wait(self, wake: asyncio.Event, deadline: float | None) -> None:
-        if wake.is_set() or (deadline is not None and deadline <= self._now):
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (deadline, fut)
-        self._waiters.append(entry)
-        woken = asyncio.ensure_future(wake.wait())
-        try:
-            either: list[asyncio.Future[Any]] = [fut, woken]
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            woken.cancel()
-            self._waiters.remove(entry)
 
 
 def format_time(t: float) -> str:

@@ -21,6 +21,7 @@ from allocator.extended_resources import (
 from allocator.parse import parse_device_class, parse_node, parse_pod
 from allocator.pod_claims import dra_use
 from allocator.types import DeviceClass
+from kubesim import objects
 
 GPU = "example.com/gpu"
 NIC = "example.com/nic"
@@ -56,10 +57,7 @@ def container(name: str, wants: dict[str, Any], *, sidecar: bool = False) -> dic
 
 
 def pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None) -> Any:
-    spec: dict[str, Any] = {"containers": containers}
-    if init:
-        spec["initContainers"] = init
-    return parse_pod({"metadata": {"name": "p", "namespace": "default", "uid": "u"}, "spec": spec})
+    return parse_pod(objects.pod("p", meta={"uid": "u"}, containers=containers, **({"initContainers": init} if init else {})))
 
 
 MAPPING = {GPU: "gpu", NIC: "nic"}
@@ -136,7 +134,7 @@ def test_create_requests_and_mappings(row: Row) -> None:
 
 
 def node(allocatable: dict[str, str] | None) -> Any:
-    raw: dict[str, Any] = {"metadata": {"name": "n"}}
+    raw = objects.node("n")
     if allocatable is not None:
         raw["status"] = {"allocatable": allocatable}
     return parse_node(raw)

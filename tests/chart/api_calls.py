@@ -17,6 +17,7 @@ from typing import Any
 
 from extender.health.leader_label import LABEL as LEADER_LABEL
 from extender.requeue import REQUEUE_ANNOTATION
+from kubesim.objects import node
 from tests.e2e.cluster import (
     CRD_GROUP,
     FakeApi,
@@ -33,7 +34,7 @@ from tests.e2e.test_cluster_mode import (
     reasons,
     taint_rule,
 )
-from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
+from tests.eviction.harness import claim_and_pod, gpu_slice, rule
 from tracker.timestamps import rfc3339
 
 NAMESPACE = "dra-system"

@@ -19,8 +19,6 @@ from tests.e2e.cluster import FakeApi, bind, filter_pod, serving, wait_converged
 from tests.e2e.harness import Extender
 from tracker.timestamps import rfc3339
 
-pytestmark = pytest.mark.e2e
-
 DRIVER = "gpu.example.com"
 FINALIZER = "resource.kubernetes.io/delete-protection"
 

@@ -13,8 +13,6 @@ import pytest
 from extender.cli import build_parser
 from tests.e2e.harness import DEMO, ROOT, free_port
 
-pytestmark = pytest.mark.e2e
-
 
 def run(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

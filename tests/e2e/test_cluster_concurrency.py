@@ -21,13 +21,11 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import httpx
-import pytest
 
+from kubesim.objects import PAUSE, claim, device_class, gpu_slice, node, pod
 from tests.e2e.cluster import FakeApi, cluster_extender, collection, wait_converged, wait_for
 from tests.e2e.harness import Extender
 from tracker.timestamps import rfc3339
-
-pytestmark = pytest.mark.e2e
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -38,55 +36,12 @@ POLL_INTERVAL = 2.0  # tracker.leadership.RETRY_PERIOD: how often a follower re-
 # ---------------------------------------------------------------------- objects
 
 
-def device_class() -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": DRIVER},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-    }
+def gpu_claim(i: int) -> dict[str, Any]:
+    return claim(f"claim-{i:04d}", NAMESPACE, device_class=DRIVER, count=1)
 
 
-def node(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-
-
-def gpu_slice(node_name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node_name}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node_name,
-            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"gpu-{j}", "attributes": {"index": {"int": j}}} for j in range(gpus)],
-        },
-    }
-
-
-def claim(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"claim-{i:04d}", "namespace": NAMESPACE},
-        "spec": {
-            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}
-        },
-    }
-
-
-def pod(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"pod-{i:04d}", "namespace": NAMESPACE},
-        "spec": {
-            "schedulerName": "dra-scheduler",
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": f"claim-{i:04d}"}],
-        },
-    }
+def gpu_pod(i: int) -> dict[str, Any]:
+    return pod(f"pod-{i:04d}", NAMESPACE, claims={"gpu": f"claim-{i:04d}"}, scheduler="dra-scheduler", image=PAUSE)
 
 
 async def create_all(api: FakeApi, objects: list[dict[str, Any]], parallel: int = 32) -> list[dict[str, Any]]:
@@ -172,13 +127,15 @@ async def test_thousand_pods_race_for_hundred_devices() -> None:
     ext: Extender | None = None
     try:
         nodes = [f"node-{n:02d}" for n in range(NODES)]
-        await create_all(api, [device_class(), *map(node, nodes), *(gpu_slice(n, GPUS) for n in nodes)])
+        await create_all(
+            api, [device_class(DRIVER, DRIVER), *map(node, nodes), *(gpu_slice(n, GPUS, driver=DRIVER, index=True) for n in nodes)]
+        )
         node_of_device = {(n, f"gpu-{j}"): n for n in nodes for j in range(GPUS)}
         ext = cluster_extender(api)
         ext.wait_ready()
         # Claims and pods arrive through the extender's watches while it serves.
         t0 = time.perf_counter()
-        stored = await create_all(api, [o for i in range(PODS) for o in (claim(i), pod(i))])
+        stored = await create_all(api, [o for i in range(PODS) for o in (gpu_claim(i), gpu_pod(i))])
         created_s = time.perf_counter() - t0
         wait_converged(api, ext, timeout=30)
         uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in stored if o["kind"] == "Pod"}
@@ -197,7 +154,7 @@ async def test_thousand_pods_race_for_hundred_devices() -> None:
                 target = nodes[i % NODES]
                 async with sem:
                     body = {
-                        "Pod": {**pod(i), "metadata": {**pod(i)["metadata"], "uid": uids[name]}},
+                        "Pod": {**gpu_pod(i), "metadata": {**gpu_pod(i)["metadata"], "uid": uids[name]}},
                         "Nodes": None,
                         "NodeNames": nodes,
                     }
@@ -284,9 +241,11 @@ async def test_two_extenders_follow_the_scheduler_lease_through_handovers() -> N
     api = FakeApi()
     exts: dict[str, Extender] = {}
     try:
-        await create_all(api, [device_class(), *map(node, nodes), *(gpu_slice(n, HA_GPUS) for n in nodes)])
+        await create_all(
+            api, [device_class(DRIVER, DRIVER), *map(node, nodes), *(gpu_slice(n, HA_GPUS, driver=DRIVER, index=True) for n in nodes)]
+        )
         node_of_device = {(n, f"gpu-{j}"): n for n in nodes for j in range(HA_GPUS)}
-        stored = await create_all(api, [o for i in range(HA_PODS) for o in (claim(i), pod(i))])
+        stored = await create_all(api, [o for i in range(HA_PODS) for o in (gpu_claim(i), gpu_pod(i))])
         uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in stored if o["kind"] == "Pod"}
         api.create(scheduler_lease(f"host-a_{uuid.uuid4()}"))
         for who in ("a", "b"):

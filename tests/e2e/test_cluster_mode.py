@@ -24,11 +24,10 @@ import pytest
 from allocator.types import TOLERATIONS_ANNOTATION
 from extender.binder import BIND_ATTEMPTS
 from extender.requeue import REQUEUE_ANNOTATION
+from kubesim.objects import PAUSE, claim, gpu_slice, node, pod
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, serving, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
 from tracker.timestamps import rfc3339
-
-pytestmark = pytest.mark.e2e
 
 ALL = ["node-a", "node-b", "node-c"]
 DEMO_PODS = ["trainer", "maintenance-job", "pair", "templated", "plain", "gpu-and-nic"]
@@ -71,46 +70,8 @@ def taint_rule(api_version: str, name: str, pool: str, key: str, effect: str = "
     }
 
 
-def node(name: str, zone: str = "east") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
-    }
-
-
-def gpu_slice(node_name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node_name}-{GPU}"},
-        "spec": {
-            "driver": GPU,
-            "nodeName": node_name,
-            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [
-                {"name": f"gpu-{i}", "attributes": {"model": {"string": "a100"}}, "capacity": {"memory": {"value": "80Gi"}}}
-                for i in range(gpus)
-            ],
-        },
-    }
-
-
-def claim(name: str, device_class: str = GPU) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}},
-    }
-
-
-def pod(name: str, claim_name: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulerName": "dra-scheduler", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-    if claim_name is not None:
-        spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+def gpu_pod(name: str, claim_name: str) -> dict[str, Any]:
+    return pod(name, claims={"gpu": claim_name}, use_claims=True, scheduler="dra-scheduler", image=PAUSE)
 
 
 def pod_args(name: str, claim_name: str, nodes: list[str], uid: str | None = None) -> dict[str, Any]:
@@ -299,7 +260,7 @@ def test_claim_created_later(live) -> None:
     api, ext, _ = live
     body = pod_args("late", "e2e-late-claim", ALL)
     assert reasons(ext, body) == {n: "claim default/e2e-late-claim (pod claim 'gpu') not found" for n in ALL}
-    api.create(claim("e2e-late-claim"))
+    api.create(claim("e2e-late-claim", device_class=GPU))
     try:
         wait_for(lambda: reasons(ext, body)["node-a"] is None, what="the claim arrives")
         after = reasons(ext, body)
@@ -332,7 +293,7 @@ def _allocate_with_class(class_name: str) -> Callable[[FakeApi, Extender], None]
     """Evaluate a class's selectors for several pods, nodes and devices (new pod UIDs skip the outcome cache)."""
 
     def trigger(api: FakeApi, ext: Extender) -> None:
-        api.create(claim(f"{class_name}-claim", class_name))
+        api.create(claim(f"{class_name}-claim", device_class=class_name))
         try:
             wait_converged(api, ext)
             for i in range(3):
@@ -476,14 +437,14 @@ def test_old_cluster_serving_v1alpha3_rules() -> None:
 
 
 def add_node(api: FakeApi, name: str, gpus: int) -> None:
-    api.create(node(name))
-    api.create(gpu_slice(name, gpus))
+    api.create(node(name, {"topology.kubernetes.io/zone": "east"}, hostname=True))
+    api.create(gpu_slice(name, gpus, driver=GPU, model="a100", memory="80Gi"))
 
 
 def add_pod(api: FakeApi, name: str, claim_name: str | None, *, new_claim: bool = True) -> str:
     if claim_name is not None and new_claim:
-        api.create(claim(claim_name))
-    return api.create(pod(name, claim_name))["metadata"]["uid"]
+        api.create(claim(claim_name, device_class=GPU))
+    return api.create(gpu_pod(name, claim_name))["metadata"]["uid"]
 
 
 def get_claim(api: FakeApi, name: str) -> dict[str, Any]:
@@ -531,7 +492,7 @@ def test_bind_writes_allocation_reservation_and_binding(binding) -> None:
 
 
 def _nic_claim_pod(api: FakeApi) -> tuple[str, str, str]:
-    api.create(claim("nic-only", "nic.example.com"))
+    api.create(claim("nic-only", device_class="nic.example.com"))
     return "nic-user", add_pod(api, "nic-user", "nic-only", new_claim=False), "nic-only"
 
 
@@ -581,7 +542,7 @@ def test_bind_allocation_results(binding, setup, node_name: str, result: dict[st
 
 def _allocate_elsewhere(api: FakeApi, claim_name: str, node_name: str, device: str) -> None:
     """Someone else's allocation, written through the API as the in-tree scheduler would."""
-    api.create(claim(claim_name))
+    api.create(claim(claim_name, device_class=GPU))
 
     def allocate(obj: dict[str, Any]) -> None:
         obj["status"] = {
@@ -647,7 +608,7 @@ def test_binding_failure_undoes_the_claim_writes(binding, node_name: str, setup,
     wait_converged(api, ext)
     claim_name, holder = setup(api, ext)
     if not holder:
-        api.create(claim(claim_name))
+        api.create(claim(claim_name, device_class=GPU))
     uid = add_pod(api, f"{claim_name}-pod", claim_name, new_claim=False)
     wait_converged(api, ext)
     api.control("POST", "fail-next", {"count": BIND_ATTEMPTS, "status": 500, "paths": [r"/pods/[^/]+/binding$"]})
@@ -829,7 +790,7 @@ def test_claim_with_opaque_config_written_with_spaces_binds(binding) -> None:
             },
         }
     )
-    body = claim("opaque", "gpu-shared")
+    body = claim("opaque", device_class="gpu-shared")
     body["spec"]["devices"]["config"] = [
         {"requests": ["gpu"], "opaque": {"driver": GPU, "parameters": {"partition": "1g.10gb", "replicas": [1, 2]}}}
     ]
@@ -842,7 +803,7 @@ def test_claim_with_opaque_config_written_with_spaces_binds(binding) -> None:
     # refused: the bytes differ.
     refused = api.http.put(f"{path}/opaque", content=json.dumps(created), headers={"Content-Type": "application/json"})
     assert refused.status_code == 422 and "field is immutable" in refused.text, refused.text
-    uid = api.create(pod("opaque-pod", "opaque"))["metadata"]["uid"]
+    uid = api.create(gpu_pod("opaque-pod", "opaque"))["metadata"]["uid"]
     wait_converged(api, ext)
     assert ext.post("bind", bind_args("opaque-pod", uid, "node-opaque")).json() == {"Error": ""}
     allocation = get_claim(api, "opaque")["status"]["allocation"]

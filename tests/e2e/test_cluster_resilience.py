@@ -26,46 +26,18 @@ import pytest
 
 from allocator.cel import CelEnvironment
 from kubesim.fakeapi import FakeApiServer
+from kubesim.objects import gpu_slice, node
 from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, view_diff, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, demo_pod_args, filter_args
 from tracker import events as ev
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 
-pytestmark = pytest.mark.e2e
-
 CRD_GROUP = "resource.dra-extender.io"
 SLICES = (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE)
 
 
 # ---------------------------------------------------------------------- builders
-
-
-def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels or {}}}
-
-
-def gpu_slice(
-    name: str, node_name: str, devices: int = 2, generation: int = 1, taints: dict[int, list[dict[str, str]]] | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": "gpu.example.com",
-            "nodeName": node_name,
-            "pool": {"name": name, "generation": generation, "resourceSliceCount": 1},
-            "devices": [
-                {
-                    "name": f"gpu-{i}",
-                    "attributes": {"model": {"string": "a100"}},
-                    **({"taints": taints[i]} if taints and i in taints else {}),
-                }
-                for i in range(devices)
-            ],
-        },
-    }
 
 
 def rule(
@@ -166,7 +138,7 @@ async def fake(tmp_path):
 async def test_resumed_watch_starts_from_the_last_bookmark_or_event(fake):
     """A dropped stream resumes from the newest RV it delivered: a bookmark's, then an event's."""
     fake.create(node("n1"))
-    fake.create(gpu_slice("s1", "n1"))
+    fake.create(gpu_slice("n1", 2, name="s1", pool="s1", model="a100"))
     async with Reflecting(fake, fake.kubeconfig) as r:
         await until(lambda: r.state.ready, what="ready")
         listed = r.rv()
@@ -183,7 +155,7 @@ async def test_resumed_watch_starts_from_the_last_bookmark_or_event(fake):
 
         # Now an event on the kind itself, then a drop before any newer bookmark can be sent.
         await until(lambda: fake.watches_on("resourceslices"), what="the watch to be open")
-        created = fake.create(gpu_slice("s2", "n2"))
+        created = fake.create(gpu_slice("n2", 2, name="s2", pool="s2", model="a100"))
         event_rv = int(created["metadata"]["resourceVersion"])
         await until(lambda: "s2" in r.state.slices, what="the slice event")
         n = len(fake.requests)
@@ -197,7 +169,7 @@ async def test_expired_watch_relists_and_forgets_deleted_objects(fake, how):
     """410 Gone (as a watch ERROR event, or as the HTTP status) re-lists; what was deleted meanwhile goes."""
     fake.create(node("n1"))
     for i in range(3):
-        fake.create(gpu_slice(f"s{i}", "n1"))
+        fake.create(gpu_slice("n1", 2, name=f"s{i}", pool=f"s{i}", model="a100"))
     fake.create(rule("r1", pool="s0"))
     async with Reflecting(fake, fake.kubeconfig) as r:
         await until(lambda: r.state.ready and r.view_matches_server(), what="initial sync")
@@ -207,7 +179,7 @@ async def test_expired_watch_relists_and_forgets_deleted_objects(fake, how):
         fake.drop_watches()
         fake.delete("resourceslices", None, "s1")
         fake.delete("devicetaintrules", None, "r1", group=ev.GROUP_RESOURCE)
-        fake.create(gpu_slice("s9", "n1"))
+        fake.create(gpu_slice("n1", 2, name="s9", pool="s9", model="a100"))
         compacted = fake.compact()
         n = len(fake.requests)
         if how == "http-410":
@@ -270,7 +242,7 @@ async def test_paginated_list_survives_an_expired_continue_token_and_a_failed_pa
 async def test_discovery_errors_are_not_absence(fake):
     """An optional API whose discovery answers 500 keeps its objects (and its reflector)."""
     fake.create(node("n1"))
-    fake.create(gpu_slice("s0", "n1"))
+    fake.create(gpu_slice("n1", 2, name="s0", pool="s0", model="a100"))
     fake.create(rule("upstream", pool="s0"))
     fake.create(rule("own", CRD_GROUP, "v1alpha1", pool="s0", key="example.com/own"))
     fake.create(slice_patch("p1"))
@@ -291,7 +263,7 @@ async def test_discovery_errors_are_not_absence(fake):
 async def test_discovery_errors_at_startup_hold_readiness(fake):
     """Unknown is not absent: while discovery fails, the optional kinds are not synced; retried soon, not in 60 s."""
     fake.create(node("n1"))
-    fake.create(gpu_slice("s0", "n1"))
+    fake.create(gpu_slice("n1", 2, name="s0", pool="s0", model="a100"))
     fake.create(rule("upstream", pool="s0"))
     fake.set_faults(error_rate=1.0, paths=[r"^/apis/resource\.k8s\.io/v1[a-z0-9]*$", r"^/apis/resource\.dra-extender\.io/v1alpha1$"])
     async with Reflecting(fake, fake.kubeconfig) as r:  # the production recheck interval (60 s)
@@ -323,7 +295,7 @@ async def test_a_watch_that_ends_at_once_backs_off(fake):
 async def test_ready_waits_for_served_optional_kinds(fake):
     """Ready means complete: a served DeviceTaintRule API is listed before /readyz says so."""
     fake.create(node("n1"))
-    fake.create(gpu_slice("s0", "n1"))
+    fake.create(gpu_slice("n1", 2, name="s0", pool="s0", model="a100"))
     fake.create(rule("upstream", pool="s0"))
     fake.create(rule("own", CRD_GROUP, "v1alpha1", pool="s0"))
     fake.create(slice_patch("p1"))
@@ -339,7 +311,7 @@ async def test_optional_group_missing_then_served(fake, caplog):
     """A missing CRD group: ready anyway, logged once, picked up when served (short recheck here)."""
     fake.set_served(CRD_GROUP, served=False)
     fake.create(node("n1"))
-    fake.create(gpu_slice("s0", "n1"))
+    fake.create(gpu_slice("n1", 2, name="s0", pool="s0", model="a100"))
     caplog.set_level(logging.INFO, logger="dra_extender.source")
     async with Reflecting(fake, fake.kubeconfig, optional_recheck_seconds=0.1) as r:
         await until(lambda: r.state.ready, what="ready without the CRDs")
@@ -479,7 +451,16 @@ class Burst:
         op = self._pick_op(len(self.slices), len(set(self.slices) - self.demo_slices))
         if op == "create":
             name = self.name("slice")
-            self.api.create(gpu_slice(name, self.rng.choice(sorted(self.nodes)), self.rng.randint(1, 4), taints=self._slice_taints(4)))
+            self.api.create(
+                gpu_slice(
+                    self.rng.choice(sorted(self.nodes)),
+                    self.rng.randint(1, 4),
+                    name=name,
+                    pool=name,
+                    model="a100",
+                    taints=self._slice_taints(4),
+                )
+            )
             self.slices[name] = name
         elif op == "update":
             name = self.rng.choice(sorted(self.slices))

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
+from kubesim.objects import node
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, holds, wait_converged, wait_for
-from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
-
-pytestmark = pytest.mark.e2e
+from tests.eviction.harness import claim_and_pod, gpu_slice, rule
 
 
 def rule_condition(api: FakeApi, name: str) -> dict | None:
@@ -21,7 +18,7 @@ def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
         api.control(
             "POST",
             "objects",
-            {"kind": "List", "items": [node(), gpu_slice(2), *claim_and_pod("victim", 0), *claim_and_pod("bystander", 1)]},
+            {"kind": "List", "items": [node("node-a"), gpu_slice(2), *claim_and_pod("victim", 0), *claim_and_pod("bystander", 1)]},
         )
         off = cluster_extender(api, "--no-eviction")
         try:

@@ -16,39 +16,13 @@ import httpx
 import pytest
 
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
+from kubesim.objects import device_class, gpu_slice, node
 from tests.e2e.cluster import FakeApi, bind, cluster_extender, filter_pod, serving, wait_converged, wait_for
 from tests.e2e.harness import Extender
-
-pytestmark = pytest.mark.e2e
 
 DRIVER = "gpu.example.com"
 RESOURCE = "example.com/gpu"
 FINALIZER = "resource.kubernetes.io/delete-protection"
-
-
-def device_class(name: str, resource: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
-    if resource:
-        spec["extendedResourceName"] = resource
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
-
-
-def node(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
-
-
-def node_slice(name: str, devices: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{name}-slice"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"gpu-{i}"} for i in range(devices)],
-        },
-    }
 
 
 def er_pod(name: str, resources: dict[str, int], *, init: dict[str, int] | None = None) -> dict[str, Any]:
@@ -64,12 +38,12 @@ def er_pod(name: str, resources: dict[str, int], *, init: dict[str, int] | None 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[FakeApi, Extender]]:
     api = FakeApi()
-    api.create(device_class("gpu", RESOURCE))
+    api.create(device_class("gpu", DRIVER, extended_resource=RESOURCE))
     for name in ("er-a", "er-plugin"):
-        api.create(node(name))
+        api.create(node(name, hostname=True))
     # er-plugin advertises the resource natively: a device plugin serves it there.
     api.mutate("Node", None, "er-plugin", lambda n: n.setdefault("status", {}).update(allocatable={RESOURCE: "4"}), subresource="status")
-    api.create(node_slice("er-a", 2))
+    api.create(gpu_slice("er-a", 2, name="er-a-slice"))
     with serving(api, "--placement-wait", "0") as ext:
         yield api, ext
 
@@ -133,8 +107,8 @@ def test_implicit_name_and_bind_failure_deletes_the_claim(cluster) -> None:
     """Upstream `implicit-extended-resource-name-with-resources` and `...-bind-failure`: the claim made is deleted."""
     api, ext = cluster
     implicit = "deviceclass.resource.kubernetes.io/gpu"
-    api.create(node("er-c"))
-    api.create(node_slice("er-c", 1))
+    api.create(node("er-c", hostname=True))
+    api.create(gpu_slice("er-c", 1, name="er-c-slice"))
     p = api.create(er_pod("er-implicit", {implicit: 1}))
     wait_converged(api, ext)
     # Bound elsewhere meanwhile: creating the Binding fails after the claim was written.
@@ -151,7 +125,12 @@ def test_source_mode_creates_the_claim_in_its_overlay(tmp_path) -> None:
 
     pod = er_pod("src-pod", {RESOURCE: 1})
     pod["metadata"]["uid"] = "src-pod-uid"
-    docs = [device_class("gpu", RESOURCE), node("src-a"), node_slice("src-a", 1), pod]
+    docs = [
+        device_class("gpu", DRIVER, extended_resource=RESOURCE),
+        node("src-a", hostname=True),
+        gpu_slice("src-a", 1, name="src-a-slice"),
+        pod,
+    ]
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(docs))
     ext = Extender("--source", str(tmp_path), "--placement-wait", "0")
     try:
@@ -198,8 +177,8 @@ def test_kubectl_dra_why_knows_extended_resources(cluster) -> None:
 )
 def test_write_failures_leave_no_claim(cluster, name: str, verb: str, path: str) -> None:
     api, ext = cluster
-    api.create(node(f"er-{name}"))
-    api.create(node_slice(f"er-{name}", 1))
+    api.create(node(f"er-{name}", hostname=True))
+    api.create(gpu_slice(f"er-{name}", 1, name=f"er-{name}-slice"))
     p = api.create(er_pod(f"er-{name}-pod", {RESOURCE: 1}))
     wait_converged(api, ext)
     api.faults(error_rate=1.0, error_status=500, verbs=[verb], paths=[path])
@@ -218,9 +197,9 @@ def test_write_failures_leave_no_claim(cluster, name: str, verb: str, path: str)
 def test_noexecute_taint_evicts_an_extended_resource_pod() -> None:
     """Eviction knows these claims: a NoExecute taint on the device of a pod's extended-resource claim deletes the pod."""
     api = FakeApi()
-    api.create(device_class("gpu", RESOURCE))
-    api.create(node("ev-a"))
-    api.create(node_slice("ev-a", 1))
+    api.create(device_class("gpu", DRIVER, extended_resource=RESOURCE))
+    api.create(node("ev-a", hostname=True))
+    api.create(gpu_slice("ev-a", 1, name="ev-a-slice"))
     ext = cluster_extender(api, "--placement-wait", "0", "--evict-upstream")
     try:
         ext.wait_ready()
@@ -242,8 +221,8 @@ def test_noexecute_taint_evicts_an_extended_resource_pod() -> None:
 def test_stale_claim_is_replaced(cluster) -> None:
     """Upstream `extended-resource-name-with-resources-has-claim`: an unallocated claim left for the pod is deleted, a new one made."""
     api, ext = cluster
-    api.create(node("er-stale"))
-    api.create(node_slice("er-stale", 1))
+    api.create(node("er-stale", hostname=True))
+    api.create(gpu_slice("er-stale", 1, name="er-stale-slice"))
     p = api.create(er_pod("er-stale-pod", {RESOURCE: 1}))
     meta = p["metadata"]
     stale = api.create(
@@ -275,9 +254,9 @@ def test_restart_between_the_claim_allocation_and_the_pod_status_patch_still_wri
     container -> request mapping from it.
     """
     api = FakeApi()
-    api.create(device_class("gpu", RESOURCE))
-    api.create(node("rs-a"))
-    api.create(node_slice("rs-a", 1))
+    api.create(device_class("gpu", DRIVER, extended_resource=RESOURCE))
+    api.create(node("rs-a", hostname=True))
+    api.create(gpu_slice("rs-a", 1, name="rs-a-slice"))
     first = cluster_extender(api, "--placement-wait", "0")
     second = None
     try:

@@ -6,8 +6,6 @@ import pytest
 
 from tests.docs.feature_examples import EXAMPLES, block_in_guide, directory, run
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_guide_shows_what_the_example_prints(name: str) -> None:

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_for
 from tests.e2e.harness import DEMO
 from tracker.timestamps import rfc3339
-
-pytestmark = pytest.mark.e2e
 
 
 def _stale_lease(namespace: str, name: str, renewed_ago: float) -> dict:

@@ -8,25 +8,19 @@ extender when its DynamicResources plugin is on.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-import pytest
-
+from kubesim.objects import pod
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_for
 from tests.e2e.harness import DEMO
 from tests.e2e.test_hostile import metric
-
-pytestmark = pytest.mark.e2e
 
 METRIC = "dra_extender_foreign_scheduler_pods_total"
 REASON = "ScheduledByAnotherScheduler"
 
 
-def _pod(name: str, namespace: str = "ml", scheduler: str | None = "default-scheduler", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}], **spec}
-    if scheduler is not None:
-        body["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": body}
+_pod = partial(pod, namespace="ml", scheduler="default-scheduler")  # these rows' defaults (kubesim/objects.py)
 
 
 def _claims() -> dict[str, Any]:

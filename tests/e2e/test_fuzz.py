@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 
 from tests.e2e.harness import DEMO, Extender, demo_pod_args
 
-pytestmark = pytest.mark.e2e
-
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),

@@ -14,8 +14,6 @@ from tests.e2e.harness import DEMO, ROOT, Extender, free_port
 from tests.e2e.test_kubectl_dra import dra
 from tests.e2e.test_webhook import make_certs
 
-pytestmark = pytest.mark.e2e
-
 EXAMPLES = ROOT / "examples" / "health"
 
 

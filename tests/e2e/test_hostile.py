@@ -24,10 +24,9 @@ import httpx
 import pytest
 
 from kubesim.hostile_cel import CASES as HOSTILE_CEL
+from kubesim.objects import gpu_slice
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, filter_args, free_port
-
-pytestmark = pytest.mark.e2e
 
 GPU = "gpu.example.com"
 HEAVY = next(c.expression for c in HOSTILE_CEL if c.name == "replace-in-comprehension")  # ~20 ms, within the budget
@@ -60,7 +59,7 @@ def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str
         docs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})
     (directory / "base.yaml").write_text(_yaml_docs(docs))
     for n in names:
-        (directory / f"slice-{n}.yaml").write_text(_yaml_docs([gpu_slice(n, devices)]))
+        (directory / f"slice-{n}.yaml").write_text(_yaml_docs([gpu_slice(n, devices, model="a100", index=True)]))
     claim_docs = [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -76,20 +75,6 @@ def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str
     ]
     (directory / "claims.yaml").write_text(_yaml_docs(claim_docs))
     return names
-
-
-def gpu_slice(node: str, devices: int, *, model: str = "a100") -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{GPU}"},
-        "spec": {
-            "driver": GPU,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": model}, "index": {"int": i}}} for i in range(devices)],
-        },
-    }
 
 
 def claim_pod(claim: str, nodes: list[str]) -> dict[str, Any]:
@@ -389,7 +374,7 @@ OVER_LIMITS = [
     # name, object, field named in the log
     (
         "long-attribute-string",
-        {**gpu_slice("node-a", 1), "metadata": {"name": "long-attribute"}},
+        {**gpu_slice("node-a", 1, model="a100", index=True), "metadata": {"name": "long-attribute"}},
         "spec.devices[0].attributes.model.string",
     ),
     (

@@ -23,8 +23,6 @@ import pytest
 
 from tests.e2e.harness import DEMO, Extender, demo_pod_args, free_port
 
-pytestmark = pytest.mark.e2e
-
 HOSTILE = "[" + ",".join(str(i) for i in range(1500)) + '].all(i, !"a".matches("\\\\pL{1000}" + string(i)))'
 GPU = "gpu.example.com"
 NODES = ["node-a", "node-b", "node-c"]

@@ -31,8 +31,6 @@ from tests.e2e.harness import DEMO, ROOT, Extender
 from tests.e2e.test_cluster_mode import add_node, add_pod, pod_args, reasons
 from tests.eviction.harness import claim_and_pod
 
-pytestmark = pytest.mark.e2e
-
 MANAGED = {"app.kubernetes.io/managed-by": "kubectl-dra"}
 
 

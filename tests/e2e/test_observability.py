@@ -7,12 +7,8 @@ import re
 import shutil
 from importlib.metadata import version
 
-import pytest
-
 from tests.e2e.cluster import wait_for
 from tests.e2e.harness import DEMO, ROOT, Extender
-
-pytestmark = pytest.mark.e2e
 
 RULE = """apiVersion: resource.dra-extender.io/v1alpha1
 kind: DeviceTaintRule

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 import shlex
 
-import pytest
-
 from tests.e2e.cluster import (
     CRD_GROUP,
     FakeApi,
@@ -17,8 +15,6 @@ from tests.e2e.cluster import (
 from tests.e2e.harness import DEMO, ROOT, demo_pod_args
 from tests.e2e.test_cluster_mode import reasons
 from tests.e2e.test_kubectl_dra import dra
-
-pytestmark = pytest.mark.e2e
 
 GUIDE = ROOT / "docs" / "operator-guide.md"
 ALL = ["node-a", "node-b", "node-c"]

@@ -22,8 +22,6 @@ import pytest
 from tests.e2e.harness import ROOT, free_port
 from tests.e2e.test_webhook import make_certs
 
-pytestmark = pytest.mark.e2e
-
 CLUSTER = "clusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n"
 USER = "users:\n- name: u\n  user: {token: t}\n"
 CONTEXT = "contexts:\n- name: x\n  context: {cluster: c, user: u}\n"

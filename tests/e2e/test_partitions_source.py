@@ -21,8 +21,6 @@ import yaml
 
 from tests.e2e.harness import Extender, filter_args
 
-pytestmark = pytest.mark.e2e
-
 DRIVER = "gpu.example.com"
 
 

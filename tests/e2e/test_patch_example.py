@@ -12,13 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, wait_converged, wait_for
 from tests.e2e.harness import DEMO, demo_pod_args
-
-pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "charts" / "dra-extender" / "crds"

@@ -7,11 +7,7 @@ the fake API server, once per policy, pods arriving and leaving in phases.
 
 from __future__ import annotations
 
-import pytest
-
 from bench.bench_placement import run_policy
-
-pytestmark = pytest.mark.e2e
 
 
 def test_binpack_leaves_more_whole_nodes_than_spread_and_places_the_whole_node_pods() -> None:

@@ -8,12 +8,9 @@ API server nothing but reads.
 
 from __future__ import annotations
 
-import pytest
-
+from kubesim.objects import node
 from tests.e2e.cluster import FakeApi, cluster_extender, holds, wait_converged
-from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule
-
-pytestmark = pytest.mark.e2e
+from tests.eviction.harness import claim_and_pod, gpu_slice, rule
 
 FAULTY_CLASS = {
     "apiVersion": "resource.k8s.io/v1",
@@ -26,7 +23,7 @@ FAULTY_CLASS = {
 def test_read_only_answers_filter_and_never_writes() -> None:
     api = FakeApi()
     try:
-        api.control("POST", "objects", {"kind": "List", "items": [node(), gpu_slice(2), *claim_and_pod("victim", 0), FAULTY_CLASS]})
+        api.control("POST", "objects", {"kind": "List", "items": [node("node-a"), gpu_slice(2), *claim_and_pod("victim", 0), FAULTY_CLASS]})
         api.create(rule("drain", selector={"driver": "gpu.example.com", "device": "gpu-0"}))
         seen = len(api.requests())
         ext = cluster_extender(api, "--read-only")

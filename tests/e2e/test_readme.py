@@ -6,11 +6,7 @@ import json
 import re
 import shutil
 
-import pytest
-
 from tests.e2e.harness import DEMO, ROOT, Extender
-
-pytestmark = pytest.mark.e2e
 
 REQUESTS = ROOT / "examples" / "requests"
 EXPECTED = REQUESTS / "expected"

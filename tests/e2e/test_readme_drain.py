@@ -5,12 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 
-import pytest
-
 from tests.e2e.cluster import wait_for
 from tests.e2e.harness import DEMO, ROOT, Extender
-
-pytestmark = pytest.mark.e2e
 
 README = (ROOT / "README.md").read_text()
 SECTION = README.split("### Drain a device", 1)[1].split("\n### ", 1)[0]

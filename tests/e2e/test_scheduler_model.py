@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
+from kubesim.objects import PAUSE, device_class, gpu_slice, node, pod
 from kubesim.scheduler import ClaimControllerConfig, SchedulerConfig, Workload, default_extender_cmd, run_workload
-
-pytestmark = pytest.mark.e2e
 
 HTTP_TIMEOUT = 5.0
 
@@ -175,33 +174,13 @@ async def _shared_claims_being_deleted() -> None:
     from kubesim.scheduler import KubeSchedulerModel
     from kubesim.scheduler.api import Api
     from tests.e2e.cluster import FakeApi, cluster_extender, wait_converged
-    from tests.e2e.test_extended_resources import node, node_slice
 
     api = FakeApi()
-    api.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
-        }
-    )
+    api.create(device_class("gpu", "gpu.example.com"))
     for name in ("sh-a", "sh-b"):
-        api.create(node(name))
-        api.create(node_slice(name, 2))
+        api.create(node(name, hostname=True))
+        api.create(gpu_slice(name, 2, name=f"{name}-slice"))
     ext = cluster_extender(api, "--placement-wait", "0")
-
-    def pod(name: str, claim: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "schedulerName": "dra-scheduler",
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpu"}]}}],
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
-            },
-        }
 
     async def until(done: Any, what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -220,7 +199,7 @@ async def _shared_claims_being_deleted() -> None:
                     "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
                 }
             )
-            api.create(pod(f"first-{i}", f"shared-{i}"))
+            api.create(pod(f"first-{i}", claims={"gpu": f"shared-{i}"}, use_claims=True, scheduler="dra-scheduler", image=PAUSE))
         async with Api(api.url) as client:
             model = KubeSchedulerModel(client, ext.url, SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=5))
             await model.start()
@@ -232,7 +211,7 @@ async def _shared_claims_being_deleted() -> None:
                 assert all(c and c["metadata"].get("deletionTimestamp") and c["status"].get("allocation") for c in deleting), deleting
                 wait_converged(api, ext)
                 for i in range(4):
-                    api.create(pod(f"second-{i}", f"shared-{i}"))
+                    api.create(pod(f"second-{i}", claims={"gpu": f"shared-{i}"}, use_claims=True, scheduler="dra-scheduler", image=PAUSE))
                 second = {f"default/second-{i}" for i in range(4)}
                 await until(lambda: second <= set(model.last_rejection) | set(model.bound_at), "every second pod rejected (or bound)")
                 await asyncio.sleep(3)  # what a wrong bind needs to show: retries after backoff and requeues

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kubesim.objects import claim
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args, sample
-
-pytestmark = pytest.mark.e2e
 
 ALL = ["node-a", "node-b", "node-c"]
 
@@ -359,10 +358,10 @@ TOLERATE_ALL = [{"operator": "Exists"}]
 
 
 def _claim(name: str, exactly: dict, constraints: list | None = None) -> dict:
-    spec: dict = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", **exactly}}]}}
+    out = claim(name, device_class="gpu.example.com", exactly=exactly)
     if constraints:
-        spec["devices"]["constraints"] = constraints
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+        out["spec"]["devices"]["constraints"] = constraints
+    return out
 
 
 SHAPE_CLAIMS = [

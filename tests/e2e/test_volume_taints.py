@@ -23,8 +23,6 @@ import yaml
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_for
 from tests.e2e.harness import DEMO, Extender, filter_args
 
-pytestmark = pytest.mark.e2e
-
 NODES = ["node-a", "node-b", "node-c"]
 TAINTS = "resource.dra-extender.io/volume-taints"
 TOLERATIONS = "resource.dra-extender.io/volume-tolerations"

@@ -19,12 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from kubesim.objects import pod
 from tests.chart.api_calls import api_call
 from tests.chart.render import objects
 from tests.e2e.cluster import FakeApi, wait_for
 from tests.e2e.harness import DEMO, ROOT, free_port, stop_process
-
-pytestmark = pytest.mark.e2e
 
 SCHEDULER = "dra-scheduler"
 
@@ -137,12 +136,10 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Webhook,
 
 
 def _pod(spec: dict[str, Any], metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata if metadata is not None else {"name": "p", "namespace": "ml"},
-        "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
-    }
+    out = pod("p", "ml", **spec)
+    if metadata is not None:
+        out["metadata"] = metadata
+    return out
 
 
 def _resources(name: str) -> dict[str, Any]:

@@ -20,8 +20,10 @@ import orjson
 
 from allocator.cel import CelEnvironment
 from allocator.pod_volumes import has_pvc_volumes
-from extender.eviction import EvictionController, FakeClock, Ownership, Settings
+from extender.eviction import EvictionController, Ownership, Settings
 from extender.metrics import Metrics
+from kubesim import objects
+from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
@@ -233,28 +235,9 @@ class Cluster:
 # ---------------------------------------------------------------------- objects
 
 
-def node(name: str = "node-a") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-
-
 def gpu_slice(devices: int, *, node_name: str = "node-a", taints: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    items = []
-    for i in range(devices):
-        d: dict[str, Any] = {"name": f"gpu-{i}"}
-        if taints and i in taints:
-            d["taints"] = taints[i]
-        items.append(d)
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node_name}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node_name,
-            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-            "devices": items,
-        },
-    }
+    """The suite's slice: `devices` GPUs on `node_name` (kubesim/objects.py), named `<node>-gpus`."""
+    return objects.gpu_slice(node_name, devices, driver=DRIVER, name=f"{node_name}-gpus", taints=taints)
 
 
 def claim_and_pod(

@@ -6,7 +6,8 @@ import pytest
 
 from extender.eviction.clock import format_time, parse_time
 from kubesim.fakeapi import FakeApiError, FakeApiServer
-from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, node, rule, seed
+from kubesim.objects import node
+from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, rule, seed
 
 FOREVER = {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute"}
 
@@ -33,7 +34,7 @@ async def test_a_noexecute_rule_evicts_exactly_the_pods_that_do_not_tolerate_it(
         "any-effect": claim_and_pod("any-effect", 4, tolerations=[{"key": "example.com/broken", "operator": "Exists"}]),
         "by-annotation": claim_and_pod("by-annotation", 5, annotation_tolerations=[FOREVER]),
     }
-    seed(api, node(), gpu_slice(8), *(o for pair in pods.values() for o in pair))
+    seed(api, node("node-a"), gpu_slice(8), *(o for pair in pods.values() for o in pair))
     _, _stranger = claim_and_pod("untainted-node", 0, node_name="node-b")  # same device name, other pool: untouched
     seed(api, node("node-b"), gpu_slice(1, node_name="node-b"), *claim_and_pod("untainted-node", 0, node_name="node-b"))
     await cluster.start()
@@ -62,7 +63,7 @@ async def test_toleration_seconds_delay_to_the_instant_and_the_smallest_wins(clu
     api = cluster.api
     seed(
         api,
-        node(),
+        node("node-a"),
         gpu_slice(2),
         *claim_and_pod("waits-30", 0, tolerations=[seconds(300), seconds(30), seconds(120, value="ignored", operator="Equal")]),
         *claim_and_pod("waits-90", 1, tolerations=[seconds(90)]),
@@ -83,7 +84,7 @@ async def test_toleration_seconds_delay_to_the_instant_and_the_smallest_wins(clu
 
 async def test_deleting_the_rule_before_the_deadline_cancels(cluster: Cluster) -> None:
     api = cluster.api
-    seed(api, node(), gpu_slice(1), *claim_and_pod("waits", 0, tolerations=[seconds(60)]))
+    seed(api, node("node-a"), gpu_slice(1), *claim_and_pod("waits", 0, tolerations=[seconds(60)]))
     await cluster.start()
     api.create(rule("gpu-broken", timeAdded=format_time(T0)))
     await cluster.advance(30)
@@ -99,7 +100,7 @@ async def test_deleting_the_rule_before_the_deadline_cancels(cluster: Cluster) -
 async def test_a_driver_noexecute_taint_is_ours_only_with_evict_upstream(cluster: Cluster, evict_upstream: bool) -> None:
     api = cluster.api
     taint = {"key": "gpu.example.com/xid", "value": "79", "effect": "NoExecute", "timeAdded": format_time(T0)}
-    seed(api, node(), gpu_slice(2, taints={0: [taint]}), *claim_and_pod("on-bad-gpu", 0), *claim_and_pod("on-good-gpu", 1))
+    seed(api, node("node-a"), gpu_slice(2, taints={0: [taint]}), *claim_and_pod("on-bad-gpu", 0), *claim_and_pod("on-good-gpu", 1))
     # An upstream rule is the same: left to kube-controller-manager unless --evict-upstream.
     seed(api, rule("upstream", group="resource.k8s.io", selector={"driver": DRIVER, "device": "gpu-1"}, timeAdded=format_time(T0)))
     await cluster.start(evict_upstream=evict_upstream)
@@ -118,7 +119,7 @@ async def test_effect_none_reports_what_noexecute_would_do_and_evicts_nothing(cl
     api = cluster.api
     seed(
         api,
-        node(),
+        node("node-a"),
         gpu_slice(4),
         *claim_and_pod("a", 0),
         *claim_and_pod("b", 1, namespace="team-b", tolerations=[seconds(600)]),  # would go, later
@@ -153,7 +154,7 @@ async def test_effect_none_reports_what_noexecute_would_do_and_evicts_nothing(cl
 
 async def test_other_effects_are_reported_as_such(cluster: Cluster) -> None:
     api = cluster.api
-    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0))
+    seed(api, node("node-a"), gpu_slice(1), *claim_and_pod("a", 0))
     await cluster.start()
     api.create(rule("no-new-work", "NoSchedule"))
     await cluster.run_until(lambda: condition(api, "no-new-work") is not None, within=30)
@@ -164,7 +165,7 @@ async def test_other_effects_are_reported_as_such(cluster: Cluster) -> None:
 
 async def deletion_span(cluster: Cluster, pods: int, **taint: object) -> tuple[list[float], float]:
     api = cluster.api
-    seed(api, node(), gpu_slice(pods), *(o for i in range(pods) for o in claim_and_pod(f"p{i:03d}", i)))
+    seed(api, node("node-a"), gpu_slice(pods), *(o for i in range(pods) for o in claim_and_pod(f"p{i:03d}", i)))
     await cluster.start()
     api.create(rule("everything", timeAdded=format_time(T0), **taint))
     await cluster.run_until(lambda: len(cluster.recorder.deleted()) == pods, within=60)
@@ -197,7 +198,7 @@ async def test_evict_mode_respects_a_pod_disruption_budget(cluster: Cluster) -> 
     api = cluster.api
     seed(
         api,
-        node(),
+        node("node-a"),
         gpu_slice(3),
         *(o for i in range(3) for o in claim_and_pod(f"t{i}", i, labels={"app": "trainer"})),
         pdb("trainers", minAvailable=2),
@@ -227,7 +228,7 @@ async def test_evict_mode_respects_a_pod_disruption_budget(cluster: Cluster) -> 
 async def test_restarting_mid_eviction_neither_loses_nor_duplicates_work(cluster: Cluster) -> None:
     api = cluster.api
     pods = 30
-    seed(api, node(), gpu_slice(pods), *(o for i in range(pods) for o in claim_and_pod(f"p{i:03d}", i)))
+    seed(api, node("node-a"), gpu_slice(pods), *(o for i in range(pods) for o in claim_and_pod(f"p{i:03d}", i)))
     await cluster.start()
     api.create(rule("everything", timeAdded=format_time(T0)))
     await cluster.run_until(lambda: len(cluster.recorder.deleted()) >= 12, within=60)
@@ -258,7 +259,7 @@ async def test_restarting_mid_eviction_neither_loses_nor_duplicates_work(cluster
 
 async def test_a_follower_evicts_nothing(cluster: Cluster) -> None:
     api = cluster.api
-    seed(api, node(), gpu_slice(2), *claim_and_pod("a", 0), *claim_and_pod("b", 1))
+    seed(api, node("node-a"), gpu_slice(2), *claim_and_pod("a", 0), *claim_and_pod("b", 1))
     cluster.leading = False
     await cluster.start()
     api.create(rule("gpu-broken", timeAdded=format_time(T0)))
@@ -280,7 +281,7 @@ async def test_an_upstream_rule_also_handled_by_the_in_tree_controller_is_warned
             "apiVersion": "resource.k8s.io/v1beta2",
         }
     ]
-    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0), upstream)
+    seed(api, node("node-a"), gpu_slice(1), *claim_and_pod("a", 0), upstream)
     await cluster.start(evict_upstream=True)
     await cluster.advance(30)
     warnings = [w for w in cluster.recorder.events() if w.body.get("reason") == "TwoEvictionControllers"]
@@ -300,7 +301,7 @@ async def test_a_noexecute_taint_on_a_shared_device_evicts_every_pod_sharing_it(
         result["shareID"] = f"00000000-0000-4000-8000-00000000000{i}"
         result["consumedCapacity"] = {"memory": "10Gi"}
         pairs += [claim, pod]
-    seed(api, node(), shared, *pairs, *claim_and_pod("whole-gpu-1", 1))
+    seed(api, node("node-a"), shared, *pairs, *claim_and_pod("whole-gpu-1", 1))
     await cluster.start()
     api.create(rule("gpu-0-broken", selector={"driver": DRIVER, "pool": "node-a", "device": "gpu-0"}))
     await cluster.run_until(
@@ -315,7 +316,7 @@ async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_generation
     """Unknown effects act like None (as upstream's), but a typo must not be silent: one Warning
     Event on the rule per generation, naming the field."""
     api = cluster.api
-    seed(api, node(), gpu_slice(1), *claim_and_pod("a", 0))
+    seed(api, node("node-a"), gpu_slice(1), *claim_and_pod("a", 0))
     await cluster.start()
     api.create(rule("typo", "Evict-Everything", timeAdded=format_time(T0)))
     await cluster.advance(30)

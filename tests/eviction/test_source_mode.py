@@ -9,8 +9,10 @@ from pathlib import Path
 import yaml
 
 from allocator.cel import CelEnvironment
-from extender.eviction import EvictionController, FakeClock, Settings
-from tests.eviction.harness import T0, claim_and_pod, gpu_slice, node, rule
+from extender.eviction import EvictionController, Settings
+from kubesim.clock import FakeClock
+from kubesim.objects import node
+from tests.eviction.harness import T0, claim_and_pod, gpu_slice, rule
 from tracker.manifest_source import ManifestSource
 from tracker.state import ClusterState
 
@@ -20,7 +22,9 @@ async def test_an_eviction_removes_the_pod_from_the_view_and_releases_its_claim(
     kept_claim, kept_pod = claim_and_pod(
         "patient", 1, tolerations=[{"key": "example.com/broken", "operator": "Exists", "tolerationSeconds": 3600}]
     )
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all([node(), gpu_slice(2), claim, pod, kept_claim, kept_pod, rule("drain")]))
+    (tmp_path / "cluster.yaml").write_text(
+        yaml.safe_dump_all([node("node-a"), gpu_slice(2), claim, pod, kept_claim, kept_pod, rule("drain")])
+    )
     state = ClusterState(CelEnvironment())
     source = ManifestSource(tmp_path, watch=False)
     clock = FakeClock(T0)

@@ -12,7 +12,8 @@ from extender.eviction import rule_status, rule_time
 from extender.eviction.clock import format_time, parse_time
 from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from extender.eviction.rate_limit import TaintLimiters
-from tests.eviction.harness import CRD, T0, claim_and_pod, gpu_slice, node, rule
+from kubesim.objects import node
+from tests.eviction.harness import CRD, T0, claim_and_pod, gpu_slice, rule
 from tracker import events as ev
 from tracker.state import ClusterState
 
@@ -98,7 +99,7 @@ ROWS = [
 def test_when_a_pod_is_evicted(row: Row) -> None:
     claim, pod = claim_and_pod("p", 0, tolerations=row.tolerations, annotation_tolerations=row.annotation)
     taints = {0: row.slice_taints} if row.slice_taints else None
-    state = build([node(), gpu_slice(1, taints=taints), *row.rules, claim, pod])
+    state = build([node("node-a"), gpu_slice(1, taints=taints), *row.rules, claim, pod])
     plan = plan_evictions(state, Ownership(evict_upstream=row.evict_upstream), time_of)
     if row.want is None:
         assert plan == {}
@@ -110,16 +111,16 @@ def test_when_a_pod_is_evicted(row: Row) -> None:
 def test_only_bound_pods_that_hold_the_reservation_are_considered() -> None:
     claim, pod = claim_and_pod("p", 0)
     unbound = {**pod, "spec": {**pod["spec"], "nodeName": ""}}
-    assert plan_evictions(build([node(), gpu_slice(1), rule("r1"), claim, unbound]), Ownership(), time_of) == {}
+    assert plan_evictions(build([node("node-a"), gpu_slice(1), rule("r1"), claim, unbound]), Ownership(), time_of) == {}
     replaced = {**pod, "metadata": {**pod["metadata"], "uid": "a-new-pod"}}  # same name, not the holder
-    assert plan_evictions(build([node(), gpu_slice(1), rule("r1"), claim, replaced]), Ownership(), time_of) == {}
+    assert plan_evictions(build([node("node-a"), gpu_slice(1), rule("r1"), claim, replaced]), Ownership(), time_of) == {}
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": format_time(T0)}}
-    assert plan_evictions(build([node(), gpu_slice(1), rule("r1"), claim, deleting]), Ownership(), time_of) == {}
+    assert plan_evictions(build([node("node-a"), gpu_slice(1), rule("r1"), claim, deleting]), Ownership(), time_of) == {}
 
 
 def test_a_device_no_longer_published_keeps_its_plain_rule_taints() -> None:
     claim, pod = claim_and_pod("p", 0)
-    state = build([node(), rule("r1"), rule("by-class", selector={"deviceClassName": "gpu"}), claim, pod])
+    state = build([node("node-a"), rule("r1"), rule("by-class", selector={"deviceClassName": "gpu"}), claim, pod])
     plan = plan_evictions(state, Ownership(), time_of)
     assert [r.source for r in plan["default/p"].reasons] == [f"DeviceTaintRule/{CRD}/r1"]
 
@@ -128,7 +129,7 @@ def test_dry_run_counts() -> None:
     a_claim, a_pod = claim_and_pod("a", 0)
     b_claim, b_pod = claim_and_pod("b", 1, namespace="other", tolerations=[tol(30)])
     c_claim, c_pod = claim_and_pod("c", 2, tolerations=[tol()])
-    state = build([node(), gpu_slice(4), rule("drain", "None"), a_claim, a_pod, b_claim, b_pod, c_claim, c_pod])
+    state = build([node("node-a"), gpu_slice(4), rule("drain", "None"), a_claim, a_pod, b_claim, b_pod, c_claim, c_pod])
     assert dry_run(state, f"DeviceTaintRule/{CRD}/drain", time_of) == DryRun(4, 3, 2, 2)
 
 

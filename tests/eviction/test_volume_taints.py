@@ -7,7 +7,9 @@ from typing import Any
 
 from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from extender.eviction.clock import format_time, parse_time
-from tests.eviction.harness import T0, Cluster, node, seed
+from kubesim import objects
+from kubesim.objects import node
+from tests.eviction.harness import T0, Cluster, seed
 from tracker.volumes import TAINTS_ANNOTATION
 
 MIGRATING = {"key": "example.com/migrating", "effect": "NoUse"}
@@ -32,16 +34,13 @@ def pvc() -> dict[str, Any]:
 def pod(
     name: str, tolerations: list[dict[str, Any]] | None = None, *, node_name: str = "node-a", ephemeral: bool = False
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}"}
+    meta: dict[str, Any] = {"uid": f"uid-{name}"}
     if tolerations is not None:
         meta["annotations"] = {TOLERATIONS_ANNOTATION: json.dumps(tolerations)}
     volume: dict[str, Any] = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
     if ephemeral:  # a generic ephemeral volume: its PVC is <pod>-<volume>
         volume = {"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}], "volumes": [volume]}
-    if node_name:
-        spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
+    return objects.pod(name, node_name=node_name, meta=meta, phase="Running" if node_name else "Pending", volumes=[volume])
 
 
 def no_use(seconds: int | None = None) -> dict[str, Any]:
@@ -53,7 +52,16 @@ def no_use(seconds: int | None = None) -> dict[str, Any]:
 
 async def test_no_use_evicts_at_once_after_toleration_seconds_or_never_and_stamps_time_added(cluster: Cluster) -> None:
     api = cluster.api
-    seed(api, node(), pv(), pvc(), pod("victim"), pod("patient", [no_use(60)]), pod("mover", [no_use()]), pod("pending", node_name=""))
+    seed(
+        api,
+        node("node-a"),
+        pv(),
+        pvc(),
+        pod("victim"),
+        pod("patient", [no_use(60)]),
+        pod("mover", [no_use()]),
+        pod("pending", node_name=""),
+    )
     await cluster.start()
     api.update(
         {
@@ -78,7 +86,7 @@ async def test_no_use_evicts_at_once_after_toleration_seconds_or_never_and_stamp
 
 async def test_removing_the_taint_before_the_deadline_cancels(cluster: Cluster) -> None:
     api = cluster.api
-    seed(api, node(), pv([{**MIGRATING, "timeAdded": format_time(T0)}]), pvc(), pod("patient", [no_use(60)]))
+    seed(api, node("node-a"), pv([{**MIGRATING, "timeAdded": format_time(T0)}]), pvc(), pod("patient", [no_use(60)]))
     await cluster.start()
     await cluster.advance(30)
     assert "default/patient" in cluster.controller.plan
@@ -92,7 +100,7 @@ async def test_removing_the_taint_before_the_deadline_cancels(cluster: Cluster) 
 async def test_evict_mode_and_generic_ephemeral_volumes(cluster: Cluster) -> None:
     api = cluster.api
     ephemeral_pvc = {**pvc(), "metadata": {"name": "eph-data", "namespace": "default"}}
-    seed(api, node(), pv([{**MIGRATING, "timeAdded": format_time(T0)}]), ephemeral_pvc, pod("eph", ephemeral=True))
+    seed(api, node("node-a"), pv([{**MIGRATING, "timeAdded": format_time(T0)}]), ephemeral_pvc, pod("eph", ephemeral=True))
     await cluster.start(mode="evict")
     await cluster.run_until(lambda: "evict" in cluster.recorder.for_pod("eph"), within=10)
     assert cluster.recorder.for_pod("eph")[0] == "event:Marking for eviction"

@@ -21,6 +21,7 @@ from extender.metrics import Metrics
 from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.fakeapi import FakeApiServer, RequestInfo
+from kubesim.objects import PAUSE, device_class, gpu_slice, pod
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
 
@@ -35,16 +36,6 @@ async def until(done: Callable[[], bool], what: str, timeout: float = 10.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.001)
-
-
-class FakeClock:
-    """Seconds since the epoch, moved only by the test."""
-
-    def __init__(self) -> None:
-        self.t = time.time()
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Held:
@@ -121,62 +112,27 @@ class ApiCluster:
         return await self.service.filter(parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": nodes})))
 
 
-# ---------------------------------------------------------------------- objects
+# ---------------------------------------------------------------------- objects (kubesim/objects.py, with this driver)
 
 
-def device_class(extended_resource: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
-    if extended_resource:
-        spec["extendedResourceName"] = extended_resource
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu"}, "spec": spec}
-
-
-def node(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+def gpu_class(extended_resource: str | None = None) -> dict[str, Any]:
+    return device_class("gpu", DRIVER, extended_resource=extended_resource)
 
 
 def node_slice(name: str, devices: int, *, binding_conditions: bool = False) -> dict[str, Any]:
     extra: dict[str, Any] = (
         {"bindsToNode": True, "bindingConditions": ["ready"], "bindingFailureConditions": ["failed"]} if binding_conditions else {}
     )
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{name}-slice"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"gpu-{i}", **extra} for i in range(devices)],
-        },
-    }
-
-
-def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
-    }
+    return gpu_slice(name, devices, driver=DRIVER, name=f"{name}-slice", **extra)
 
 
 def pod_with_claim(name: str, claim_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "schedulerName": "dra-scheduler",
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpu"}]}}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
-        },
-    }
+    return pod(name, claims={"gpu": claim_name}, use_claims=True, scheduler="dra-scheduler", image=PAUSE)
 
 
 def extended_pod(name: str, count: int = 1) -> dict[str, Any]:
-    container = {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {RESOURCE: str(count)}}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [container]}}
+    container = {"name": "main", "image": PAUSE, "resources": {"limits": {RESOURCE: str(count)}}}
+    return pod(name, containers=[container])
 
 
 def ready_condition(api: FakeApiServer, claim_name: str) -> dict[str, Any]:

@@ -9,24 +9,16 @@ allocation), or the bind wins and nothing is deallocated.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
-from tests.extender.api_cluster import (
-    ApiCluster,
-    FakeClock,
-    Held,
-    claim,
-    device_class,
-    node,
-    node_slice,
-    pod_with_claim,
-    ready_condition,
-    until,
-)
+from kubesim.objects import claim, node
+from tests.extender.api_cluster import ApiCluster, Held, gpu_class, node_slice, pod_with_claim, ready_condition, until
 
 TIMEOUT = 600.0
 
@@ -34,8 +26,8 @@ TIMEOUT = 600.0
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ApiCluster]:
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        api.create(device_class())
-        api.create(node("bc-a"))
+        api.create(gpu_class())
+        api.create(node("bc-a", hostname=True))
         api.create(node_slice("bc-a", 1, binding_conditions=True))
         c = ApiCluster(api, tmp_path, binding_timeout=TIMEOUT)
         yield c
@@ -73,8 +65,8 @@ async def test_ready_at_the_timeout_never_leaves_the_pod_bound_to_a_deallocated_
     uid = pod["metadata"]["uid"]
     service = await cluster.start()
     await cluster.caught_up()
-    clock = FakeClock()
-    service.binder.binding.clock = clock
+    clock = FakeClock(time.time())  # now: the claims carry the fake API server's real timestamps
+    service.binder.binding.clock = clock.now
 
     pending = await cluster.bind(pod, "bc-a")
     assert "waiting for binding conditions" in pending, pending
@@ -82,7 +74,7 @@ async def test_ready_at_the_timeout_never_leaves_the_pod_bound_to_a_deallocated_
 
     held = Held(_claim_status_write("c1"))
     api.add_reactor(held)
-    clock.t += TIMEOUT + 60  # the binding timeout has passed: the deallocation is decided on a claim not ready
+    clock.advance(TIMEOUT + 60)  # the binding timeout has passed: the deallocation is decided on a claim not ready
     await trigger(cluster, pod, uid)
     await held.arrived.wait()  # ... and its write of the claim is on its way
 
@@ -114,14 +106,14 @@ async def test_a_standby_replicas_filter_never_deallocates(cluster: ApiCluster) 
     pod = api.create(pod_with_claim("p1", "c1"))
     service = await cluster.start()
     await cluster.caught_up()
-    clock = FakeClock()
-    service.binder.binding.clock = clock
+    clock = FakeClock(time.time())  # now: the claims carry the fake API server's real timestamps
+    service.binder.binding.clock = clock.now
     pending = await cluster.bind(pod, "bc-a")
     assert "waiting for binding conditions" in pending, pending
     await cluster.caught_up()
 
     leading[0] = False  # leadership moved on; this replica's /filter still sees the timed-out claim
-    clock.t += TIMEOUT + 60
+    clock.advance(TIMEOUT + 60)
     passed, failed = await cluster.filter(pod, ["bc-a"])
     assert passed == [] and "device binding timeout" in failed["bc-a"], failed
     assert not service.binder.binding.background.running(f"dealloc/{pod['metadata']['uid']}")

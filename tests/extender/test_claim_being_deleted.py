@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from kubesim.fakeapi import FakeApiServer
-from tests.extender.api_cluster import ApiCluster, claim, device_class, node, node_slice, pod_with_claim
+from kubesim.objects import claim, node
+from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, pod_with_claim
 
 GROUP = "resource.k8s.io"
 
@@ -16,8 +17,8 @@ GROUP = "resource.k8s.io"
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ApiCluster]:
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        api.create(device_class())
-        api.create(node("del-a"))
+        api.create(gpu_class())
+        api.create(node("del-a", hostname=True))
         api.create(node_slice("del-a", 2))
         c = ApiCluster(api, tmp_path)
         yield c

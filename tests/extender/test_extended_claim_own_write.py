@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kubesim.fakeapi import FakeApiServer
-from tests.extender.api_cluster import RESOURCE, ApiCluster, claim, device_class, extended_pod, node, node_slice
+from kubesim.objects import claim, node
+from tests.extender.api_cluster import RESOURCE, ApiCluster, extended_pod, gpu_class, node_slice
 
 FOREIGN = ("device allocated by another allocator", "claim allocated by another allocator", "device is allocated to two claims")
 
@@ -22,8 +23,8 @@ FOREIGN = ("device allocated by another allocator", "claim allocated by another 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ApiCluster]:
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        api.create(device_class(RESOURCE))
-        api.create(node("own-a"))
+        api.create(gpu_class(RESOURCE))
+        api.create(node("own-a", hostname=True))
         api.create(node_slice("own-a", 2))
         c = ApiCluster(api, tmp_path)
         yield c

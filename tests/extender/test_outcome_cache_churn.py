@@ -9,6 +9,7 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.outcomes import SIGNATURES_SLACK, OutcomeCache
+from kubesim import objects
 from tracker import events as ev
 from tracker.state import ClusterState
 
@@ -16,12 +17,7 @@ NS = "ns"
 
 
 def claim(i: int, rv: int, *, allocated: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"c{i}", "namespace": NS, "uid": f"uid-{i}", "resourceVersion": str(rv)},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
-    }
+    out = objects.claim(f"c{i}", NS, request="r", uid=f"uid-{i}", resourceVersion=str(rv))
     if allocated:
         out["status"] = {
             "allocation": {"devices": {"results": [{"request": "r", "driver": "gpu.example.com", "pool": "p", "device": "d"}]}}

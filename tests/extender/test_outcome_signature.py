@@ -18,15 +18,11 @@ from allocator.failures import ClaimName, Text
 from allocator.parse import parse_resource_claim
 from allocator.types import TOLERATIONS_ANNOTATION
 from extender.outcomes import FailureTemplate, spec_signature
+from kubesim.objects import claim
 
 
 def _claim(name: str = "a", **exactly: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "1"},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", **exactly}}]}},
-    }
+    return claim(name, request="r", exactly=exactly, uid=f"uid-{name}", resourceVersion="1")
 
 
 def _with(path: str, value: Any) -> dict[str, Any]:

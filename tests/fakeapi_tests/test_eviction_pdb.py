@@ -6,16 +6,7 @@ import httpx
 import pytest
 
 from kubesim.fakeapi import FakeApiServer
-
-
-def pod(name: str, app: str = "web") -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-        "status": {"phase": "Running"},
-    }
+from kubesim.objects import pod
 
 
 def budget(**spec: object) -> dict:
@@ -43,8 +34,8 @@ CASES = [
 async def test_evictions_stop_at_the_budget(spec: dict | None, count: int, allowed: int) -> None:
     async with FakeApiServer() as api:
         for i in range(count):
-            api.create(pod(f"web-{i}"))
-        api.create(pod("other", app="db"))  # not covered: always evictable
+            api.create(pod(f"web-{i}", labels={"app": "web"}, phase="Running"))
+        api.create(pod("other", labels={"app": "db"}, phase="Running"))  # not covered: always evictable
         if spec is not None:
             api.create(budget(**spec))
         async with httpx.AsyncClient(base_url=api.url) as http:
@@ -68,7 +59,9 @@ async def test_evictions_stop_at_the_budget(spec: dict | None, count: int, allow
 
 async def test_an_eviction_marks_the_pod_before_deleting_it() -> None:
     async with FakeApiServer() as api:
-        created = api.create({**pod("web-0"), "metadata": {**pod("web-0")["metadata"], "finalizers": ["example.com/keep"]}})
+        kept = pod("web-0", labels={"app": "web"}, phase="Running")
+        kept["metadata"]["finalizers"] = ["example.com/keep"]
+        created = api.create(kept)
         async with httpx.AsyncClient(base_url=api.url) as http:
             r = await http.post(
                 "/api/v1/namespaces/default/pods/web-0/eviction",

@@ -6,11 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from extender.health.policy import GROUP
 from extender.health.rules import PIN, POLICY_LABEL
-from tests.eviction.harness import CRD, T0, claim_and_pod, node, seed
+from kubesim.objects import node
+from tests.eviction.harness import CRD, T0, claim_and_pod, seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice, xid_rule
+
+pytestmark = pytest.mark.slow  # in process, but ~25 s of ladders on the fake clock: the full tier
 
 
 def health_rules(cluster: HealthCluster) -> dict[str, dict[str, Any]]:
@@ -27,7 +31,7 @@ def effects(cluster: HealthCluster) -> dict[str, str]:
 
 async def eight_gpu_node(cluster: HealthCluster, *extra: dict[str, Any]) -> None:
     pods = [o for i in range(8) for o in claim_and_pod(f"job-{i}", i)]
-    seed(cluster.api, node(), uuid_slice(8), *pods, *extra)
+    seed(cluster.api, node("node-a"), uuid_slice(8), *pods, *extra)
 
 
 async def test_firing_taints_at_once_escalates_after_5m_and_evicts_only_that_gpus_pods(cluster: HealthCluster) -> None:
@@ -179,7 +183,7 @@ async def test_a_driver_none_taint_is_escalated_by_policy(cluster: HealthCluster
     slice_["spec"]["devices"][6]["taints"] = [{"key": "gpu.example.com/xid", "value": "79", "effect": "None"}]
     slice_["spec"]["devices"][5]["taints"] = [{"key": "gpu.example.com/xid", "value": "13", "effect": "None"}]  # not in the set
     pods = [o for i in range(8) for o in claim_and_pod(f"job-{i}", i)]
-    seed(cluster.api, node(), slice_, *pods, policy("gpu-health", taint_rule))
+    seed(cluster.api, node("node-a"), slice_, *pods, policy("gpu-health", taint_rule))
     await cluster.start()
     assert effects(cluster) == {"node-a/gpu-6": "NoSchedule"}
     await cluster.advance(301)
@@ -237,7 +241,7 @@ async def test_a_node_condition_marks_the_nodes_selected_devices(cluster: Health
         "steps": [{"effect": "NoSchedule"}],
         "clearAfter": "1m",
     }
-    bad = node()
+    bad = node("node-a")
     bad["status"] = {"conditions": [{"type": "GpuFallenOffBus", "status": "True", "reason": "NPD"}]}
     seed(cluster.api, bad, uuid_slice(4), node("node-b"), uuid_slice(4, node_name="node-b"), policy("gpu-health", condition_rule))
     await cluster.start()
@@ -287,7 +291,7 @@ async def test_the_worked_example_runs_against_the_demo_cluster(cluster: HealthC
 
 async def test_toleration_seconds_count_from_when_noexecute_was_applied(cluster: HealthCluster) -> None:
     waits = [{"key": "health.example.com/xid", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}]
-    seed(cluster.api, node(), uuid_slice(2), *claim_and_pod("tolerates-a-minute", 0, tolerations=waits), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(2), *claim_and_pod("tolerates-a-minute", 0, tolerations=waits), policy())
     await cluster.start()
     await cluster.post(delivery(alert("GPU-node-a-0")))
     await cluster.run_until(lambda: cluster.recorder.deleted() == ["tolerates-a-minute"], within=600)

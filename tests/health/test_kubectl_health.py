@@ -5,7 +5,8 @@ from __future__ import annotations
 import yaml
 
 from kubectl_dra.cli import build_parser, run
-from tests.eviction.harness import node, seed
+from kubesim.objects import node
+from tests.eviction.harness import seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice
 
 
@@ -17,7 +18,7 @@ async def dra(cluster: HealthCluster, *argv: str) -> tuple[int, str]:
 
 
 async def test_health_lists_the_devices_with_step_since_cause_and_clearing(cluster: HealthCluster) -> None:
-    seed(cluster.api, node(), uuid_slice(4), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(4), policy())
     await cluster.start()
     assert (await dra(cluster, "health"))[1] == "No devices held by a DeviceHealthPolicy."
     await cluster.post(delivery(alert("GPU-node-a-1"), alert("GPU-node-a-2")))
@@ -39,7 +40,7 @@ async def test_health_lists_the_devices_with_step_since_cause_and_clearing(clust
 
 
 async def test_an_unknown_policy_is_a_usage_error(cluster: HealthCluster) -> None:
-    seed(cluster.api, node(), uuid_slice(1))
+    seed(cluster.api, node("node-a"), uuid_slice(1))
     await cluster.start()
     from kubectl_dra.cli import UsageError
 

@@ -5,21 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from extender.eviction.clock import FakeClock
 from extender.health.leader_label import LABEL, LeaderLabel
+from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer
+from kubesim.objects import pod
 from tracker.api_source import ApiSource
 
 NAMESPACE = "dra-system"
-
-
-def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "dra-extender", **(labels or {})}},
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
 
 
 def labels(api: FakeApiServer, name: str) -> dict[str, str]:
@@ -40,8 +32,10 @@ async def settle(api: FakeApiServer, label: LeaderLabel, want: bool) -> None:
 async def test_the_leader_labels_its_pod_and_removes_the_label_when_it_stops_leading(tmp_path: Path) -> None:
     async with FakeApiServer() as api:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        api.create(pod("ext-a", {LABEL: "true"}))  # a stale label: this container restarted as a follower
-        api.create(pod("ext-b"))
+        api.create(
+            pod("ext-a", NAMESPACE, labels={"app": "dra-extender", LABEL: "true"})
+        )  # a stale label: this container restarted as a follower
+        api.create(pod("ext-b", NAMESPACE, labels={"app": "dra-extender"}))
         leader = {"ext-a": False, "ext-b": True}
         clock = FakeClock()
         source = ApiSource(kubeconfig=str(kubeconfig))

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from kubesim.fakeapi.server import RequestInfo
-from tests.eviction.harness import node, seed
+from kubesim.objects import node
+from tests.eviction.harness import seed
 from tests.health.harness import TOKEN, HealthCluster, alert, asgi_post, delivery, policy, uuid_slice
 
 GOOD = delivery(alert("GPU-node-a-0"))
@@ -77,7 +78,7 @@ BAD = [
 
 @pytest.mark.parametrize("row", BAD, ids=[b.name for b in BAD])
 async def test_bad_input(cluster: HealthCluster, row: Bad) -> None:
-    seed(cluster.api, node(), uuid_slice(1), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(1), policy())
     await cluster.start()
     status, answer = await cluster.post(row.body, token=row.token, raw=row.raw)
     assert status == row.status
@@ -108,7 +109,7 @@ def grafana(*alerts: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_grafanas_payload_is_taken_as_alertmanagers(cluster: HealthCluster) -> None:
-    seed(cluster.api, node(), uuid_slice(2), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
     await cluster.start()
     assert await cluster.post(grafana(alert("GPU-node-a-1"))) == (200, {"alerts": {"firing": 1}})
     rules = cluster.api.list("devicetaintrules", group="resource.dra-extender.io")
@@ -116,7 +117,7 @@ async def test_grafanas_payload_is_taken_as_alertmanagers(cluster: HealthCluster
 
 
 async def test_deliveries_are_idempotent_by_fingerprint(cluster: HealthCluster) -> None:
-    seed(cluster.api, node(), uuid_slice(2), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
     await cluster.start()
     assert await cluster.post(GOOD) == (200, {"alerts": {"firing": 1}})
     writes = len(cluster.recorder.writes)
@@ -130,7 +131,7 @@ def rules_in(cluster: HealthCluster) -> list[str]:
 
 
 async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succeed_then_the_queue_drains(cluster: HealthCluster) -> None:
-    seed(cluster.api, node(), uuid_slice(2), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
     await cluster.start()
     cluster.api.set_faults(error_rate=1.0, error_status=500, verbs=("create",), paths=("devicetaintrules",))
     # Accepted into memory at once; the loop's write then fails.
@@ -148,6 +149,7 @@ async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succ
     assert rules_in(cluster) == ["gpu-0", "gpu-1"]
 
 
+@pytest.mark.slow  # a thousand rules written through the fake API server
 async def test_a_thousand_new_alerts_are_answered_before_their_rules_are_written_then_all_are_written(cluster: HealthCluster) -> None:
     nodes = [f"node-{i}" for i in range(10)]
     seed(cluster.api, *(node(n) for n in nodes), *(uuid_slice(100, node_name=n) for n in nodes), policy())
@@ -181,7 +183,7 @@ async def test_a_thousand_new_alerts_are_answered_before_their_rules_are_written
 
 
 async def test_a_follower_answers_503_so_that_alertmanager_retries(cluster: HealthCluster) -> None:
-    seed(cluster.api, node(), uuid_slice(2), policy())
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
     await cluster.start()
     cluster.leading = False
     assert await cluster.post(GOOD) == (503, {"error": "not the leader: retry"})

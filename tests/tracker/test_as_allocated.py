@@ -14,6 +14,7 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_resource_claim
 from allocator.types import DeviceID, Node
+from kubesim.objects import claim
 from tracker import events as ev
 from tracker.state import DUPLICATE_SHARE_ID, ClusterState, Problem
 
@@ -40,12 +41,7 @@ def part(name: str, mem: str) -> dict[str, Any]:
 
 
 def _claim(name: str, request: dict[str, Any], results: list[dict[str, Any]] | None = None, rv: str = "1") -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": rv},
-        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", **request}}]}},
-    }
+    body = claim(name, request="r", exactly=request, uid=f"uid-{name}", resourceVersion=rv)
     if results is not None:
         body["status"] = {"allocation": {"devices": {"results": results}}}
     return body

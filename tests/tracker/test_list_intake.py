@@ -21,7 +21,7 @@ from allocator.cel import CelEnvironment
 from allocator.parse import parse_node, parse_pod
 from kubesim.fakeapi import FakeApiError, FakeApiServer, RequestInfo
 from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod, managed_fields
-from tests.extender.api_cluster import ApiCluster, device_class, node_slice, until
+from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, until
 from tracker import events as ev
 from tracker.api_source import ApiSource
 from tracker.reflector import LIST_PAGE_SIZE, lighten
@@ -101,7 +101,7 @@ async def test_heavy_objects_listed_and_watched_parse_as_the_whole_objects(tmp_p
         }
     )
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        api.create(device_class())
+        api.create(gpu_class())
         api.create(copy.deepcopy(listed_node))
         api.create(heavy_metadata(node_slice("heavy-a", 2), "dra-driver"))
         api.create(copy.deepcopy(listed_pod))

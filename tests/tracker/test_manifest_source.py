@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from allocator.parse import parse_device_taint_rule, parse_pod, parse_resource_claim, parse_resource_slice, parse_resource_slice_patch
 from kubesim.fakeapi.crd import SchemaValidator, compile_rule
+from tests.tiers import examples
 from tracker import events as ev
 from tracker.manifest_load import TRACKED
 from tracker.manifest_source import ManifestSource
@@ -666,7 +667,7 @@ _CONTENT = st.one_of(
 )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(contents=st.lists(st.tuples(st.sampled_from(["f.yaml", "g.yml", "h.json", "sub/i.yaml"]), _CONTENT), max_size=3))
 def test_fuzzed_files_never_escape_and_good_objects_still_load(tmp_path_factory: pytest.TempPathFactory, contents) -> None:
     directory = tmp_path_factory.mktemp("fuzz")

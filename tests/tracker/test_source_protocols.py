@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.bench_scale5k_cpu import MemorySource
 from kubesim.null_source import NullSource
 from tests.tracker.test_leadership import LeaseSource
@@ -62,6 +64,7 @@ def _implementations(api: ApiSource, manifest: ManifestSource, null: NullSource,
     del transport, leases, binding, bench
 
 
+@pytest.mark.slow  # mypy over this file: ten seconds
 def test_sources_and_fakes_satisfy_the_source_protocols() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--follow-imports=silent", "--no-error-summary", str(Path(__file__).relative_to(ROOT))],

@@ -1,10 +1,9 @@
-"""Every `kubectl dra` example a reader may copy (chart NOTES, README, docs, the plugin's --help) is exact and runs.
+"""Every `kubectl dra` example a reader may copy (chart NOTES, README, docs, the plugin's --help) is exact.
 
 Exact: a `taint` example names its rule (`--name`, so the next step updates
 it instead of adding a second rule) and, when it selects by driver or device,
 its pool (a device name alone matches that device on every node). The NOTES
-and README sequences then run, command by command, against the fake API
-server with the demo cluster.
+and README sequences run, command by command, in tests/e2e/test_doc_sequences.py.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_dra.cli import EXAMPLES, build_parser
-from tests.e2e.cluster import CRD_GROUP, FakeApi
-from tests.e2e.harness import DEMO, ROOT
-from tests.e2e.test_kubectl_dra import dra
+from tests.e2e.harness import ROOT
 
 NOTES = ROOT / "charts" / "dra-extender" / "templates" / "NOTES.txt"
 DOCS = [ROOT / "README.md", NOTES, *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "reference.md")]
@@ -52,37 +49,6 @@ def test_example_parses_and_is_exact(where: str, argv: list[str]) -> None:
     assert args.name, f"{where}: a taint example without --name makes a new rule at every step"
     if (args.driver or args.device) and not (args.device_class or args.selector):
         assert args.pool, f"{where}: a taint example without --pool matches the device on every node"
-
-
-def _managed_rules(api: FakeApi) -> list[str]:
-    return sorted(
-        r["metadata"]["name"]
-        for r in api.list("DeviceTaintRule", CRD_GROUP)
-        if (r["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "kubectl-dra"
-    )
-
-
-@pytest.mark.e2e  # the fake API server as a subprocess
-@pytest.mark.parametrize("doc", [NOTES, ROOT / "README.md"], ids=["NOTES.txt", "README.md"])
-def test_the_sequence_runs_and_leaves_one_rule(doc: Path) -> None:
-    """Each step exits 0; while the steps run there is never more than one rule; untaint (if shown) removes it."""
-    steps = commands(doc.read_text())
-    assert [s[0] for s in steps if s[0] == "taint"], f"{doc.name} shows no taint example"
-    api = FakeApi(DEMO)
-    try:
-        names: set[str] = set()
-        for argv in steps:
-            result = dra(api, *argv)
-            rules = _managed_rules(api)
-            assert len(rules) <= 1, f"{doc.name}: `kubectl dra {' '.join(argv)}` left {rules}"
-            names.update(rules)
-            if argv[0] == "explain-rule":
-                assert "Rule:" in result.stdout and "0 pod(s)" not in result.stdout
-        assert len(names) == 1, names
-        if any(s[0] == "untaint" for s in steps):
-            assert _managed_rules(api) == []
-    finally:
-        api.stop()
 
 
 def test_no_doc_hard_codes_the_followed_lease() -> None:

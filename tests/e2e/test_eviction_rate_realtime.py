@@ -18,11 +18,10 @@ from allocator.cel import CelEnvironment
 from extender.eviction import EvictionController, Settings
 from extender.metrics import Metrics
 from kubesim.fakeapi import FakeApiServer, RequestInfo
-from tests.eviction.harness import claim_and_pod, gpu_slice, node, rule, seed
+from kubesim.objects import node
+from tests.eviction.harness import claim_and_pod, gpu_slice, rule, seed
 from tracker.api_source import ApiSource
 from tracker.state import ClusterState
-
-pytestmark = pytest.mark.e2e  # seconds on the real clock, and timing-sensitive under load
 
 PODS = 60
 BURST = 10
@@ -38,7 +37,7 @@ RATES = [
 @pytest.mark.parametrize(("name", "rate"), RATES, ids=[r[0] for r in RATES])
 async def test_burst_and_rate_hold_with_real_api_latency(tmp_path: Path, name: str, rate: int | None) -> None:
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        seed(api, node(), gpu_slice(PODS))
+        seed(api, node("node-a"), gpu_slice(PODS))
         for i in range(PODS):
             claim, pod = claim_and_pod(f"p{i}", i)
             seed(api, claim, pod)

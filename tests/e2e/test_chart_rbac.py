@@ -9,8 +9,6 @@ import pytest
 from tests.chart.api_calls import LEASE, ApiCall, api_call, record_extender_calls
 from tests.chart.render import objects, one
 
-pytestmark = pytest.mark.e2e
-
 # Granted although no flow here makes the call yet: each with its reason.
 GRANTED_AHEAD = {
     # The eviction controller stamps timeAdded into a NoUse volume taint's annotation
