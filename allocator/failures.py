@@ -51,7 +51,7 @@ class Failure:
     """Why a node does not fit (or a pod is not placed); `message` is what the scheduler shows.
 
     The message is built from `parts`: text, and the claims it names as
-    ClaimName, so the verdict cache (extender/outcomes.py) can tell the same
+    ClaimName, so the verdict cache (extender/filter/outcomes.py) can tell the same
     failure for other claims of the same shape without reading the text.
     """
 

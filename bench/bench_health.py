@@ -50,7 +50,7 @@ from extender.metrics import Metrics
 from extender.service import Service, build_service
 from kubesim.null_source import NullSource
 from tests.health.harness import asgi_post
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 from tracker.timestamps import rfc3339
 

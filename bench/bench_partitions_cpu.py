@@ -87,7 +87,7 @@ async def run(nodes: int, pods: int, warm: int, profile: bool, label: str) -> di
     names_body = orjson.dumps([node_name(i) for i in range(nodes)])
     rng = random.Random(1)
     await asyncio.sleep(0)
-    # The start-up CEL warm-up (tracker/recompute.py, a task on this loop) finishes first: steady state only.
+    # The start-up CEL warm-up (tracker/views/recompute.py, a task on this loop) finishes first: steady state only.
     while warming := [t for t in asyncio.all_tasks() if t.get_name() == "warm-selectors"]:
         await asyncio.gather(*warming)
     for pc in pcs[:warm]:

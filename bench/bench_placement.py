@@ -318,7 +318,7 @@ def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
     from extender.metrics import Metrics
     from extender.service import build_service
     from extender.wire import BindingArgs, parse_extender_args
-    from tracker.manifest_source import ManifestSource
+    from tracker.manifest.source import ManifestSource
     from tracker.state import ClusterState
 
     names = [f"perf-node-{i}" for i in range(nodes)]

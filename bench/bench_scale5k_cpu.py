@@ -182,14 +182,14 @@ async def build(
     bound: int = 5000,
     others: int = 5000,
 ) -> tuple[Any, list[PodClaim], dict[str, float]]:
-    """The Service on a state listed as the extender lists it: each kind's pages through tracker.reflector's
+    """The Service on a state listed as the extender lists it: each kind's pages through tracker.apiserver.reflector's
     `Reflector.list` (decode, lighten, apply). The intake is traced (`frames` per allocation): its peak and what
     stays are the Python heap the extender's initial lists cost; tracing stays on when `frames` > 1."""
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from extender.metrics import Metrics
     from extender.service import build_service
-    from tracker.reflector import LIST_PAGE_SIZE, Freshness, Reflector
+    from tracker.apiserver.reflector import LIST_PAGE_SIZE, Freshness, Reflector
     from tracker.state import ClusterState
 
     objs, pcs = scale5k_objects(pods, heavy, bound, others)

@@ -123,7 +123,7 @@ async def run(nodes: int, calls: int) -> dict[str, Any]:
     names = [f"node-{i:04d}" for i in range(nodes)]
     results = []
     gc.collect()
-    gc.freeze()  # as the extender does once its initial lists are in (tracker/reflector.py)
+    gc.freeze()  # as the extender does once its initial lists are in (tracker/apiserver/reflector.py)
     for case, raw_pod in CASES.items():
         body = orjson.dumps({"Pod": raw_pod, "Nodes": None, "NodeNames": names})
         await measure(service, body, 50)  # warm up

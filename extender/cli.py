@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from extender.http_thread import HttpThread, Limits, Listener, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
-    from tracker.api_source import ApiSource
+    from tracker.apiserver.leadership import Leadership
+    from tracker.apiserver.source import ApiSource
     from tracker.k8s_events import EventRecorder
-    from tracker.leadership import Leadership
     from tracker.source import Source
     from tracker.state import ClusterState, Problem
 
@@ -286,7 +286,7 @@ def _add_placement_flags(serve: argparse.ArgumentParser) -> None:
     """Where /prioritize sends pods among nodes that fit equally well, and which devices of a node they get (docs/scoring.md)."""
     serve.add_argument(
         "--node-placement",
-        choices=("binpack", "spread"),  # extender.scores.NODE_PLACEMENTS (not imported: the CLI starts without it)
+        choices=("binpack", "spread"),  # extender.prioritize.scores.NODE_PLACEMENTS (not imported: the CLI starts without it)
         default="binpack",
         help="binpack: prefer the node whose own devices are fullest (whole GPUs and nodes stay free for large claims); "
         "spread: prefer the emptiest. Health comes first either way (default %(default)s; see docs/scoring.md)",
@@ -404,7 +404,7 @@ def _pick_source(args: argparse.Namespace) -> PickedSource:
         directory = Path(args.source)
         if not directory.is_dir():
             raise UsageError(f"--source: {args.source!r} is not a directory")
-        from tracker.manifest_source import ManifestSource
+        from tracker.manifest.source import ManifestSource
 
         return PickedSource(ManifestSource(directory))
     kubeconfig = args.kubeconfig
@@ -424,7 +424,7 @@ def _pick_source(args: argparse.Namespace) -> PickedSource:
             "to serve a directory of manifests"
         )
     try:
-        from tracker.api_source import ApiSource
+        from tracker.apiserver.source import ApiSource
     except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
         raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
     cluster = ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold, read_only=args.read_only)
@@ -502,7 +502,7 @@ def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadersh
     _check_leadership_choice(args, cluster)
     if not (args.leader_elect or args.follow_scheduler_lease or args.scheduler_config):
         return None
-    from tracker.leadership import Leadership
+    from tracker.apiserver.leadership import Leadership
 
     if cluster is None:
         raise UsageError("--leader-elect, --follow-scheduler-lease and --scheduler-config need a cluster, not --source")
@@ -523,7 +523,7 @@ def _foreign_pods(
 ) -> ForeignSchedulerPods | None:
     """Flags DRA pods of schedulers other than the profiles served (built before the source runs: it sees every pod)."""
     from extender.foreign_pods import ForeignSchedulerPods, profiles_from
-    from tracker.leadership import SchedulerConfigError
+    from tracker.apiserver.leadership import SchedulerConfigError
 
     try:
         profiles = profiles_from(args)
@@ -541,7 +541,7 @@ def _foreign_pods(
 
 async def _connect(cluster: ApiSource, args: argparse.Namespace) -> None:
     """The kubeconfig (or the pod's configuration) loaded now: a fault is a usage error naming the flag and the file."""
-    from tracker.kubeconfig import KubeconfigError
+    from tracker.apiserver.kubeconfig import KubeconfigError
 
     where = "--kubeconfig" if args.kubeconfig else ("$KUBECONFIG" if os.environ.get("KUBECONFIG") else "default kubeconfig")
     try:
@@ -610,7 +610,7 @@ def _health_setup(args: argparse.Namespace, cluster: ApiSource | None) -> Health
 async def serve(args: argparse.Namespace) -> int:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
-    from extender.binder import Binder
+    from extender.bind.binder import Binder
     from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
     from extender.placements import PlacementGate

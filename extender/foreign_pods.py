@@ -68,7 +68,7 @@ def profiles_from(args: argparse.Namespace) -> frozenset[str] | None:
     if args.scheduler_name:
         return frozenset(args.scheduler_name)
     if getattr(args, "scheduler_config", None):
-        from tracker.leadership import SchedulerConfigError, load_scheduler_config
+        from tracker.apiserver.leadership import SchedulerConfigError, load_scheduler_config
 
         config = load_scheduler_config(args.scheduler_config)
         profiles = config.get("profiles") or [{}]

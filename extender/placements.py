@@ -24,7 +24,7 @@ the first /bind after a start are not held back from each other.)
 Most of the time no wait is needed at all: the gate remembers, for each
 placement, the nodes /filter offered it and the claims its /bind will
 allocate, and /filter first asks whether those pods could take this pod's
-devices (`in_flight`, see `ContestedNodes.withhold` in contested.py). Nodes where the
+devices (`in_flight`, see `ContestedNodes.withhold` in filter/contested.py). Nodes where the
 earlier pods and this one fit together are offered at once; a node where
 they might not is withheld. Only a pod left with no such node waits here.
 """

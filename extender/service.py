@@ -4,13 +4,13 @@ Everything here runs on the event loop, so a decision never sees a
 half-applied change. /filter offers only the nodes where the pods placed
 before it, whose /bind has not come yet, cannot take its devices, and waits
 for those binds when no such node is left (`placements.py`); /bind decides
-under one lock and writes concurrently (`binder.py`).
+under one lock and writes concurrently (`bind/binder.py`).
 
 The Service sequences the verbs; one collaborator per job: the pod's claims
-as they arrive (claim_arrival.py), extended-resource groups
-(extended_groups.py), the node fit (node_fit.py), nodes withheld while
-placed pods are being bound (contested.py), scores (scores.py), volume
-taints (volume_checks.py) and the /debug bodies (debug_views.py). The HTTP
+as they arrive (filter/claim_arrival.py), extended-resource groups
+(filter/extended_groups.py), the node fit (filter/node_fit.py), nodes withheld while
+placed pods are being bound (filter/contested.py), scores (prioritize/scores.py), volume
+taints (filter/volume_checks.py) and the /debug bodies (debug_views.py). The HTTP
 edge asks the Service only, never the state.
 """
 
@@ -28,20 +28,20 @@ from allocator.parse import ValidationError, parse_pod
 from allocator.pod_claims import raw_may_use_dra, raw_needs_extender
 from allocator.pod_volumes import has_pvc_volumes
 from allocator.types import Pod, ResourceClaim
-from extender.binder import DEFAULT_BIND_TIMEOUT, Binder
-from extender.binding_conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message
-from extender.claim_arrival import DEFAULT_CLAIM_WAIT, ClaimArrival
-from extender.contested import ContestedNodes
+from extender.bind.binder import DEFAULT_BIND_TIMEOUT, Binder
+from extender.bind.conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message
 from extender.debug_views import device_page, objects_snapshot
-from extender.extended_groups import ExtendedGroups
+from extender.filter.claim_arrival import DEFAULT_CLAIM_WAIT, ClaimArrival
+from extender.filter.contested import ContestedNodes
+from extender.filter.extended_groups import ExtendedGroups
+from extender.filter.node_fit import DEFAULT_OFFER_NODES, BudgetExceeded, NodeFit
+from extender.filter.outcomes import OutcomeCache
+from extender.filter.request_nodes import RequestNodes
+from extender.filter.volume_checks import VolumeChecks
 from extender.metrics import Metrics
-from extender.node_fit import DEFAULT_OFFER_NODES, BudgetExceeded, NodeFit
-from extender.outcomes import OutcomeCache
 from extender.placements import PlacementGate
-from extender.request_nodes import RequestNodes
+from extender.prioritize.scores import DEFAULT_NODE_PLACEMENT, Scores
 from extender.requeue import Requeuer
-from extender.scores import DEFAULT_NODE_PLACEMENT, Scores
-from extender.volume_checks import VolumeChecks
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
 from tracker.source import BindingSource
@@ -326,7 +326,7 @@ class Service:
         """Scores that need no look at the state: 0 for a pod without claims, or the ones its /filter kept.
 
         None when the main loop must score. Thread-safe: reads the request
-        and takes one kept entry (extender/scores.py).
+        and takes one kept entry (extender/prioritize/scores.py).
         """
         names = args.names
         if not raw_may_use_dra(args.pod):

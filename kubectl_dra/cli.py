@@ -633,7 +633,7 @@ def kubeconfig_path(args: argparse.Namespace) -> str:
         )
     if context not in contexts:
         raise UsageError(f"kubeconfig {path}: context {context!r} not found (have: {', '.join(sorted(map(str, contexts))) or 'none'})")
-    from tracker.kubeconfig import problem
+    from tracker.apiserver.kubeconfig import problem
 
     fault = problem(path, context)  # the rest (the context's cluster and user exist), as dra-extender checks them
     if fault is not None:

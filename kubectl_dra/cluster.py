@@ -13,7 +13,7 @@ import orjson
 
 from allocator.cel import CelEnvironment
 from tracker import events as ev
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.resources import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, UPSTREAM_RULE_VERSIONS, UPSTREAM_RULES_PLURAL, Resource
 from tracker.resources import api_version as api_version_of
 from tracker.resources import upstream_rules as upstream_rules_at
@@ -41,7 +41,7 @@ def _message(status: int, body: bytes) -> str:
 
 
 class Cluster:
-    """The admin's cluster through their kubeconfig (tracker.api_source.ApiSource does auth and HTTP; tracker.resources says where each kind lives)."""
+    """The admin's cluster through their kubeconfig (tracker.apiserver.source.ApiSource does auth and HTTP; tracker.resources says where each kind lives)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
         self.source = ApiSource(kubeconfig=kubeconfig, context=context)

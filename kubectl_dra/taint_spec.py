@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_NONE
-from tracker.manifest_schema import (
+from allocator.api_limits import (
     LABEL_VALUE,
     TAINT_KEY_MAX,
     TAINT_VALUE_MAX,
     is_qualified_name,
 )
+from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_NONE
 
 EFFECTS = (EFFECT_NONE, EFFECT_NO_SCHEDULE, EFFECT_NO_EXECUTE)
 

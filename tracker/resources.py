@@ -3,7 +3,7 @@
 The reflectors list and watch these, the writers address objects through
 them, Events name their objects' apiVersion with them, and kubectl dra lists
 them. resource.k8s.io DeviceTaintRule is served at whichever of
-`UPSTREAM_RULE_VERSIONS` the cluster has (tracker/discovery.py finds it).
+`UPSTREAM_RULE_VERSIONS` the cluster has (tracker/apiserver/discovery.py finds it).
 """
 
 from __future__ import annotations

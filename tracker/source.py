@@ -175,7 +175,7 @@ class EventWriter(Protocol):
 
 
 class BindingSource(ObjectReader, ClaimWriter, PodBindWriter, EventWriter, Protocol):
-    """What /bind reads and writes (extender.binder, and the service that builds the binder)."""
+    """What /bind reads and writes (extender.bind.binder, and the service that builds the binder)."""
 
 
 class EvictionSource(PodEvictionWriter, RuleStatusWriter, VolumeTaintWriter, EventWriter, Protocol):

@@ -11,7 +11,7 @@ Composed of private parts, along upstream's seams:
 
 - tracker/store.py: the object store (nodes, pods, claims, templates,
   volumes), the change log and the problem reporter;
-- tracker/device_views.py: the patched device views (slices, rules,
+- tracker/views/devices.py: the patched device views (slices, rules,
   patches, classes, the CEL warm-up), as upstream's resourceslice/tracker,
   itself composed of one part per job (intake, view builder, recompute
   scheduler, node changes, queries);
@@ -20,7 +20,7 @@ Composed of private parts, along upstream's seams:
 
 ClusterState owns intake (the EventSink methods), readiness, the versions
 held and the listeners; readers see read-only mappings and the device
-views' query object (`queries`: tracker/device_queries.py), and writers go through `apply`, `replace`, `mark_synced`,
+views' query object (`queries`: tracker/views/queries.py), and writers go through `apply`, `replace`, `mark_synced`,
 `reserve` and `report`, never through a part.
 """
 
@@ -50,12 +50,12 @@ from allocator.types import (
 )
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus
-from tracker.device_queries import DeviceQueries
-from tracker.device_views import DeviceViews
 from tracker.ledger import AllocationLedger, Reservation
 from tracker.pod_status import PodStatus
 from tracker.resources import REQUIRED_KINDS
 from tracker.store import CHANGE_LOG_MAX, POD_CLAIM_NAME_ANNOTATION, ChangeLog, ObjectStore, Problem, ProblemReporter
+from tracker.views.devices import DeviceViews
+from tracker.views.queries import DeviceQueries
 from tracker.volumes import VolumeIndex
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class ClusterState:
     # ------------------------------------------------------------------ intake (the EventSink)
 
     # A reflector may apply the first list of a kind page by page while nothing is served yet
-    # (tracker/reflector.py, `Reflector.list`): every object goes through `apply` either way.
+    # (tracker/apiserver/reflector.py, `Reflector.list`): every object goes through `apply` either way.
     streams_initial_lists = True
 
     def apply(self, event: ev.ObjectEvent) -> None:

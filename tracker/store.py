@@ -6,7 +6,7 @@ are recorded in the allocation ledger (tracker/ledger.py), the only writer
 of `allocated` and `inflight`. Beside it: the change log cached answers
 catch up from (`ChangeLog`) and Problems reported once per object
 (`ProblemReporter`). tracker/state.py's ClusterState composes these with
-the patched device views (tracker/device_views.py) and owns intake,
+the patched device views (tracker/views/devices.py) and owns intake,
 readiness and listeners.
 """
 
@@ -68,7 +68,7 @@ def _is_older(new: Mapping[str, Any], held: ResourceClaim) -> bool:
 
     resourceVersion is opaque by the API contract, and every other use
     compares it for equality; this one place needs an order: the claim a
-    /bind's patch returned (applied at once, extender/claim_writes.py
+    /bind's patch returned (applied at once, extender/bind/claim_writes.py
     `ClaimWrites.apply`) must not be replaced by an older watch event that
     arrives after it, or the allocated devices would look free again.
     Upstream's scheduler does the same in its assume cache

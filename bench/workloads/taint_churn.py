@@ -91,7 +91,7 @@ def rule_cost_in_process(nodes: int, devices: int, events: int) -> dict[str, Any
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from allocator.parse import parse_pod
-    from extender.outcomes import OutcomeCache
+    from extender.filter.outcomes import OutcomeCache
     from tracker import events as ev
     from tracker.state import ClusterState
 

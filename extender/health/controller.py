@@ -37,9 +37,9 @@ from extender.health.sinks import NodeSink, ObjectSink
 from extender.health.status import MERGE_PATCH, POLICIES, PolicyStatus, Unmatched, Writes, write
 from extender.metrics import Metrics
 from tracker import events as ev
-from tracker.api_source import OPTIONAL_RECHECK_SECONDS
-from tracker.discovery import Transport, served
-from tracker.reflector import Freshness, Reflector, WatchTransport
+from tracker.apiserver.discovery import Transport, served
+from tracker.apiserver.reflector import Freshness, Reflector, WatchTransport
+from tracker.apiserver.source import OPTIONAL_RECHECK_SECONDS
 from tracker.resources import KIND_RESOURCES, OWN_RULES, Resource
 from tracker.source import NotFound, SourceError, status_error
 from tracker.state import ClusterState

@@ -16,7 +16,7 @@ from tracker.state import ClusterState
 
 if TYPE_CHECKING:  # imported when started: a process without health never loads the controller
     from extender.health.controller import HealthController
-    from tracker.api_source import ApiSource
+    from tracker.apiserver.source import ApiSource
 
 log = logging.getLogger("dra_extender.health")
 

@@ -92,8 +92,8 @@ async def serve_webhook(args: argparse.Namespace, usage_error: type[Exception], 
     from extender.webhook.app import create_webhook_app
     from extender.webhook.classes import DeviceClassNames
     from tracker import events as ev
-    from tracker.api_source import ApiSource
-    from tracker.kubeconfig import KubeconfigError
+    from tracker.apiserver.kubeconfig import KubeconfigError
+    from tracker.apiserver.source import ApiSource
     from tracker.resources import KIND_RESOURCES
 
     host, port = hostport(args.listen, "--listen")

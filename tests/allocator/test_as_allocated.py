@@ -98,7 +98,7 @@ class Cluster:
         self.slices = slices
         self.devices: dict[DeviceID, DeviceView] = {d.id: d for s in slices for d in s.devices}
         ledger: AllocationLedger | None = getattr(self, "ledger", None)
-        if ledger is not None:  # as the slice watch tells it of every version (tracker/node_changes.py)
+        if ledger is not None:  # as the slice watch tells it of every version (tracker/views/node_changes.py)
             for did, d in self.devices.items():
                 ledger.learn(did, d.consumes_counters)
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
+from allocator.api_limits import check_metadata_limits, check_object_name
 from allocator.parse import parse_pod
 from extender.cli import build_parser
 from extender.metrics import Metrics
 from tests.chart.render import CHART, IMAGE, NAMESPACE, crds, helm, objects, one, render
-from tracker.leadership import lease_from_scheduler_config, refuse_in_tree_allocator
-from tracker.manifest_schema import check_metadata_limits, check_object_name
+from tracker.apiserver.leadership import lease_from_scheduler_config, refuse_in_tree_allocator
 
 # (apiVersion, kind) -> namespaced: what a 1.34+ cluster (plus prometheus-operator) serves.
 KNOWN: dict[tuple[str, str], bool] = {

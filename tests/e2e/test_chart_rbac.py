@@ -12,10 +12,10 @@ from tests.chart.render import objects, one
 # Granted although no flow here makes the call yet: each with its reason.
 GRANTED_AHEAD = {
     # The eviction controller stamps timeAdded into a NoUse volume taint's annotation
-    # (tracker/writes.py update_volume_taints; tests/eviction/test_volume_taints.py drives it).
+    # (tracker/apiserver/writes.py update_volume_taints; tests/eviction/test_volume_taints.py drives it).
     ("patch", "", "persistentvolumeclaims"),
     ("patch", "", "persistentvolumes"),
-    # /bind re-reads a pod or claim its view lacks or holds stale (extender/binder.py `source.get`);
+    # /bind re-reads a pod or claim its view lacks or holds stale (extender/bind/binder.py `source.get`);
     # tests/e2e/test_cluster_mode.py::test_bind_fetches_a_claim_missing_from_the_cache drives it.
     ("get", "", "pods"),
     ("get", "resource.k8s.io", "resourceclaims"),

@@ -30,7 +30,7 @@ from tracker.timestamps import rfc3339
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
 LEASE_NS, LEASE_NAME = "kube-system", "kube-scheduler"
-POLL_INTERVAL = 2.0  # tracker.leadership.RETRY_PERIOD: how often a follower re-reads the Lease
+POLL_INTERVAL = 2.0  # tracker.apiserver.leadership.RETRY_PERIOD: how often a follower re-reads the Lease
 
 
 # ---------------------------------------------------------------------- objects

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from allocator.types import TOLERATIONS_ANNOTATION
-from extender.binder import BIND_ATTEMPTS
+from extender.bind.binder import BIND_ATTEMPTS
 from extender.requeue import REQUEUE_ANNOTATION
 from kubesim.objects import PAUSE, claim, gpu_slice, node, pod
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, serving, wait_converged, wait_for

@@ -30,7 +30,7 @@ from kubesim.objects import gpu_slice, node
 from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, view_diff, wait_converged, wait_for
 from tests.e2e.harness import DEMO, Extender, demo_pod_args, filter_args
 from tracker import events as ev
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 
 CRD_GROUP = "resource.dra-extender.io"

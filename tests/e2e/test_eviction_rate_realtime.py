@@ -20,7 +20,7 @@ from extender.metrics import Metrics
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from kubesim.objects import node
 from tests.eviction.harness import claim_and_pod, gpu_slice, rule, seed
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 
 PODS = 60

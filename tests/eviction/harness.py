@@ -25,7 +25,7 @@ from extender.metrics import Metrics
 from kubesim import objects
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 
 DRIVER = "gpu.example.com"

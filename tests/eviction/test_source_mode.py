@@ -13,7 +13,7 @@ from extender.eviction import EvictionController, Settings
 from kubesim.clock import FakeClock
 from kubesim.objects import node
 from tests.eviction.harness import T0, claim_and_pod, gpu_slice, rule
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState
 
 

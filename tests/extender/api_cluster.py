@@ -22,7 +22,7 @@ from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from kubesim.objects import PAUSE, device_class, gpu_slice, pod
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 
 DRIVER = "gpu.example.com"

@@ -14,7 +14,7 @@ from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
 from extender.service import build_service
 from tests.e2e.harness import DEMO
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState, Problem
 
 

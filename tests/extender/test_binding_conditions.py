@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from allocator.parse import parse_resource_claim
-from extender.binding_conditions import FAILED, PENDING, READY, TIMED_OUT, readiness, worst
+from extender.bind.conditions import FAILED, PENDING, READY, TIMED_OUT, readiness, worst
 from tracker.claim_status import parse_claim_status
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=UTC)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 
 from allocator.failures import ClaimName, Failure, Text
-from extender.outcomes import FailureTemplate
+from extender.filter.outcomes import FailureTemplate
 from tests.tiers import examples
 
 CASES = examples(200_000)  # a quarter in the fast tier

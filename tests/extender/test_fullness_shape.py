@@ -1,4 +1,4 @@
-"""A node's fullness (extender/packing.py) follows a republished pool although its slice-decided shape is kept between binds."""
+"""A node's fullness (extender/prioritize/packing.py) follows a republished pool although its slice-decided shape is kept between binds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from allocator.cel import CelEnvironment
-from extender.packing import NodeFullness
+from extender.prioritize.packing import NodeFullness
 from tracker import events as ev
 from tracker.state import ClusterState
 

@@ -10,7 +10,7 @@ from extender.app import create_app
 from extender.metrics import Metrics
 from extender.service import build_service
 from tests.e2e.harness import DEMO, demo_pod_args, sample
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState
 
 

@@ -14,7 +14,7 @@ from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
 from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState
 
 NODES = [f"node-{i:02d}" for i in range(12)]

@@ -8,7 +8,7 @@ import pytest
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
-from extender.outcomes import SIGNATURES_SLACK, OutcomeCache
+from extender.filter.outcomes import SIGNATURES_SLACK, OutcomeCache
 from kubesim import objects
 from tracker import events as ev
 from tracker.state import ClusterState

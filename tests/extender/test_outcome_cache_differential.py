@@ -17,8 +17,8 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_pod
+from extender.filter.request_nodes import RequestNodes
 from extender.metrics import Metrics
-from extender.request_nodes import RequestNodes
 from extender.service import build_service
 from extender.wire import parse_extender_args
 from kubesim.null_source import NullSource

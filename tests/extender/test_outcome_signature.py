@@ -17,7 +17,7 @@ from allocator.allocation import Failure
 from allocator.failures import ClaimName, Text
 from allocator.parse import parse_resource_claim
 from allocator.types import TOLERATIONS_ANNOTATION
-from extender.outcomes import FailureTemplate, spec_signature
+from extender.filter.outcomes import FailureTemplate, spec_signature
 from kubesim.objects import claim
 
 

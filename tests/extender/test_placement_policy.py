@@ -18,7 +18,7 @@ from extender.metrics import Metrics
 from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.objects import device_class, node_slice, partitioned_slices
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState
 
 DRIVER = "gpu.example.com"

@@ -10,7 +10,7 @@ import yaml
 
 from extender.app import create_app
 from tests.e2e.harness import ROOT, sample
-from tracker.leadership import refuse_in_tree_allocator
+from tracker.apiserver.leadership import refuse_in_tree_allocator
 
 CONFIG = ROOT / "examples" / "kube-scheduler-config.yaml"
 

@@ -23,7 +23,7 @@ from extender.http_thread import Limits
 from extender.metrics import Metrics
 from kubesim.fakeapi import FakeApiServer
 from tests.eviction.harness import DRIVER, Cluster, CountedWrites
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 
 TOKEN = "s3cret-token"

@@ -9,7 +9,7 @@ from extender.health.leader_label import LABEL, LeaderLabel
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer
 from kubesim.objects import pod
-from tracker.api_source import ApiSource
+from tracker.apiserver.source import ApiSource
 
 NAMESPACE = "dra-system"
 

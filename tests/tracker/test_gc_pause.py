@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from tracker.reflector import GcPause
+from tracker.apiserver.reflector import GcPause
 
 
 def test_overlapping_lists_keep_gc_off_until_the_last_one_is_done() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tracker import leadership
-from tracker.leadership import Leadership
+from tracker.apiserver import leadership
+from tracker.apiserver.leadership import Leadership
 from tracker.timestamps import rfc3339
 
 

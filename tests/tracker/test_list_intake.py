@@ -23,8 +23,8 @@ from kubesim.fakeapi import FakeApiError, FakeApiServer, RequestInfo
 from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod, managed_fields
 from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, until
 from tracker import events as ev
-from tracker.api_source import ApiSource
-from tracker.reflector import LIST_PAGE_SIZE, lighten
+from tracker.apiserver.reflector import LIST_PAGE_SIZE, lighten
+from tracker.apiserver.source import ApiSource
 from tracker.resources import KIND_RESOURCES
 from tracker.source import SourceError
 from tracker.state import ClusterState

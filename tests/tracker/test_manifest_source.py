@@ -22,8 +22,8 @@ from allocator.parse import parse_device_taint_rule, parse_pod, parse_resource_c
 from kubesim.fakeapi.crd import SchemaValidator, compile_rule
 from tests.tiers import examples
 from tracker import events as ev
-from tracker.manifest_load import TRACKED
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.load import TRACKED
+from tracker.manifest.source import ManifestSource
 from tracker.source import Conflict, Invalid, NotFound
 
 ROOT = Path(__file__).resolve().parents[2]

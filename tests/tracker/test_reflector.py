@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tracker import events as ev
-from tracker.reflector import (
+from tracker.apiserver.reflector import (
     Bookmark,
     Freshness,
     Gone,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tracker import events as ev
-from tracker.discovery import parse_resource_list
+from tracker.apiserver.discovery import parse_resource_list
 from tracker.k8s_events import event_object, problem_event
 from tracker.resources import REQUIRED_KINDS, api_version, resource_for, upstream_rules
 from tracker.store import Problem

@@ -16,10 +16,10 @@ import pytest
 from bench.bench_scale5k_cpu import MemorySource
 from kubesim.null_source import NullSource
 from tests.tracker.test_leadership import LeaseSource
-from tracker.api_source import ApiSource
-from tracker.discovery import Transport
+from tracker.apiserver.discovery import Transport
+from tracker.apiserver.source import ApiSource
 from tracker.k8s_events import EventRecorder
-from tracker.manifest_source import ManifestSource
+from tracker.manifest.source import ManifestSource
 from tracker.source import (
     BindingSource,
     ClaimWriter,

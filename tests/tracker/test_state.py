@@ -413,7 +413,7 @@ async def test_views_with_costly_selectors_are_finished_in_the_background(
     left over are finished by the background task: until then the state is not ready, the
     devices not yet computed carry the pending taint (nothing is allocated on them), and the
     events that asked for the work reach the listeners only afterwards."""
-    from tracker import recompute
+    from tracker.views import recompute
 
     monkeypatch.setattr(recompute, "WARM_SLICE_SECONDS", 0.0)
     monkeypatch.setattr(recompute, "SLICE_HANDLER_SECONDS", 0.0)

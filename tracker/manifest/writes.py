@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 
 from tracker import events as ev
-from tracker.manifest_claims import ClaimController
-from tracker.manifest_dir import FileObject, now_utc, object_ref
-from tracker.manifest_load import Identity
-from tracker.manifest_overlay import OverlayStore
+from tracker.manifest.claims import ClaimController
+from tracker.manifest.directory import FileObject, now_utc, object_ref
+from tracker.manifest.load import Identity
+from tracker.manifest.overlay import OverlayStore
 from tracker.source import Conflict, Invalid, NotFound, merge_patch
 from tracker.timestamps import rfc3339
 

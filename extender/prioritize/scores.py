@@ -11,9 +11,9 @@ from allocator.allocation import Outcome
 from allocator.device_view import DeviceView
 from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
-from extender.outcomes import OutcomeCache
-from extender.packing import NodeFullness
-from extender.request_nodes import RequestNodes
+from extender.filter.outcomes import OutcomeCache
+from extender.filter.request_nodes import RequestNodes
+from extender.prioritize.packing import NodeFullness
 from tracker.state import ClusterState
 
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority

@@ -5,7 +5,7 @@
 server would give it: creationTimestamp, and a taint's timeAdded, both the
 time the object was first seen and kept while it is unchanged. A file that
 does not parse, or an object that is invalid, is logged and skipped alone
-(see `manifest_load`). `follow_directory` reloads after every change.
+(see `tracker.manifest.load`). `follow_directory` reloads after every change.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from tracker import events as ev
-from tracker.manifest_load import MAX_FILE_BYTES, FileResult, Identity, LoadError, json_copy, manifest_files, read_file
+from tracker.manifest.load import MAX_FILE_BYTES, FileResult, Identity, LoadError, json_copy, manifest_files, read_file
 from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.source")
@@ -53,7 +53,7 @@ class LoadReport:
 class FileObject:
     """The winning definition of one object, with the time defaults filled in (or a claim created while running)."""
 
-    source: Any  # the manifest_load.Candidate it came from (same object: file unchanged); None when created
+    source: Any  # the tracker.manifest.load.Candidate it came from (same object: file unchanged); None when created
     raw: dict[str, Any]
     digest: bytes
     spec_digest: bytes

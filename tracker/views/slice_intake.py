@@ -1,6 +1,6 @@
 """ResourceSlice intake: each event parsed, parsing again only the devices an update changed, and indexed.
 
-One part of the device views (tracker/device_views.py), the hot path of a
+One part of the device views (tracker/views/devices.py), the hot path of a
 driver's slice updates: the raw devices' digests let the parser reuse a
 device it parsed before (see parse_resource_slice), an update of the same
 devices in the same place keeps the indexes and the views of the devices it
@@ -19,10 +19,10 @@ import orjson
 from allocator.parse import device_digest, parse_resource_slice
 from allocator.types import ResourceSlice
 from tracker import events as ev
-from tracker.device_index import SliceIndex
-from tracker.node_changes import NodeChanges
-from tracker.recompute import Recompute
-from tracker.view_builder import CelVersions, ViewBuilder
+from tracker.views.builder import CelVersions, ViewBuilder
+from tracker.views.index import SliceIndex
+from tracker.views.node_changes import NodeChanges
+from tracker.views.recompute import Recompute
 
 
 class SliceIntake:

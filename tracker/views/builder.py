@@ -1,10 +1,10 @@
-"""The view builder: each device's patched view (tracker/patched_view.py) from its slice and the rules, patches and classes.
+"""The view builder: each device's patched view (tracker/views/patched.py) from its slice and the rules, patches and classes.
 
-One part of the device views (tracker/device_views.py): it holds the views
+One part of the device views (tracker/views/devices.py): it holds the views
 (per slice and per device) and the content versions that name a device in
-CEL cache keys; the intake parts (tracker/slice_intake.py,
-tracker/selector_intake.py) store the objects, and the scheduler
-(tracker/recompute.py) decides when views are computed.
+CEL cache keys; the intake parts (tracker/views/slice_intake.py,
+tracker/views/selector_intake.py) store the objects, and the scheduler
+(tracker/views/recompute.py) decides when views are computed.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from allocator.types import (
     ResourceSlice,
     ResourceSlicePatch,
 )
-from tracker.device_index import SelectorIndex, SliceIndex
-from tracker.patched_view import SelectorContext, effective_view
 from tracker.store import Problem
+from tracker.views.index import SelectorIndex, SliceIndex
+from tracker.views.patched import SelectorContext, effective_view
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -235,7 +235,7 @@ class ViewBuilder:
                 forget(current[device])
             version = versions.get(device)
             if version is not None:
-                forget(("orig", old.meta.name, version[2], device))  # patched_view.original_view's key
+                forget(("orig", old.meta.name, version[2], device))  # tracker.views.patched.original_view's key
 
 
 class Budget:

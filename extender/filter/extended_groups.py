@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from allocator.extended_resources import claims_per_node
 from allocator.features import Features
 from allocator.types import Pod, ResourceClaim
-from extender.request_nodes import RequestNodes
+from extender.filter.request_nodes import RequestNodes
 from tracker.state import ClusterState
 
 MAX_MEMORY_CLAIMS = 1024  # in-memory claims kept for placed pods (as many as the scores kept for /prioritize)

@@ -13,9 +13,9 @@ import copy
 
 from allocator.types import DELETE_PROTECTION_FINALIZER
 from tracker import events as ev
-from tracker.manifest_dir import object_ref
-from tracker.manifest_load import Identity
-from tracker.manifest_overlay import OverlayStore
+from tracker.manifest.directory import object_ref
+from tracker.manifest.load import Identity
+from tracker.manifest.overlay import OverlayStore
 
 
 class ClaimController:

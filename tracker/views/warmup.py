@@ -2,7 +2,7 @@
 
 A cold selector costs hundreds of microseconds per device (a hostile one up
 to its cost limit); paid here, a filter over thousands of nodes is answered
-from the cache. The device views' scheduler (tracker/recompute.py) queues
+from the cache. The device views' scheduler (tracker/views/recompute.py) queues
 the work and drains it in its background task, in slices, so it never holds
 the event loop; without a loop (tools, synchronous tests) it runs in place.
 """
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # it, under that call's own time budget.
 WARM_EVALUATION_SECONDS = 0.1
 
-log = logging.getLogger("tracker.device_views")  # the name its records have always had
+log = logging.getLogger("tracker.views.devices")  # the name its records have always had
 
 
 class SelectorWarmup:

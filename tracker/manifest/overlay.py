@@ -19,8 +19,8 @@ from typing import Any
 
 from tracker import events as ev
 from tracker.events import EventSink
-from tracker.manifest_dir import FileObject, object_ref
-from tracker.manifest_load import Identity
+from tracker.manifest.directory import FileObject, object_ref
+from tracker.manifest.load import Identity
 from tracker.source import merge_patch
 
 log = logging.getLogger("dra_extender.source")

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from tracker.discovery import Transport
+from tracker.apiserver.discovery import Transport
 from tracker.resources import LEASES
 from tracker.timestamps import rfc3339
 

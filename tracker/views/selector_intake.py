@@ -1,9 +1,9 @@
 """DeviceClass, DeviceTaintRule and ResourceSlicePatch intake: what changes the views of devices a selector names.
 
-One part of the device views (tracker/device_views.py): each event is parsed
-and stored, the selector index updated (tracker/device_index.py), and the
+One part of the device views (tracker/views/devices.py): each event is parsed
+and stored, the selector index updated (tracker/views/index.py), and the
 views of the devices the old and the new object may touch recomputed
-(tracker/recompute.py).
+(tracker/views/recompute.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from allocator.parse import parse_device_class, parse_device_taint_rule, parse_resource_slice_patch
 from allocator.types import DeviceID, DeviceTaintRule
 from tracker import events as ev
-from tracker.device_index import SelectorIndex, SliceIndex
-from tracker.recompute import Recompute
 from tracker.store import ChangeLog, Problem
-from tracker.view_builder import CelVersions, DeviceObjects, ViewBuilder
+from tracker.views.builder import CelVersions, DeviceObjects, ViewBuilder
+from tracker.views.index import SelectorIndex, SliceIndex
+from tracker.views.recompute import Recompute
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine

@@ -8,7 +8,7 @@ keeps serving throughout.
 What one line of a watch stream means is a pure function, `process_line`
 (as lightkube's watch driver decodes its stream): an event, a bookmark, a
 410 Gone, an error, or nothing. Everything here reaches the API server
-through a `Transport` (tracker.api_source.ApiSource).
+through a `Transport` (tracker.apiserver.source.ApiSource).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import orjson
 
 from tracker import events as ev
-from tracker.discovery import Transport
+from tracker.apiserver.discovery import Transport
 from tracker.events import EventSink
 from tracker.resources import Resource
 from tracker.source import SourceError, status_error

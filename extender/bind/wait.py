@@ -1,4 +1,4 @@
-"""The bind side of device binding conditions (extender/binding_conditions.py): wait, time out, deallocate.
+"""The bind side of device binding conditions (extender/bind/conditions.py): wait, time out, deallocate.
 
 /bind writes the allocation and answers an error while the conditions are
 pending, keeping the allocation and checking the binding timeout when it
@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 
 from allocator.extended_resources import is_extended_claim
 from allocator.types import Pod, ResourceClaim
-from extender.background import BackgroundTasks
-from extender.binding_conditions import (
+from extender.bind.background import BackgroundTasks
+from extender.bind.claim_writes import BIND_ATTEMPTS, ClaimWrites
+from extender.bind.conditions import (
     FAILED_REASON,
     PENDING,
     PENDING_REASON,
@@ -29,9 +30,8 @@ from extender.binding_conditions import (
     readiness,
     worst,
 )
-from extender.claim_writes import BIND_ATTEMPTS, ClaimWrites
+from extender.bind.pod_owners import BINDING, UNDOING, PodOwners
 from extender.metrics import Metrics
-from extender.pod_owners import BINDING, UNDOING, PodOwners
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus, parse_claim_status
 from tracker.source import BindingSource, Conflict, SourceError
@@ -69,14 +69,14 @@ class BindingWait:
         return datetime.fromtimestamp(self.clock(), UTC)
 
     def worst_of(self, claims: list[ResourceClaim]) -> Readiness | None:
-        """The claims' readiness to act on (extender.binding_conditions.worst), None when all are ready."""
+        """The claims' readiness to act on (extender.bind.conditions.worst), None when all are ready."""
         now = self._now()
         return worst([readiness(c, self.state.claim_status(c.key), timeout=self.timeout, now=now) for c in claims])
 
     async def check(self, pod: Pod, uid: str, node: str, keys: list[str]) -> str | None:
         """None when the pod may be bound now; else /bind's answer (the allocation is kept while pending).
 
-        Called by the pod's /bind, which owns the pod's claims (extender/pod_owners.py):
+        Called by the pod's /bind, which owns the pod's claims (extender/bind/pod_owners.py):
         no deallocation of them runs meanwhile.
         """
         claims = [self.state.claims[k] for k in keys if k in self.state.claims]

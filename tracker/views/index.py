@@ -1,6 +1,6 @@
 """The device views' indexes: where slices and devices are, and which rules and patches may touch a device.
 
-Kept apart from the views themselves (tracker/device_views.py) so that each
+Kept apart from the views themselves (tracker/views/devices.py) so that each
 answers one question: `SliceIndex` which slices a node reaches, which slice
 holds a device and which devices a selector names; `SelectorIndex` which
 rules and patches may touch a device, and which select by a class.

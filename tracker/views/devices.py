@@ -2,7 +2,7 @@
 
 What upstream's resourceslice/tracker does: every device as the allocator
 and the eviction controller see it, the driver's slice with the patches'
-attributes and the rules' taints applied (tracker/patched_view.py), kept
+attributes and the rules' taints applied (tracker/views/patched.py), kept
 current by recomputing only the devices a change can touch. A part of
 tracker/state.py's ClusterState: it shares the ledger, the change log and
 the problem reporter with the object store (tracker/store.py).
@@ -10,18 +10,18 @@ the problem reporter with the object store (tracker/store.py).
 `DeviceViews` composes smaller parts, each with one job, and is the only
 way in or out of them:
 
-- intake: tracker/slice_intake.py (slices, parsing again only the devices
-  an update changed) and tracker/selector_intake.py (classes, rules and
+- intake: tracker/views/slice_intake.py (slices, parsing again only the devices
+  an update changed) and tracker/views/selector_intake.py (classes, rules and
   patches);
-- the indexes (tracker/device_index.py: by node, pool and device, and the
+- the indexes (tracker/views/index.py: by node, pool and device, and the
   rules and patches by driver, pool and device, with wildcards);
-- the view builder (tracker/view_builder.py): computes and holds each
+- the view builder (tracker/views/builder.py): computes and holds each
   device's view, and the versions that name it in CEL cache keys;
-- the scheduler (tracker/recompute.py): views computed in the handler while
-  cheap, the rest and the CEL warm-up (tracker/warmup.py) in the background;
-- tracker/node_changes.py: which nodes must decide again, and each node's
+- the scheduler (tracker/views/recompute.py): views computed in the handler while
+  cheap, the rest and the CEL warm-up (tracker/views/warmup.py) in the background;
+- tracker/views/node_changes.py: which nodes must decide again, and each node's
   taken devices;
-- the read queries (tracker/device_queries.py), handed out as `queries`.
+- the read queries (tracker/views/queries.py), handed out as `queries`.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 from allocator.device_view import DeviceView, SliceView
 from allocator.types import DeviceClass, DeviceID, DeviceTaintRule, ResourceSlice, ResourceSlicePatch
 from tracker import events as ev
-from tracker.device_index import SelectorIndex, SliceIndex
-from tracker.device_queries import DeviceQueries
 from tracker.ledger import AllocationLedger
-from tracker.node_changes import NodeChanges
-from tracker.recompute import Recompute
-from tracker.selector_intake import SelectorIntake
-from tracker.slice_intake import SliceIntake
 from tracker.store import ChangeLog, Problem
-from tracker.view_builder import CelVersions, DeviceObjects, ViewBuilder
+from tracker.views.builder import CelVersions, DeviceObjects, ViewBuilder
+from tracker.views.index import SelectorIndex, SliceIndex
+from tracker.views.node_changes import NodeChanges
+from tracker.views.queries import DeviceQueries
+from tracker.views.recompute import Recompute
+from tracker.views.selector_intake import SelectorIntake
+from tracker.views.slice_intake import SliceIntake
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine

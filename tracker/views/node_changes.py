@@ -1,6 +1,6 @@
 """Which nodes must decide again when a slice or a device changes, and each node's taken node-local devices.
 
-One part of the device views (tracker/device_views.py): cached verdicts are
+One part of the device views (tracker/views/devices.py): cached verdicts are
 per node (the change log, tracker/store.py), and in a pool with shared
 counters a device on one node spends counters a device on another node may
 need, so a change there concerns every node of the pool.
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 from allocator.device_view import DeviceView
 from allocator.types import DeviceID, ResourceSlice
-from tracker.device_index import SliceIndex
 from tracker.ledger import AllocationLedger
 from tracker.store import ChangeLog
+from tracker.views.index import SliceIndex
 
 
 class NodeChanges:

@@ -1,7 +1,7 @@
 """The device views' read queries: slices a node reaches, a pool's slices, a device's slice, counters and shares.
 
-One part of the device views (tracker/device_views.py): reads the views the
-builder holds (tracker/view_builder.py), the indexes and the allocation
+One part of the device views (tracker/views/devices.py): reads the views the
+builder holds (tracker/views/builder.py), the indexes and the allocation
 ledger; writes nothing.
 """
 
@@ -14,9 +14,9 @@ from allocator.device_view import DeviceView, SliceView
 from allocator.quantity import format_quantity
 from allocator.tolerations import blocks_allocation
 from allocator.types import EFFECT_NO_EXECUTE, DeviceID, ResourceSlice
-from tracker.device_index import SliceIndex
 from tracker.ledger import AllocationLedger
-from tracker.view_builder import DeviceObjects, ViewBuilder
+from tracker.views.builder import DeviceObjects, ViewBuilder
+from tracker.views.index import SliceIndex
 
 
 class DeviceQueries:

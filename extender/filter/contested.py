@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel.lib.budget import set_deadline as set_cel_deadline
 from allocator.types import ResourceClaim
-from extender.node_fit import out_of_budget
-from extender.outcomes import OutcomeCache
+from extender.filter.node_fit import out_of_budget
+from extender.filter.outcomes import OutcomeCache
+from extender.filter.request_nodes import RequestNodes
 from extender.placements import Placement
-from extender.request_nodes import RequestNodes
 from tracker.state import ClusterState
 
 MAX_JOINT_PLACEMENTS = 4  # placed pods a /filter judges jointly with its own; beyond, it waits for their binds

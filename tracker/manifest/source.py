@@ -3,15 +3,15 @@
 Objects get the defaults the API server would give them (namespace, uid,
 creationTimestamp, generation, resourceVersion, taint timeAdded); a file
 that does not parse, or an object that is invalid, is logged and skipped
-alone (see `manifest_load`). The directory is watched and real differences
+alone (see `tracker.manifest.load`). The directory is watched and real differences
 are emitted as events.
 
-Four parts, composed here: the directory (`manifest_dir`: reading, merging,
+Four parts, composed here: the directory (`tracker.manifest.directory`: reading, merging,
 time defaults, watching), the overlay store standing in for the API server's
-storage (`manifest_overlay`: the files' objects with the writes made while
+storage (`tracker.manifest.overlay`: the files' objects with the writes made while
 running on top), the writes with the API server's checks
-(`manifest_writes`), and the stand-in resourceclaim controller
-(`manifest_claims`: a deleted pod's claims released). Events have nowhere
+(`tracker.manifest.writes`), and the stand-in resourceclaim controller
+(`tracker.manifest.claims`: a deleted pod's claims released). Events have nowhere
 to go: they are kept in `events` and logged.
 """
 
@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracker.events import EventSink
-from tracker.manifest_claims import ClaimController
-from tracker.manifest_dir import LoadReport, ManifestDirectory, follow_directory, now_utc
-from tracker.manifest_load import SUFFIXES, TRACKED, FileResult, LoadError
-from tracker.manifest_overlay import OverlayStore
-from tracker.manifest_writes import OverlayWrites
+from tracker.manifest.claims import ClaimController
+from tracker.manifest.directory import LoadReport, ManifestDirectory, follow_directory, now_utc
+from tracker.manifest.load import SUFFIXES, TRACKED, FileResult, LoadError
+from tracker.manifest.overlay import OverlayStore
+from tracker.manifest.writes import OverlayWrites
 from tracker.resources import api_version as registry_api_version
 from tracker.source import Source
 
@@ -126,7 +126,7 @@ class ManifestSource(OverlayWrites):
         """The registry's apiVersion (upstream DeviceTaintRule: the default version; a directory serves no versions)."""
         return registry_api_version(kind, group)
 
-    # ------------------------------------------------------------------ writes: OverlayWrites (manifest_writes)
+    # ------------------------------------------------------------------ writes: OverlayWrites (tracker.manifest.writes)
 
     async def create_event(self, event: dict[str, Any]) -> None:
         """Kept in `events` and logged: a directory has nowhere to post an Event."""

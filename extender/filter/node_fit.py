@@ -7,8 +7,8 @@ from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel.lib.budget import set_deadline as set_cel_deadline
 from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
-from extender.outcomes import OutcomeCache
-from extender.request_nodes import RequestNodes
+from extender.filter.outcomes import OutcomeCache
+from extender.filter.request_nodes import RequestNodes
 
 DEFAULT_OFFER_NODES = 100  # fully healthy fitting nodes after which /filter stops looking (0: offer every fitting node)
 
@@ -31,7 +31,7 @@ class NodeFit:
         With `offer_nodes` set and more names than that, the names are looked
         at in chunks from a rotating start, and the look stops once
         `offer_nodes` fitting nodes have the best health (no device with a
-        taint that does not block allocation, see extender/scores.py): the
+        taint that does not block allocation, see extender/prioritize/scores.py): the
         nodes not looked at are neither offered nor failed (kube-scheduler
         drops them). A pod that fits anywhere is never refused: only a look
         over every name ends with no fitting node. See
@@ -88,7 +88,7 @@ def out_of_budget(e: CelDeadlineExceeded, claims: list[ResourceClaim], names: li
 def fully_healthy(outcome: Outcome) -> bool:
     """A fit with the best /prioritize health: no device with a taint that does not block allocation (None, unknown effects).
 
-    A tolerated NoSchedule or NoExecute taint does not lower the score (see extender/scores.py).
+    A tolerated NoSchedule or NoExecute taint does not lower the score (see extender/prioritize/scores.py).
     """
     return not any(not blocks_allocation(t) for d in outcome.devices if d.taints for t in d.taints)
 

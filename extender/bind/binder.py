@@ -10,9 +10,9 @@ own pod. Every bind answers within `timeout` (below kube-scheduler's
 in the background, before its in-flight devices are released.
 
 The Binder decides and sequences; its collaborators do one job each:
-claim writes (extender/claim_writes.py), the undo of a failed bind
-(extender/bind_undo.py) and the binding-conditions wait
-(extender/binding_wait.py).
+claim writes (extender/bind/claim_writes.py), the undo of a failed bind
+(extender/bind/undo.py) and the binding-conditions wait
+(extender/bind/wait.py).
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from allocator.features import DEFAULT_FEATURES, Features
 from allocator.parse import ValidationError, parse_pod
 from allocator.pod_claims import being_deleted, may_use_dra
 from allocator.types import AllocationResult, Node, Pod, ResourceClaim
-from extender.background import BackgroundTasks
-from extender.bind_undo import BindUndo
-from extender.binding_conditions import Readiness
-from extender.binding_wait import BindingWait
-from extender.claim_writes import BIND_ATTEMPTS, BindFailed, ClaimWrites, Extended, ForeignAllocations, Written
+from extender.bind.background import BackgroundTasks
+from extender.bind.claim_writes import BIND_ATTEMPTS, BindFailed, ClaimWrites, Extended, ForeignAllocations, Written
+from extender.bind.conditions import Readiness
+from extender.bind.pod_owners import BINDING, PodOwners
+from extender.bind.undo import BindUndo
+from extender.bind.wait import BindingWait
 from extender.metrics import Metrics
 from extender.placements import PlacementGate
-from extender.pod_owners import BINDING, PodOwners
 from extender.wire import BindingArgs
 from tracker import events as ev
 from tracker.ledger import Reservation
@@ -144,7 +144,7 @@ class Binder:
     # ------------------------------------------------------------------ decide, then write
 
     async def _bind_with_claims(self, pod: Pod, uid: str, args: BindingArgs, deadline: float) -> Failure | None:
-        """The pod's claims are this bind's alone until it and the undo of its writes are done (extender/pod_owners.py)."""
+        """The pod's claims are this bind's alone until it and the undo of its writes are done (extender/bind/pod_owners.py)."""
         busy = self.owners.take(uid, BINDING)
         if busy is not None:
             self.metrics.binds.labels("claims_busy").inc()

@@ -1,11 +1,11 @@
 """When device views are computed: in the event's handler as long as it is cheap, then in the background.
 
-One part of the device views (tracker/device_views.py). Rule, patch and
+One part of the device views (tracker/views/devices.py). Rule, patch and
 class selectors may be costly: a slice's handler computes its devices' views
 for at most SLICE_HANDLER_SECONDS and leaves the rest provisional; a rule,
 patch or class change recomputes for one slice of WARM_SLICE_SECONDS. What
 is left continues in a background task on the event loop, in slices of
-WARM_SLICE_SECONDS, before the CEL warm-up (tracker/warmup.py), and the
+WARM_SLICE_SECONDS, before the CEL warm-up (tracker/views/warmup.py), and the
 events that asked for it reach the listeners once it is done. Without an
 event loop (tools, synchronous tests) everything runs in place.
 """
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from allocator.device_view import DeviceView
 from allocator.types import DeviceClass, DeviceID, ResourceSlice
 from tracker import events as ev
-from tracker.device_index import SliceIndex
-from tracker.view_builder import Budget, ViewBuilder
-from tracker.warmup import SelectorWarmup
+from tracker.views.builder import Budget, ViewBuilder
+from tracker.views.index import SliceIndex
+from tracker.views.warmup import SelectorWarmup
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -113,7 +113,7 @@ class Recompute:
         self._defer(grouped, loop)
 
     def warm(self, devices: Iterable[DeviceView], classes: Iterable[DeviceClass]) -> None:
-        """Evaluate class selectors when devices or classes change (tracker/warmup.py).
+        """Evaluate class selectors when devices or classes change (tracker/views/warmup.py).
 
         On an event loop the work runs in the background task, in slices of
         WARM_SLICE_SECONDS, so it never holds the loop; without one (tools,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from allocator.types import Pod
-from extender.background import BackgroundTasks
-from extender.claim_writes import BIND_ATTEMPTS, ClaimWrites, Written
+from extender.bind.background import BackgroundTasks
+from extender.bind.claim_writes import BIND_ATTEMPTS, ClaimWrites, Written
 from tracker import events as ev
 from tracker.claim_status import parse_claim_status
 from tracker.ledger import Reservation
@@ -45,7 +45,7 @@ class BindUndo:
 
         The scheduler's httpTimeout does not wait for clean-up, and the
         in-flight devices stay held until the undo is done either way (so
-        does the pod's ownership of its claims, extender/pod_owners.py).
+        does the pod's ownership of its claims, extender/bind/pod_owners.py).
         """
         task = self.in_background(pod, uid, node, written, hold)
         left = deadline - time.monotonic()

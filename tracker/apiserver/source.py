@@ -6,9 +6,9 @@ raw bytes (docs/dependencies.md#kubernetes-asyncio), so every list and watch her
 `call_api(..., _preload_content=False)` and orjson.
 
 This module wires the pieces: the client and its session, one reflector per
-kind (tracker/reflector.py: list, watch, resume, 410 re-list, backoff, GC
-freeze), discovery of the optional APIs (tracker/discovery.py), the writes
-(tracker/writes.py) and Events (tracker/k8s_events.py); where each kind
+kind (tracker/apiserver/reflector.py: list, watch, resume, 410 re-list, backoff, GC
+freeze), discovery of the optional APIs (tracker/apiserver/discovery.py), the writes
+(tracker/apiserver/writes.py) and Events (tracker/k8s_events.py); where each kind
 lives is tracker/resources.py.
 """
 
@@ -25,12 +25,12 @@ import orjson
 import yarl
 
 from tracker import events as ev
-from tracker.discovery import DiscoveryUnknown, discover_upstream_rules, served
+from tracker.apiserver.discovery import DiscoveryUnknown, discover_upstream_rules, served
+from tracker.apiserver.reflector import BACKOFF_INITIAL, Freshness, Reflector, WatchResponse
+from tracker.apiserver.writes import ApiWrites
 from tracker.events import EventSink
-from tracker.reflector import BACKOFF_INITIAL, Freshness, Reflector, WatchResponse
 from tracker.resources import CORE_RESOURCES, OPTIONAL_KINDS, OWN_PATCHES, OWN_RULES, Resource
 from tracker.source import Source, SourceError, status_error
-from tracker.writes import ApiWrites
 
 log = logging.getLogger("dra_extender.source")
 
@@ -100,7 +100,7 @@ class ApiSource(ApiWrites):
         """Load the kubeconfig (or the pod's configuration) now: a fault is a one-line KubeconfigError naming WHERE and the file, not a traceback at the first request."""
         from kubernetes_asyncio.config.config_exception import ConfigException
 
-        from tracker.kubeconfig import KubeconfigError, check
+        from tracker.apiserver.kubeconfig import KubeconfigError, check
 
         if not self.in_cluster and self.kubeconfig:
             check(self.kubeconfig, where, self.context)

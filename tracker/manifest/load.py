@@ -20,6 +20,7 @@ from typing import Any, Final
 import orjson
 import yaml
 
+from allocator import api_limits as schema
 from allocator.parse import (
     ValidationError,
     parse_device_class,
@@ -33,7 +34,6 @@ from allocator.parse import (
 )
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NO_SCHEDULE, EFFECT_NONE
 from tracker import events as ev
-from tracker import manifest_schema as schema
 from tracker.timestamps import rfc3339
 
 log = logging.getLogger("dra_extender.source")
