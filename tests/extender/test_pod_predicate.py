@@ -30,7 +30,8 @@ from extender.webhook.app import create_webhook_app
 from extender.webhook.classes import DeviceClassNames
 from kubectl_dra.cli import build_parser, run
 from kubesim.fakeapi import FakeApiServer
-from tests.extender.api_cluster import RESOURCE, ApiCluster, claim, device_class, node, node_slice
+from kubesim.objects import claim, node
+from tests.extender.api_cluster import RESOURCE, ApiCluster, gpu_class, node_slice
 from tracker import events as ev
 
 SCHEDULER = "dra-scheduler"
@@ -118,7 +119,7 @@ async def api() -> AsyncIterator[FakeApiServer]:
 async def _webhook_patch(pod: dict[str, Any]) -> list[dict[str, Any]]:
     """What /mutate answers for the creation of `pod`, the classes listed."""
     classes = DeviceClassNames()
-    classes.replace(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, [device_class(RESOURCE)])
+    classes.replace(ev.DEVICE_CLASS, ev.GROUP_RESOURCE, [gpu_class(RESOURCE)])
     classes.mark_synced(ev.DEVICE_CLASS, ev.GROUP_RESOURCE)
     review = {
         "apiVersion": "admission.k8s.io/v1",
@@ -154,14 +155,14 @@ def _allocated_claims(api: FakeApiServer) -> list[str]:
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 async def test_the_webhook_filter_bind_and_why_agree(api: FakeApiServer, tmp_path: Path, row: Row) -> None:
     # The allocator's predicates, in their order: with the classes known, without them, on the request body.
-    served = class_mapping({"gpu": parse_device_class(device_class(RESOURCE))})
+    served = class_mapping({"gpu": parse_device_class(gpu_class(RESOURCE))})
     parsed = parse_pod(row.pod)
     assert (dra_use(parsed, served) is not None) == row.uses_dra
     assert may_use_dra(parsed) >= row.uses_dra and raw_may_use_dra(row.pod) >= may_use_dra(parsed)
     assert raw_needs_extender(row.pod) >= (may_use_dra(parsed) or bool(parsed.volume_claims))
 
-    api.create(device_class(RESOURCE))
-    api.create(node(NODE))
+    api.create(gpu_class(RESOURCE))
+    api.create(node(NODE, hostname=True))
     api.create(node_slice(NODE, 2))
     for obj in row.objects:
         api.create(obj)

@@ -23,7 +23,8 @@ import aiohttp
 import pytest
 
 from kubesim.fakeapi import FakeApiServer
-from tests.extender.api_cluster import ApiCluster, claim, device_class, node, pod_with_claim
+from kubesim.objects import claim, node
+from tests.extender.api_cluster import ApiCluster, gpu_class, pod_with_claim
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 Slice = dict[str, Any]
@@ -647,8 +648,8 @@ def gpu_slice(**capacity: Any) -> Slice:
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ApiCluster]:
     async with FakeApiServer(bookmark_interval=0.2) as api:
-        api.create(device_class())
-        api.create(node("n1"))
+        api.create(gpu_class())
+        api.create(node("n1", hostname=True))
         c = ApiCluster(api, tmp_path)
         yield c
         await c.stop()
