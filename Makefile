@@ -26,8 +26,8 @@ test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # In-process tests (no dra-extender or fake API server subprocess, no kube-scheduler model, no real-clock rate,
-# none marked `slow`) on two xdist workers: under a minute on 2 idle cores (1,298 tests, 88 s of CPU measured
-# under load; the whole fast tier was 159 s of CPU before the split); longer when other jobs share the cores.
+# none marked `slow`) on two xdist workers: 50 s on 2 idle cores (1,327 tests; 50 s wall, 92 s of CPU, measured at
+# load 0.6; the whole fast tier was 148 s serial before the split); longer when other jobs share the cores.
 test-fast: $(VENV)/.installed
 	DRA_TEST_TIER=fast $(BIN)/python -m pytest -q -n 2 -m "not e2e and not slow" $(PYTEST_ARGS)
 
