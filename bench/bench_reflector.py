@@ -44,6 +44,7 @@ import httpx
 import orjson
 
 from bench.common import RESULTS
+from kubesim import objects
 from kubesim.measure import Cpu, machine, pct, proc_status_mb
 from kubesim.objects import device_class, node_slice
 from kubesim.processes import free_port, start_extender, start_fake_api, stop_process
@@ -116,12 +117,7 @@ def cluster(slices: int, devices: int, pods: int) -> list[dict[str, Any]]:
 
 
 def claim(c: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"claim-{c:05d}", "namespace": NAMESPACE},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-    }
+    return objects.claim(f"claim-{c:05d}", NAMESPACE, device_class=DRIVER)
 
 
 def probe_filter_args(slices: int, uid: str, nodes: int = 100) -> bytes:
