@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from allocator.allocation import Allocator
+from allocator.cel import CelEnvironment
+from extender.metrics import Metrics
+from extender.service import Service, build_service
 from extender.wire import ExtenderArgs, parse_extender_args
 from kubesim.objects import claim, pod
 from tracker.manifest.source import ManifestSource
@@ -22,6 +27,18 @@ async def load(source: ManifestSource, state: ClusterState, *, tries: int = 300)
         await asyncio.sleep(0.01)
     assert state.ready, "the manifest cluster did not load"
     return task
+
+
+async def manifest_service(
+    directory: Path, *, allocator: dict[str, Any] | None = None, **options: Any
+) -> tuple[Service, asyncio.Task[None]]:
+    """A Service over the manifests in `directory`, loaded and ready, and the task feeding it (the caller cancels it);
+    `allocator` holds Allocator options, `options` build_service's."""
+    cel = CelEnvironment()
+    state = ClusterState(cel)
+    source = ManifestSource(directory, watch=False)
+    service = build_service(state, source, Allocator(cel, **(allocator or {})), Metrics(), **options)
+    return service, await load(source, state)
 
 
 def claimed_pod(name: str, claim_name: str, device_class: str, exactly: dict[str, Any] | None = None) -> list[dict[str, Any]]:

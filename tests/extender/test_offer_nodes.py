@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from allocator.allocation import Allocator
-from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
-from extender.service import Service, build_service
+from extender.service import Service
 from extender.wire import BindingArgs, ExtenderArgs
-from tests.extender.manifest_cluster import claimed_pod, filter_args, load
-from tracker.manifest.source import ManifestSource
-from tracker.state import ClusterState
+from tests.extender.manifest_cluster import claimed_pod, filter_args, manifest_service
 
 NODES = [f"node-{i:02d}" for i in range(12)]
 
@@ -62,11 +57,8 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
     async def run(gpus: dict[str, int], offer_nodes: int, taints: dict[str, str] | None = None, tolerate: bool = False) -> Service:
         directory = tmp_path / f"c{len(tasks)}"
         _cluster(directory, gpus, taints, tolerate)
-        cel = CelEnvironment()
-        state = ClusterState(cel)
-        source = ManifestSource(directory, watch=False)
-        service = build_service(state, source, Allocator(cel), Metrics(), offer_nodes=offer_nodes, placement_wait=0.2)
-        tasks.append(await load(source, state))
+        service, task = await manifest_service(directory, offer_nodes=offer_nodes, placement_wait=0.2)
+        tasks.append(task)
         return service
 
     yield run

@@ -11,15 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from allocator.allocation import Allocator
-from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
-from extender.service import Service, build_service
+from extender.service import Service
 from extender.wire import BindingArgs, ExtenderArgs
 from kubesim.objects import device_class, node_slice, partitioned_slices
-from tests.extender.manifest_cluster import claimed_pod, filter_args, load
-from tracker.manifest.source import ManifestSource
-from tracker.state import ClusterState
+from tests.extender.manifest_cluster import claimed_pod, filter_args, manifest_service
 
 DRIVER = "gpu.example.com"
 NODES = ["n0", "n1", "n2"]
@@ -53,12 +48,10 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
     ) -> Service:
         directory = tmp_path / f"c{len(tasks)}"
         _manifest(directory, kind, devices, taints or {})
-        cel = CelEnvironment()
-        state = ClusterState(cel)
-        source = ManifestSource(directory, watch=False)
-        allocator = Allocator(cel, device_placement=device_placement)
-        service = build_service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
-        tasks.append(await load(source, state))
+        service, task = await manifest_service(
+            directory, allocator={"device_placement": device_placement}, placement_wait=0.2, node_placement=policy
+        )
+        tasks.append(task)
         return service
 
     yield run
