@@ -48,6 +48,7 @@ from extender.health.receiver import Receiver
 from extender.http_thread import Limits
 from extender.metrics import Metrics
 from extender.service import Service, build_service
+from kubesim.measure import pct
 from kubesim.null_source import NullSource
 from kubesim.objects import node, uuid_slice
 from tests.health.harness import asgi_post
@@ -112,11 +113,6 @@ async def post(receiver: Receiver, data: bytes) -> tuple[int, float]:
     start = time.perf_counter()
     status, _ = await asgi_post(receiver.app, "/alerts", [*HEADERS, (b"content-length", str(len(data)).encode())], data)
     return status, (time.perf_counter() - start) * 1000
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
 async def filter_latencies(service: Service, raw: bytes, seconds: float) -> list[float]:

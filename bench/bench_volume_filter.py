@@ -34,6 +34,7 @@ from extender import wire
 from extender.metrics import Metrics
 from extender.service import Service, build_service
 from kubesim import objects
+from kubesim.measure import pct
 from kubesim.null_source import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
@@ -109,11 +110,6 @@ async def measure(service: Service, body: bytes, calls: int) -> tuple[list[float
         cpu.append((time.thread_time() - start_cpu) * 1000)
         wall.append((time.perf_counter() - start) * 1000)
     return wall, cpu
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 async def run(nodes: int, calls: int) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import httpx
 import orjson
 
 from bench.workloads.cluster import PodClaim
+from kubesim.measure import pct
 from kubesim.processes import ROOT, start_server
 from tracker import events as ev
 from tracker.resources import api_version as registry_api_version
@@ -190,10 +191,10 @@ async def time_pods(
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    v = sorted(values)
+    """Mean, median, p99 and max of `values` (seconds), in milliseconds."""
     return {
-        "mean": round(sum(v) / len(v) * 1000, 3),
-        "p50": round(v[len(v) // 2] * 1000, 3),
-        "p99": round(v[min(len(v) - 1, int(0.99 * len(v)))] * 1000, 3),
-        "max": round(v[-1] * 1000, 3),
+        "mean": round(sum(values) / len(values) * 1000, 3),
+        "p50": round(pct(values, 0.5) * 1000, 3),
+        "p99": round(pct(values, 0.99) * 1000, 3),
+        "max": round(max(values) * 1000, 3),
     }
