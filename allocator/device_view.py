@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
-from allocator.node_selection import node_selector_matches
+from allocator.node_selection import reaches
 from allocator.quantity import Quantity
 from allocator.types import (
     AttributeValue,
@@ -54,13 +54,7 @@ class DeviceView:
         return self.id.device
 
     def reachable_from(self, node: Node) -> bool:
-        if self.node_name is not None:
-            return self.node_name == node.name
-        if self.all_nodes:
-            return True
-        if self.node_selector is not None:
-            return node_selector_matches(self.node_selector, node)
-        return False
+        return reaches(node, self.node_name, self.all_nodes, self.node_selector)
 
 
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
@@ -85,12 +79,8 @@ class SliceView:
     shared_counters: tuple[CounterSet, ...] = ()
 
     def reachable_from(self, node: Node) -> bool:
-        """Whether this slice takes part in pool gathering for `node` (upstream GatherPools)."""
-        if self.node_name is not None:
-            return self.node_name == node.name
-        if self.all_nodes:
-            return True
-        if self.node_selector is not None:
-            return node_selector_matches(self.node_selector, node)
-        # perDeviceNodeSelection: the slice counts for completeness; devices are checked one by one.
-        return self.per_device_node_selection
+        """Whether this slice takes part in pool gathering for `node` (upstream GatherPools).
+
+        With perDeviceNodeSelection the slice counts for completeness; its devices are checked one by one.
+        """
+        return reaches(node, self.node_name, self.all_nodes, self.node_selector, otherwise=self.per_device_node_selection)

@@ -34,6 +34,8 @@ REASON_DEVICE_REFUSED = "device_refused"  # a device with a field that would ove
 REASON_CLAIMS_UNRESOLVED = "claims_unresolved"  # a claim not created yet, not found, being deleted or reserved for too many
 REASON_BINDING_CONDITIONS = "binding_conditions"  # the claims' binding conditions pending or failed
 REASON_NOT_BOUND = "not_bound"  # /bind could not bind the pod (dra_extender_binds_total says which way)
+REASON_VOLUME_TAINTED = "volume_tainted"  # a PVC or PV of the pod has a taint the pod does not tolerate
+REASON_WITHHELD = "withheld"  # a node fits, but a pod being bound may take its devices there (the placement gate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,18 @@ def node_selector_matches(selector: NodeSelector, node: Node) -> bool:
     return any(_term_matches(term, node) for term in selector.terms)
 
 
+def reaches(node: Node, node_name: str | None, all_nodes: bool, node_selector: NodeSelector | None, *, otherwise: bool = False) -> bool:
+    """Whether a slice's or device's node fields (nodeName, allNodes, nodeSelector: one is set) take in `node`;
+    `otherwise` when none is set."""
+    if node_name is not None:
+        return node_name == node.name
+    if all_nodes:
+        return True
+    if node_selector is not None:
+        return node_selector_matches(node_selector, node)
+    return otherwise
+
+
 def node_name_selector(node_name: str) -> NodeSelector:
     """The selector upstream writes for an allocation that uses a node-local device."""
     return NodeSelector((NodeSelectorTerm(match_fields=(NodeSelectorRequirement("metadata.name", "In", (node_name,)),)),))

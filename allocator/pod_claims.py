@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from allocator.extended_resources import IMPLICIT_PREFIX, is_extended_claim
+from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, plain
 from allocator.pod_volumes import has_pvc_volumes
 from allocator.types import Pod, ResourceClaim
 
@@ -136,7 +137,7 @@ def claim_names(pod: Pod) -> list[str]:
     return [r.name for r in claim_refs(pod) if r.name is not None]
 
 
-def being_deleted(claims: Sequence[ResourceClaim]) -> str | None:
+def being_deleted(claims: Sequence[ResourceClaim]) -> Failure | None:
     """Why the pod cannot use its claims when one of them is being deleted (upstream's PreFilter), else None.
 
     Upstream refuses the pod, unschedulable on every node, for any claim with
@@ -150,5 +151,5 @@ def being_deleted(claims: Sequence[ResourceClaim]) -> str | None:
             continue
         if is_extended_claim(claim) and claim.allocation is None:
             continue
-        return f'resourceclaim "{claim.meta.name}" is being deleted'
+        return plain(REASON_CLAIMS_UNRESOLVED, f'resourceclaim "{claim.meta.name}" is being deleted')
     return None

@@ -48,7 +48,9 @@ from extender.health.receiver import Receiver
 from extender.http_thread import Limits
 from extender.metrics import Metrics
 from extender.service import Service, build_service
+from kubesim.measure import pct
 from kubesim.null_source import NullSource
+from kubesim.objects import node, uuid_slice
 from tests.health.harness import asgi_post
 from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
@@ -64,21 +66,7 @@ def objects(nodes: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for n in range(nodes):
         name = f"node-{n:04d}"
-        out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-        devices = [{"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{name}-{i}"}}} for i in range(8)]
-        out.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{name}-gpus"},
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": name,
-                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            }
-        )
+        out += [node(name), uuid_slice(name, DRIVER, 8)]
     out.append(
         {
             "apiVersion": "resource.dra-extender.io/v1alpha1",
@@ -125,11 +113,6 @@ async def post(receiver: Receiver, data: bytes) -> tuple[int, float]:
     start = time.perf_counter()
     status, _ = await asgi_post(receiver.app, "/alerts", [*HEADERS, (b"content-length", str(len(data)).encode())], data)
     return status, (time.perf_counter() - start) * 1000
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
 async def filter_latencies(service: Service, raw: bytes, seconds: float) -> list[float]:

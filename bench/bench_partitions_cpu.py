@@ -16,27 +16,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import gc
-import io
-import json
 import os
 import platform
-import pstats
 import random
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.bench_scale5k_cpu import MemorySource, one_pod, summary
+from bench.common import RESULTS, MemorySource, one_pod, record_run, scheduled_objects, summary, time_pods
 from bench.workloads.cluster import DRIVER, PodClaim, base_objects, node_name
 from kubesim.objects import PARTITIONS_GI, partitioned_slices
-from tracker import events as ev
 
-RESULTS = Path(__file__).parent / "results"
 GPUS = 8
 
 
@@ -59,12 +52,7 @@ def build(nodes: int, pods: int) -> tuple[Any, list[PodClaim]]:
     for o in objs:
         rv += 1
         o["metadata"].setdefault("resourceVersion", str(rv))
-    scheduled = {name for pc in pcs for name in (pc.name, pc.claim)}
-    held = {
-        (o["kind"], f"{o['metadata']['namespace']}/{o['metadata']['name']}"): o
-        for o in objs
-        if o["kind"] in (ev.POD, ev.RESOURCE_CLAIM) and o["metadata"]["name"] in scheduled
-    }
+    held = scheduled_objects(objs, pcs)
     state = ClusterState(CelEnvironment())
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for o in objs:
@@ -92,19 +80,7 @@ async def run(nodes: int, pods: int, warm: int, profile: bool, label: str) -> di
         await asyncio.gather(*warming)
     for pc in pcs[:warm]:
         await one_pod(service, pc, names_body, rng)
-    prof = cProfile.Profile() if profile else None
-    samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "total": []}
-    offered = []
-    if prof is not None:
-        prof.enable()
-    for pc in pcs[warm:]:
-        r = await one_pod(service, pc, names_body, rng)
-        for verb in ("filter", "prioritize", "bind"):
-            samples[verb].append(r[verb])
-        samples["total"].append(r["filter"] + r["prioritize"] + r["bind"])
-        offered.append(r["offered"])
-    if prof is not None:
-        prof.disable()
+    samples, offered, profile_text = await time_pods(service, pcs[warm:], names_body, rng, (30, 40) if profile else None)
     result: dict[str, Any] = {
         "label": label,
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -120,22 +96,14 @@ async def run(nodes: int, pods: int, warm: int, profile: bool, label: str) -> di
         "offered_per_filter": {"min": min(offered), "max": max(offered), "mean": round(sum(offered) / len(offered), 1)},
         "cpu_ms": {k: summary(v) for k, v in samples.items()},
     }
-    if prof is not None:
-        s = io.StringIO()
-        ps = pstats.Stats(prof, stream=s)
-        ps.sort_stats("tottime").print_stats(30)
-        ps.sort_stats("cumulative").print_stats(40)
-        result["profile_text"] = s.getvalue()
+    if profile_text is not None:
+        result["profile_text"] = profile_text
     return result
 
 
 def write(result: dict[str, Any], tag: str) -> None:
-    RESULTS.mkdir(exist_ok=True)
     text = result.pop("profile_text", None)
-    path = RESULTS / "partitions-cpu.json"
-    runs = json.loads(path.read_text()) if path.exists() else {}
-    runs[tag] = result
-    path.write_text(json.dumps(runs, indent=2) + "\n")
+    runs = record_run("partitions-cpu", tag, result)
     if text is not None:
         (RESULTS / f"partitions-cpu-profile-{tag}.txt").write_text(
             f"# cProfile of {result['pods']} pods at {result['nodes']} names ({result['label']}); load {result['load_average_start']}\n\n"

@@ -282,11 +282,7 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
     ext_proc = None
     try:
         with httpx.Client(base_url=api_url, timeout=300) as http:
-            http.post(
-                "/_fake/objects",
-                content=orjson.dumps({"kind": "List", "items": _cluster(nodes)}),
-                headers={"Content-Type": "application/json"},
-            ).raise_for_status()
+            seed(http, _cluster(nodes))
         port = free_port()
         cmd = [
             sys.executable,

@@ -44,9 +44,10 @@ import httpx
 import orjson
 
 from bench.common import RESULTS
+from kubesim import objects
 from kubesim.measure import Cpu, machine, pct, proc_status_mb
 from kubesim.objects import device_class, node_slice
-from kubesim.processes import free_port, start_extender, start_fake_api, stop_process
+from kubesim.processes import free_port, seed, start_extender, start_fake_api, stop_process
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -116,12 +117,7 @@ def cluster(slices: int, devices: int, pods: int) -> list[dict[str, Any]]:
 
 
 def claim(c: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"claim-{c:05d}", "namespace": NAMESPACE},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-    }
+    return objects.claim(f"claim-{c:05d}", NAMESPACE, device_class=DRIVER)
 
 
 def probe_filter_args(slices: int, uid: str, nodes: int = 100) -> bytes:
@@ -502,12 +498,7 @@ def _seed(api: str, objs: list[dict[str, Any]]) -> float:
     """POST the objects to the fake API server in lists of 2,000; the seconds it took."""
     t = time.perf_counter()
     with httpx.Client(base_url=api, timeout=300) as http:
-        for i in range(0, len(objs), 2000):
-            http.post(
-                "/_fake/objects",
-                content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
-                headers={"Content-Type": "application/json"},
-            ).raise_for_status()
+        seed(http, objs)
         counts = http.get("/_fake/state").json()["objects"]
     seconds = round(time.perf_counter() - t, 2)
     print(f"  seeded {len(objs)} objects in {seconds} s: {counts}", flush=True)

@@ -25,14 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
-import cProfile
 import gc
-import io
-import json
 import os
 import platform
-import pstats
 import random
 import resource
 import time
@@ -44,69 +39,14 @@ from typing import Any
 
 import orjson
 
+from bench.common import RESULTS, MemorySource, one_pod, record_run, scheduled_objects, summary, time_pods
 from bench.workloads.cluster import PodClaim, base_objects, new_shape_claim, node_name
 from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod
 from tracker import events as ev
-from tracker.resources import api_version as registry_api_version
 from tracker.resources import resource_for
-from tracker.source import SourceError, merge_patch
 
-RESULTS = Path(__file__).parent / "results"
 NODES, DEVICES = 5000, 8
 SHAPES = 3  # never-seen claim shapes probed after the pods
-
-
-class MemorySource:
-    """The scheduled pods and their claims held in memory, as an API server would; a pod's binding is
-    echoed into the state like a watch event."""
-
-    description = "bench"
-
-    def __init__(self, state: Any, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
-        self.state = state
-        self.objects = objects  # (kind, namespace/name) -> object
-        self.rv = 50_000_000
-
-    def _next_rv(self) -> str:
-        self.rv += 1
-        return str(self.rv)
-
-    async def get(self, kind: str, namespace: str, name: str, group: str | None = None) -> dict[str, Any] | None:
-        raw = self.objects.get((kind, f"{namespace}/{name}"))
-        return copy.deepcopy(raw) if raw is not None else None
-
-    async def patch_claim(self, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
-        key = (ev.RESOURCE_CLAIM, f"{namespace}/{name}")
-        raw = copy.deepcopy(self.objects[key])
-        patch = copy.deepcopy(patch)
-        patch.get("metadata", {}).pop("resourceVersion", None)
-        raw = merge_patch(raw, patch)
-        raw["metadata"]["resourceVersion"] = self._next_rv()
-        self.objects[key] = raw
-        return copy.deepcopy(raw)
-
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        key = f"{namespace}/{name}"
-        raw = copy.deepcopy(self.objects[(ev.POD, key)])
-        raw["spec"]["nodeName"] = node
-        raw["metadata"]["resourceVersion"] = self._next_rv()
-        self.objects[(ev.POD, key)] = raw
-        self.state.apply(ev.ObjectEvent("MODIFIED", ev.POD, ev.GROUP_CORE, key, copy.deepcopy(raw)))
-
-    async def create_event(self, event: dict[str, Any]) -> None:
-        pass
-
-    async def create_claim(self, namespace: str, claim: dict[str, Any]) -> dict[str, Any]:
-        raise SourceError("bench: no extended-resource claims")
-
-    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
-        raise SourceError("bench: no extended-resource claims")
-
-    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        raise SourceError("bench: no extended-resource claims")
-
-    def api_version(self, kind: str, group: str) -> str:
-        return registry_api_version(kind, group)
 
 
 def scale5k_objects(pods: int, heavy: bool = True, bound: int = 5000, others: int = 5000) -> tuple[list[dict[str, Any]], list[PodClaim]]:
@@ -193,13 +133,7 @@ async def build(
     from tracker.state import ClusterState
 
     objs, pcs = scale5k_objects(pods, heavy, bound, others)
-    # What /bind reads and writes: the scheduled pods and their claims (the API server's copies).
-    scheduled = {name for pc in pcs for name in (pc.name, pc.claim)}
-    held = {
-        (o["kind"], f"{o['metadata']['namespace']}/{o['metadata']['name']}"): o
-        for o in objs
-        if o["kind"] in (ev.POD, ev.RESOURCE_CLAIM) and o["metadata"]["name"] in scheduled
-    }
+    held = scheduled_objects(objs, pcs)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for o in objs:
         groups.setdefault((o["kind"], o["apiVersion"].rpartition("/")[0]), []).append(o)
@@ -236,59 +170,12 @@ async def build(
     return service, pcs, {"intake_peak_mb": round(peak / 2**20, 1), "intake_held_mb": round(current / 2**20, 1)}
 
 
-async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Random) -> dict[str, float]:
-    from extender import wire
-
-    raw_pod = service.source.objects[(ev.POD, f"default/{pc.name}")]
-    pod_json = orjson.dumps(raw_pod)
-    body = b'{"Pod":' + pod_json + b',"Nodes":null,"NodeNames":' + names_body + b"}"
-    out: dict[str, float] = {}
-    t = time.thread_time()
-    args = wire.parse_extender_args(body)
-    passed, failed = await service.filter(args)
-    answer = wire.filter_result(args, passed, unresolvable=failed)
-    out["filter"] = time.thread_time() - t
-    offered = orjson.loads(answer)["NodeNames"]  # kube-scheduler's side: not timed
-    body = orjson.dumps({"Pod": raw_pod, "Nodes": None, "NodeNames": offered})
-    t = time.thread_time()
-    args = wire.parse_extender_args(body)
-    scores = service.prioritize_without_state(args)
-    if scores is None:
-        scores = service.prioritize(args)
-    answer = wire.priority_list(scores)
-    out["prioritize"] = time.thread_time() - t
-    ranked = orjson.loads(answer)
-    best = max(s["Score"] for s in ranked)
-    node = rng.choice([s["Host"] for s in ranked if s["Score"] == best])
-    body = orjson.dumps({"PodName": pc.name, "PodNamespace": "default", "PodUID": pc.uid, "Node": node})
-    t = time.thread_time()
-    bargs = wire.parse_binding_args(body)
-    refusal = await service.bind(bargs)
-    error = "" if refusal is None else refusal.message
-    wire.binding_result(error)
-    out["bind"] = time.thread_time() - t
-    if error:
-        raise RuntimeError(f"bind {pc.name} on {node}: {error}")
-    out["offered"] = len(offered)
-    return out
-
-
 def rss_mb() -> float:
     """This process's resident set now (not the peak: the build's transient garbage is not state)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return round(int(line.split()[1]) / 1024, 1)
     return 0.0
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    v = sorted(values)
-    return {
-        "mean": round(sum(v) / len(v) * 1000, 3),
-        "p50": round(v[len(v) // 2] * 1000, 3),
-        "p99": round(v[min(len(v) - 1, int(0.99 * len(v)))] * 1000, 3),
-        "max": round(v[-1] * 1000, 3),
-    }
 
 
 def top_allocations(snapshot: tracemalloc.Snapshot, limit: int = 30) -> str:
@@ -333,19 +220,7 @@ async def run(
         await one_pod(service, pc, names_body, rng)
     probes = pcs[len(pcs) - SHAPES :]
     pcs = pcs[: len(pcs) - SHAPES]
-    prof = cProfile.Profile() if profile else None
-    samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "total": []}
-    offered = []
-    if prof is not None:
-        prof.enable()
-    for pc in pcs[warm:]:
-        r = await one_pod(service, pc, names_body, rng)
-        for verb in ("filter", "prioritize", "bind"):
-            samples[verb].append(r[verb])
-        samples["total"].append(r["filter"] + r["prioritize"] + r["bind"])
-        offered.append(r["offered"])
-    if prof is not None:
-        prof.disable()
+    samples, offered, profile_text = await time_pods(service, pcs[warm:], names_body, rng, (35, 35) if profile else None)
     first_shape = []
     for pc in probes:  # wall clock too: the scheduler waits for it
         t = time.perf_counter()
@@ -379,12 +254,8 @@ async def run(
         "cpu_ms": {k: summary(v) for k, v in samples.items()},
         "never_seen_shape": first_shape,
     }
-    if prof is not None:
-        s = io.StringIO()
-        ps = pstats.Stats(prof, stream=s)
-        ps.sort_stats("tottime").print_stats(35)
-        ps.sort_stats("cumulative").print_stats(35)
-        result["profile_text"] = s.getvalue()
+    if profile_text is not None:
+        result["profile_text"] = profile_text
     if memory:
         gc.collect()
         result["memory_text"] = top_allocations(tracemalloc.take_snapshot())
@@ -393,12 +264,8 @@ async def run(
 
 
 def write(result: dict[str, Any], tag: str) -> None:
-    RESULTS.mkdir(exist_ok=True)
     text = {k: result.pop(k) for k in ("profile_text", "memory_text") if k in result}
-    path = RESULTS / "scale5k-cpu.json"
-    runs = json.loads(path.read_text()) if path.exists() else {}
-    runs[tag] = result
-    path.write_text(json.dumps(runs, indent=2) + "\n")
+    runs = record_run("scale5k-cpu", tag, result)
     if "profile_text" in text:
         (RESULTS / f"scale5k-cpu-profile-{tag}.txt").write_text(
             f"# cProfile of {result['pods']} pods at {NODES} names ({result['label']}); load {result['load_average_start']}\n\n"

@@ -33,6 +33,8 @@ from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from extender import wire
 from extender.metrics import Metrics
 from extender.service import Service, build_service
+from kubesim import objects
+from kubesim.measure import pct
 from kubesim.null_source import NullSource
 from tracker import events as ev
 from tracker.state import ClusterState
@@ -74,17 +76,15 @@ def build_state(nodes: int) -> ClusterState:
 
 def pod(name: str, volume: int | None, *, tolerate: bool = False) -> dict[str, Any]:
     """A realistic pod body without resource claims (a scheduler sends the whole object)."""
-    meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}", "labels": {"app": "web"}}
+    meta: dict[str, Any] = {"uid": f"uid-{name}"}
     if tolerate:
         meta["annotations"] = {TOLERATIONS_ANNOTATION: json.dumps([{"key": "example.com/data-not-ready", "operator": "Exists"}])}
-    spec: dict[str, Any] = {
-        "schedulerName": "dra-scheduler",
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "100m"}}}],
-        "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
-    }
+    volumes: list[dict[str, Any]] = [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
     if volume is not None:
-        spec["volumes"].append({"name": "data", "persistentVolumeClaim": {"claimName": f"data-{volume}"}})
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": f"data-{volume}"}})
+    out = objects.pod(name, scheduler="dra-scheduler", labels={"app": "web"}, meta=meta, phase="Pending", volumes=volumes)
+    out["spec"]["containers"] = [{"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "100m"}}}]
+    return out
 
 
 CASES: dict[str, dict[str, Any]] = {
@@ -110,11 +110,6 @@ async def measure(service: Service, body: bytes, calls: int) -> tuple[list[float
         cpu.append((time.thread_time() - start_cpu) * 1000)
         wall.append((time.perf_counter() - start) * 1000)
     return wall, cpu
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 async def run(nodes: int, calls: int) -> dict[str, Any]:

@@ -54,6 +54,7 @@ log = logging.getLogger("dra_extender.extender")
 DEFAULT_PLACEMENT_WAIT = 1.0  # seconds a /filter waits for an earlier pod's /bind
 
 Verdict = tuple[list[str], dict[str, str]]  # /filter's answer: the nodes that fit, and why each other one does not
+Judged = tuple[list[str], dict[str, Failure]]  # the same before the messages are written (filter's return writes them)
 
 
 class NotReady(Exception):
@@ -169,22 +170,26 @@ class Service:
         With a `budget` (seconds, counted from the call, waits included), raises
         BudgetExceeded rather than answer after it: the scheduler then retries
         the pod with backoff instead of timing the call out, and never gets a
-        partial node list.
+        partial node list. The failures stay values up to here; this return writes their messages.
         """
+        passed, failed = await self._judge(args, budget)
+        return passed, {n: failure.message for n, failure in failed.items()}
+
+    async def _judge(self, args: ExtenderArgs, budget: float | None) -> Judged:
+        """/filter's answer with each failure as a value."""
         names = args.names
         if not raw_needs_extender(args.pod):
             return list(names), {}
         if not raw_may_use_dra(args.pod):  # only volume taints to check (none while no volume is tainted)
             self._check_ready()
             problem = self.volumes.problem(self._parse_pod(args.pod)) if self.volumes.any_tainted() else None
-            return ([], {n: problem for n in names}) if problem else (list(names), {})
+            return ([], {n: problem for n in names}) if problem is not None else (list(names), {})
         deadline = time.monotonic() + budget if budget else None
         self._check_ready()
         pod = self._parse_pod(args.pod)
         self.placements.forget(pod.meta.uid)
         self.scores.forget(pod.meta.uid)
-        claims, refusal = await self.claims.when_created(pod)
-        problem = None if refusal is None else refusal.message
+        claims, problem = await self.claims.when_created(pod)
         if problem is None and has_pvc_volumes(args.pod):
             problem = self.volumes.problem(pod)
         if problem is not None:
@@ -193,7 +198,7 @@ class Service:
         if waiting:
             held = self._binding_wait(pod, waiting)
             if held is not None:
-                return [], {n: held.message for n in names}
+                return [], {n: held for n in names}
         nodes = RequestNodes(self.state, args.nodes)
         groups = self.extended.groups(pod, claims, names, nodes)
         if len(groups) > 1:
@@ -212,7 +217,7 @@ class Service:
         nodes: RequestNodes,
         deadline: float | None,
         budget: float | None,
-    ) -> Verdict:
+    ) -> Judged:
         """The nodes the claims fit on, less those a pod being bound may take the devices of; expected to bind on one of them."""
         passed, failed, fits = self.fit.fit(claims, names, nodes, deadline, budget)
         if waiting and not passed:
@@ -226,7 +231,7 @@ class Service:
                 if withheld is None:  # no node is safe from the pods being bound: wait for their binds
                     again = await self._after_placed_binds(pod, names, nodes, deadline, budget)
                     if isinstance(again, Failure):
-                        return [], {n: again.message for n in names}
+                        return [], {n: again for n in names}
                     claims, passed, failed, fits = again
                 elif withheld:
                     self.metrics.placement_nodes_withheld.inc(len(withheld))
@@ -243,7 +248,7 @@ class Service:
 
     async def _after_placed_binds(
         self, pod: Pod, names: list[str], nodes: RequestNodes, deadline: float | None, budget: float | None
-    ) -> Failure | tuple[list[ResourceClaim], list[str], dict[str, str], dict[str, Outcome]]:
+    ) -> Failure | tuple[list[ResourceClaim], list[str], dict[str, Failure], dict[str, Outcome]]:
         """Wait for the binds of the pods placed before this one, then fit again; a failure when the claims are gone meanwhile."""
         waited, expired = await self.placements.wait(pod.meta.uid)
         if waited:
@@ -265,14 +270,14 @@ class Service:
         nodes: RequestNodes,
         deadline: float | None,
         budget: float | None,
-    ) -> Verdict:
+    ) -> Judged:
         """Nodes differ in which extended resources DRA serves (rare): each group judged with its own claims.
 
         No joint judgement with placed pods here: a /bind that finds the
         devices taken answers an error and the pod is retried.
         """
         ok: set[str] = set()
-        failed: dict[str, str] = {}
+        failed: dict[str, Failure] = {}
         to_allocate: set[str] = set()
         for claims, group in groups:
             if not claims:

@@ -14,12 +14,10 @@ from typing import Any
 
 from extender.eviction.clock import format_time
 from extender.health.ladder import effect_of
-from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
+from extender.health.policy import POLICIES, Policy, PolicyError, parse_policy
 from extender.health.rules import POLICY_LABEL, Owned, decode, label_value
 from kubectl_dra.cluster import Cluster
-from tracker.resources import OWN_RULES, Resource
-
-POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
+from tracker.resources import OWN_RULES
 
 
 def add_parser(command: Callable[[str, str], argparse.ArgumentParser], output_flag: Callable[[argparse.ArgumentParser], None]) -> None:

@@ -155,6 +155,17 @@ def node_slice(node: str, driver: str, devices: list[dict[str, Any]]) -> dict[st
     }
 
 
+def uuid_slice(node: str, driver: str, devices: int, *, index: bool = False) -> dict[str, Any]:
+    """`<node>-gpus`: gpu-<i> with attribute uuid GPU-<node>-<i> (and `index` <i>), as health alerts name GPUs."""
+    items = [
+        {"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{node}-{i}"}, **({"index": {"int": i}} if index else {})}}
+        for i in range(devices)
+    ]
+    out = node_slice(node, driver, items)
+    out["metadata"]["name"] = f"{node}-gpus"
+    return out
+
+
 PARTITIONS_GI = (10, 10, 10, 10, 20, 20, 40)  # per GPU; first-fit takes the four 10Gi ones, then the counters are spent
 GPU_GI = 40
 

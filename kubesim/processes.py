@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +49,16 @@ def start_fake_api(tmp: Path, *extra_args: str, module: str = "kubesim.fakeapi")
     if not line:
         raise RuntimeError((tmp / "fakeapi.log").read_text())
     return proc, json.loads(line)["url"], kubeconfig
+
+
+def seed(http: httpx.Client, objects: list[dict[str, Any]], batch: int = 2000) -> None:
+    """Create `objects` in the fake API server (its /_fake/objects control endpoint), `batch` to a request."""
+    for i in range(0, len(objects), batch):
+        http.post(
+            "/_fake/objects",
+            content=orjson.dumps({"kind": "List", "items": objects[i : i + batch]}),
+            headers={"Content-Type": "application/json"},
+        ).raise_for_status()
 
 
 def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen[bytes], httpx.Client]:

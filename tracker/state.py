@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from allocator.allocated_state import AllocatedState
 from allocator.device_view import DeviceView, SliceView
+from allocator.failures import Failure
 from allocator.parse import ValidationError
 from allocator.types import (
     AllocationResult,
@@ -311,7 +312,7 @@ class ClusterState:
         """The volume taints and which pods use which PVC (read it; only intake changes it)."""
         return self._store.volumes
 
-    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], Failure | None]:
         """The pod's claims in allocation order (allocator.pod_claims), or why they cannot be resolved yet."""
         return self._store.pod_claims(pod)
 

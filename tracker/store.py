@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import orjson
 
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
+from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, of_claim, plain
 from allocator.parse import parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
 from allocator.pod_claims import EXTENDED, claim_refs, may_use_dra
 from allocator.types import (
@@ -386,7 +387,7 @@ class ObjectStore:
 
     # ------------------------------------------------------------------ queries
 
-    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], str | None]:
+    def pod_claims(self, pod: Pod) -> tuple[list[ResourceClaim], Failure | None]:
         """The pod's claims in allocation order (allocator.pod_claims), or why they cannot be resolved yet.
 
         The claim for the pod's extended resources comes last, when it exists:
@@ -405,13 +406,16 @@ class ObjectStore:
                     continue
                 return (
                     out,
-                    f"pod {pod.key}: the claim for pod claim {ref.pod_claim!r} (template {ns}/{ref.template}) has not been created yet",
+                    plain(
+                        REASON_CLAIMS_UNRESOLVED,
+                        f"pod {pod.key}: the claim for pod claim {ref.pod_claim!r} (template {ns}/{ref.template}) has not been created yet",
+                    ),
                 )
             claim = self.claims.get(f"{ns}/{ref.name}")
             if claim is None:
                 if ref.source == EXTENDED:
                     continue  # deleted after a failed bind: a new one is made at the next /bind
-                return out, f"claim {ns}/{ref.name} (pod claim {ref.pod_claim!r}) not found"
+                return out, of_claim(REASON_CLAIMS_UNRESOLVED, f"{ns}/{ref.name}", f" (pod claim {ref.pod_claim!r}) not found")
             extended_named |= ref.source == EXTENDED
             out.append(claim)
         if not extended_named and pod.meta.uid:

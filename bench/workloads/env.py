@@ -17,7 +17,7 @@ import httpx
 import orjson
 
 from bench.common import start_extender_profiled
-from kubesim.processes import ROOT, free_port, start_extender, start_fake_api, stop_process
+from kubesim.processes import ROOT, free_port, seed, start_extender, start_fake_api, stop_process
 
 PROFILE_DIR: Path | None = None  # --profile DIR: every extender runs under cProfile, dumps land here
 
@@ -89,10 +89,7 @@ class Env:
         else:
             self.api_proc, self.api_url, kubeconfig = start_fake_api(self.tmp, module="bench.fakeapi_frozen")  # freezes its heap on SIGUSR1
             self.api = httpx.Client(base_url=self.api_url, timeout=120, headers={"Content-Type": "application/json"})
-            for i in range(0, len(self.objects), 2000):
-                self.api.post(
-                    "/_fake/objects", content=orjson.dumps({"kind": "List", "items": self.objects[i : i + 2000]})
-                ).raise_for_status()
+            seed(self.api, self.objects)
             self.api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
             args = ["--kubeconfig", str(kubeconfig), "--standalone"]
         self.seed_s = time.perf_counter() - t

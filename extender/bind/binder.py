@@ -115,7 +115,7 @@ class Binder:
                 return await self._bind_pod(args, uid, deadline)
             return await self._bind_with_claims(pod, uid, args, deadline)
         except BindFailed as e:
-            return plain(REASON_NOT_BOUND, str(e))
+            return e.failure
         finally:
             self.gate.decided(uid)
 
@@ -249,7 +249,7 @@ class Binder:
         deleted = being_deleted(claims)
         if deleted is not None:
             self.metrics.binds.labels("unschedulable").inc()
-            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {deleted}")
+            raise BindFailed(deleted.prefixed(REASON_NOT_BOUND, f"cannot bind pod {pod.key} to {node_name}: "))
         node = self.state.node(node_name) or Node(node_name)
         claims, extended = self._extended_claim(pod, claims, node)
         outcome = self.allocator.allocate(
@@ -264,7 +264,7 @@ class Binder:
         )
         if outcome.failure is not None:
             self.metrics.binds.labels("unschedulable").inc()
-            raise BindFailed(f"cannot bind pod {pod.key} to {node_name}: {outcome.failure.message}")
+            raise BindFailed(outcome.failure.prefixed(REASON_NOT_BOUND, f"cannot bind pod {pod.key} to {node_name}: "))
         hold = self.state.reserve(outcome.allocations)
         self.metrics.inflight.set(len(self.state.inflight))
         return claims, dict(outcome.allocations), hold, extended

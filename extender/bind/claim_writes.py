@@ -14,10 +14,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from allocator.extended_resources import RequestMapping, claim_manifest
+from allocator.failures import REASON_NOT_BOUND, Failure, plain
 from allocator.parse import parse_resource_claim
 from allocator.pod_claims import claim_names
 from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Pod, ResourceClaim
@@ -33,7 +34,11 @@ BIND_ATTEMPTS = 5  # decisions per /bind when claims change under it; also tries
 
 
 class BindFailed(Exception):
-    """The bind cannot succeed; the message is the scheduler's answer."""
+    """The bind cannot succeed; `failure` is the scheduler's answer (str() its message), always under REASON_NOT_BOUND."""
+
+    def __init__(self, failure: Failure | str) -> None:
+        self.failure = replace(failure, code=REASON_NOT_BOUND) if isinstance(failure, Failure) else plain(REASON_NOT_BOUND, failure)
+        super().__init__(self.failure.message)
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, plain
+from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, of_claim
 from allocator.pod_claims import TEMPLATE, being_deleted, claim_refs
 from allocator.types import Pod, ResourceClaim
 from extender.metrics import Metrics
@@ -36,9 +36,9 @@ class ClaimArrival:
         if problem is None:
             for claim in claims:
                 if len(claim.reserved_for) >= MAX_RESERVED_FOR and not any(r.uid == pod.meta.uid for r in claim.reserved_for):
-                    problem = f"claim {claim.key} is already reserved for {MAX_RESERVED_FOR} consumers"
+                    problem = of_claim(REASON_CLAIMS_UNRESOLVED, claim.key, f" is already reserved for {MAX_RESERVED_FOR} consumers")
                     break
-        return claims, None if problem is None else plain(REASON_CLAIMS_UNRESOLVED, problem)
+        return claims, problem
 
     async def when_created(self, pod: Pod) -> tuple[list[ResourceClaim], Failure | None]:
         """The pod's claims, waiting up to `claim_wait` for ones not created yet.

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel.lib.budget import set_deadline as set_cel_deadline
+from allocator.failures import REASON_WITHHELD, Failure, plain
 from allocator.types import ResourceClaim
 from extender.filter.node_fit import out_of_budget
 from extender.filter.outcomes import OutcomeCache
@@ -30,7 +31,7 @@ class ContestedNodes:
         nodes: RequestNodes,
         deadline: float | None,
         budget: float | None,
-    ) -> dict[str, str] | None:
+    ) -> dict[str, Failure] | None:
         """Of `passed`, the nodes a pod being bound might take this pod's devices on, and why; None: all of them.
 
         A placed pod will take its devices on one of the nodes /filter
@@ -52,7 +53,7 @@ class ContestedNodes:
         for name in passed:
             reach = tuple(i for i, p in enumerate(placed) if theirs[i] and name in p.nodes)
             groups.setdefault(reach, []).append(name)
-        withheld: dict[str, str] = {}
+        withheld: dict[str, Failure] = {}
         for reach, group in groups.items():
             if not reach:
                 continue
@@ -66,9 +67,10 @@ class ContestedNodes:
                 set_cel_deadline(previous)
             for name, outcome in zip(group, verdicts, strict=True):
                 if outcome.failure is not None:
-                    withheld[name] = (
+                    withheld[name] = plain(
+                        REASON_WITHHELD,
                         f"withheld while {len(reach)} pod(s) placed before this one are being bound: their devices may come "
-                        "from this node; it is offered again once their binds are decided"
+                        "from this node; it is offered again once their binds are decided",
                     )
         return None if len(withheld) == len(passed) else withheld
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from allocator.allocation import Outcome
 from allocator.cel.lib.budget import DeadlineExceeded as CelDeadlineExceeded
 from allocator.cel.lib.budget import set_deadline as set_cel_deadline
+from allocator.failures import Failure
 from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
 from extender.filter.outcomes import OutcomeCache
@@ -25,7 +26,7 @@ class NodeFit:
 
     def fit(
         self, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes, deadline: float | None, budget: float | None
-    ) -> tuple[list[str], dict[str, str], dict[str, Outcome]]:
+    ) -> tuple[list[str], dict[str, Failure], dict[str, Outcome]]:
         """(nodes where the claims fit, why not elsewhere, the fitting nodes' verdicts) against allocated and in-flight devices.
 
         With `offer_nodes` set and more names than that, the names are looked
@@ -44,7 +45,7 @@ class NodeFit:
         order = names[start:] + names[:start] if start else names
         chunk = limit if limited else total
         passed: list[str] = []
-        failed: dict[str, str] = {}
+        failed: dict[str, Failure] = {}
         fits: dict[str, Outcome] = {}
         signature = self.outcomes.signature(claims)
         healthy = 0
@@ -64,7 +65,7 @@ class NodeFit:
                         fits[name] = outcome
                         healthy += 1 if limited and fully_healthy(outcome) else 0
                     else:
-                        failed[name] = outcome.failure.message
+                        failed[name] = outcome.failure
                 examined += len(part)
                 if limited and healthy >= limit:
                     break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allocator.failures import REASON_VOLUME_TAINTED, Failure, plain
 from allocator.types import Pod
 from extender.metrics import Metrics
 from tracker import events as ev
@@ -20,7 +21,7 @@ class VolumeChecks:
         """Whether some PVC or PV is tainted: until one is, no pod needs parsing for its volumes."""
         return self.state.volumes.has_taints()
 
-    def problem(self, pod: Pod) -> str | None:
+    def problem(self, pod: Pod) -> Failure | None:
         """Why the pod the scheduler sent may start on no node because of a volume taint, or None.
 
         A malformed tolerations annotation counts as none (parse_pod read it once) and is reported on the pod.
@@ -36,7 +37,7 @@ class VolumeChecks:
         if verdict is None:
             return None
         self.metrics.volume_rejections.labels(verdict.taint.effect if verdict.taint is not None else "Malformed").inc()
-        return verdict.message
+        return plain(REASON_VOLUME_TAINTED, verdict.message)
 
     def debug(self) -> list[dict[str, Any]]:
         """/debug/volumes: each tainted PVC/PV, its taints and its pods."""

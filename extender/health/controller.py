@@ -30,11 +30,11 @@ from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
 from extender.health.alerts import Delivery
 from extender.health.ladder import DeviceState
-from extender.health.policy import GROUP, KIND, Policy, PolicyError, Rule, parse_policy
+from extender.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError, Rule, parse_policy
 from extender.health.resolver import Unresolved, device_key, resolve
 from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
 from extender.health.sinks import NodeSink, ObjectSink
-from extender.health.status import MERGE_PATCH, POLICIES, PolicyStatus, Unmatched, Writes, write
+from extender.health.status import MERGE_PATCH, PolicyStatus, Unmatched, Writes, write
 from extender.metrics import Metrics
 from tracker import events as ev
 from tracker.apiserver.discovery import Transport, served

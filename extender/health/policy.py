@@ -13,10 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tracker.resources import Resource
+
 GROUP = "resource.dra-extender.io"
 VERSION = "v1alpha1"
 KIND = "DeviceHealthPolicy"
 PLURAL = "devicehealthpolicies"
+POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)  # optional: the CRD may not be installed
 
 EFFECTS = ("None", "NoSchedule", "NoExecute")
 RANK = {"None": 0, "NoSchedule": 1, "NoExecute": 2}

@@ -17,13 +17,11 @@ from typing import Any, Protocol
 from extender.eviction.clock import Clock, format_time
 from extender.health import ladder
 from extender.health.ladder import DeviceState
-from extender.health.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError
-from tracker.resources import Resource
+from extender.health.policy import GROUP, KIND, POLICIES, VERSION, Policy, PolicyError
 from tracker.source import NotFound, SourceError, status_error
 
 log = logging.getLogger("dra_extender.health")
 
-POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)
 MERGE_PATCH = "application/merge-patch+json"
 
 

@@ -130,6 +130,16 @@ def invalid(t: ResourceType, name: str, why: Any) -> ApiError:
     return ApiError(422, f'{kind} "{name}" is invalid: {why}', "Invalid", details=details)
 
 
+def too_large(rv: int, current: int) -> ApiError:
+    """504 for a resourceVersion the store has not reached yet (the client retries after a second)."""
+    return ApiError(
+        504,
+        f"Too large resource version: {rv}, current: {current}",
+        "Timeout",
+        details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1},
+    )
+
+
 def expired(message: str) -> ApiError:
     return ApiError(410, message, "Expired")
 
@@ -659,15 +669,7 @@ class Store:
         """Sorted (keys, objects) of one storage as of `rv` (default: now), rewound from the history."""
         rv = self.rv if rv is None else rv
         if rv > self.rv:
-            raise ApiError(
-                504,
-                f"Too large resource version: {rv}, current: {self.rv}",
-                "Timeout",
-                details={
-                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                    "retryAfterSeconds": 1,
-                },
-            )
+            raise too_large(rv, self.rv)
         if rv < self.history_start and rv != self.rv:
             raise expired(f"too old resource version: {rv} ({self.history_start})")
         ck = (t.key, rv)
@@ -803,15 +805,7 @@ class Store:
         except ValueError as e:
             raise ApiError(400, f"resourceVersion: Invalid value: {resource_version!r}: must be an integer", "BadRequest") from e
         if rv > self.rv:
-            raise ApiError(
-                504,
-                f"Too large resource version: {rv}, current: {self.rv}",
-                "Timeout",
-                details={
-                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                    "retryAfterSeconds": 1,
-                },
-            )
+            raise too_large(rv, self.rv)
         if rv < self.history_start:
             return None
         return rv

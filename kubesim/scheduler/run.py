@@ -15,10 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kubesim.measure import Cpu, cpu_seconds, pct
-from kubesim.processes import free_port, start_fake_api, start_server, stop_process
+from kubesim.processes import free_port, seed, start_fake_api, start_server, stop_process
 from kubesim.scheduler.api import Api
 from kubesim.scheduler.config import NAMESPACE, ClaimControllerConfig, SchedulerConfig, now
 from kubesim.scheduler.cycle import KubeSchedulerModel
@@ -289,13 +287,7 @@ def run_workload(
         import httpx
 
         with httpx.Client(base_url=api_url, timeout=300) as http:
-            objs = cluster_objects(w)
-            for i in range(0, len(objs), 2000):
-                http.post(
-                    "/_fake/objects",
-                    content=orjson.dumps({"kind": "List", "items": objs[i : i + 2000]}),
-                    headers={"Content-Type": "application/json"},
-                ).raise_for_status()
+            seed(http, cluster_objects(w))
             if w.api_faults:
                 http.post("/_fake/faults", json=w.api_faults).raise_for_status()
         port = free_port()

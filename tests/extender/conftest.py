@@ -14,6 +14,7 @@ from allocator.cel import CelEnvironment
 from extender.metrics import Metrics
 from extender.service import build_service
 from tests.e2e.harness import DEMO
+from tests.extender.manifest_cluster import load
 from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState, Problem
 
@@ -30,6 +31,14 @@ class DemoService:
         self.service = build_service(self.state, self.source, Allocator(cel), Metrics(), is_leader=lambda: self.leading)
 
 
+async def running_demo(directory: Path) -> AsyncIterator[DemoService]:
+    """The service over the manifests in `directory`, loaded and ready, while the iteration lasts (a fixture's body)."""
+    demo = DemoService(directory)
+    task = await load(demo.source, demo.state)
+    yield demo
+    task.cancel()
+
+
 @pytest.fixture
 async def demo_service(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[DemoService]]]:
     """`demo = await demo_service({"extra.yaml": text})`: the demo plus extra files, loaded and ready."""
@@ -41,12 +50,7 @@ async def demo_service(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
         for name, text in (extra or {}).items():
             (directory / name).write_text(text)
         demo = DemoService(directory)
-        tasks.append(asyncio.create_task(demo.source.run(demo.state)))
-        for _ in range(200):
-            if demo.state.ready:
-                break
-            await asyncio.sleep(0.01)
-        assert demo.state.ready, "the demo cluster did not load"
+        tasks.append(await load(demo.source, demo.state))
         return demo
 
     yield start

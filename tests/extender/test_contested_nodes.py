@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import orjson
 import pytest
+import yaml
 
-from extender.wire import BindingArgs, parse_extender_args
-from tests.extender.conftest import DemoService
+from extender.wire import BindingArgs, ExtenderArgs
+from tests.extender.conftest import DemoService, running_demo
+from tests.extender.manifest_cluster import claimed_pod, filter_args
 
 NODES = ["node-a", "node-b"]
 GPUS = {"node-a": 1, "node-b": 3}  # node-a's only GPU is what a placed pod may take
@@ -36,17 +37,7 @@ def _cluster(directory: Path) -> None:
             f"  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  devices:\n{devices}"
         )
     for i in range(1, 5):
-        docs.append(
-            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\n"
-            f"metadata: {{name: c{i}, namespace: default}}\n"
-            "spec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {deviceClassName: gpu.example.com}\n"
-        )
-        docs.append(
-            "apiVersion: v1\nkind: Pod\n"
-            f"metadata: {{name: p{i}, namespace: default, uid: uid-p{i}}}\n"
-            "spec:\n  containers: [{name: c, image: pause}]\n"
-            f"  resourceClaims: [{{name: gpu, resourceClaimName: c{i}}}]\n"
-        )
+        docs += [yaml.safe_dump(o) for o in claimed_pod(f"p{i}", f"c{i}", "gpu.example.com")]
     directory.mkdir()
     (directory / "cluster.yaml").write_text("---\n".join(docs))
 
@@ -54,23 +45,12 @@ def _cluster(directory: Path) -> None:
 @pytest.fixture
 async def demo(tmp_path: Path) -> AsyncIterator[DemoService]:
     _cluster(tmp_path / "c")
-    demo = DemoService(tmp_path / "c")
-    task = asyncio.create_task(demo.source.run(demo.state))
-    for _ in range(200):
-        if demo.state.ready:
-            break
-        await asyncio.sleep(0.01)
-    assert demo.state.ready
-    yield demo
-    task.cancel()
+    async for demo in running_demo(tmp_path / "c"):
+        yield demo
 
 
-def _args(i: int):
-    pod = {
-        "metadata": {"name": f"p{i}", "namespace": "default", "uid": f"uid-p{i}"},
-        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}]},
-    }
-    return parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": NODES}))
+def _args(i: int) -> ExtenderArgs:
+    return filter_args(f"p{i}", f"c{i}", NODES)
 
 
 async def _bind(demo: DemoService, i: int, node: str) -> None:

@@ -7,17 +7,16 @@ binds B (3 of 2 units promised); here B fits nowhere, and says why.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import yaml
 
-from extender.wire import BindingArgs, parse_extender_args
-from tests.extender.conftest import DemoService
+from extender.wire import BindingArgs, ExtenderArgs
+from tests.extender.conftest import DemoService, running_demo
+from tests.extender.manifest_cluster import claimed_pod, filter_args
 from tracker import events as ev
 
 D = "gpu.example.com"
@@ -72,22 +71,7 @@ def _cluster(directory: Path) -> None:
         )
     docs += _slice(1, ["full", "part-a"])
     for pod, device in (("a", "part-a"), ("b", "full")):
-        docs.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": pod, "namespace": "default"},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device}}]}},
-            }
-        )
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": pod, "namespace": "default", "uid": f"uid-{pod}"},
-                "spec": {"containers": [{"name": "c", "image": "pause"}], "resourceClaims": [{"name": "gpu", "resourceClaimName": pod}]},
-            }
-        )
+        docs += claimed_pod(pod, pod, device)
     directory.mkdir()
     (directory / "cluster.yaml").write_text(yaml.safe_dump_all(docs))
 
@@ -95,23 +79,12 @@ def _cluster(directory: Path) -> None:
 @pytest.fixture
 async def demo(tmp_path: Path) -> AsyncIterator[DemoService]:
     _cluster(tmp_path / "c")
-    demo = DemoService(tmp_path / "c")
-    task = asyncio.create_task(demo.source.run(demo.state))
-    for _ in range(200):
-        if demo.state.ready:
-            break
-        await asyncio.sleep(0.01)
-    assert demo.state.ready
-    yield demo
-    task.cancel()
+    async for demo in running_demo(tmp_path / "c"):
+        yield demo
 
 
-def _args(pod: str):
-    body = {
-        "metadata": {"name": pod, "namespace": "default", "uid": f"uid-{pod}"},
-        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": pod}]},
-    }
-    return parse_extender_args(orjson.dumps({"Pod": body, "NodeNames": ["node-a"]}))
+def _args(pod: str) -> ExtenderArgs:
+    return filter_args(pod, pod, ["node-a"])
 
 
 async def test_a_pool_republished_without_an_allocated_partition_does_not_fit_b(demo: DemoService) -> None:

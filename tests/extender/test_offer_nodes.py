@@ -6,16 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import orjson
 import pytest
+import yaml
 
-from allocator.allocation import Allocator
-from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
-from extender.service import Service, build_service
-from extender.wire import BindingArgs, parse_extender_args
-from tracker.manifest.source import ManifestSource
-from tracker.state import ClusterState
+from extender.service import Service
+from extender.wire import BindingArgs, ExtenderArgs
+from tests.extender.manifest_cluster import claimed_pod, filter_args, manifest_service
 
 NODES = [f"node-{i:02d}" for i in range(12)]
 
@@ -45,19 +41,8 @@ def _cluster(directory: Path, gpus: dict[str, int], taints: dict[str, str] | Non
                 f"  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}\n  devices:\n{devices}"
             )
     for i in range(1, 9):
-        docs.append(
-            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\n"
-            f"metadata: {{name: c{i}, namespace: default}}\n"
-            "spec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {deviceClassName: gpu.example.com"
-            + (", tolerations: [{operator: Exists}]" if tolerate else "")
-            + "}\n"
-        )
-        docs.append(
-            "apiVersion: v1\nkind: Pod\n"
-            f"metadata: {{name: p{i}, namespace: default, uid: uid-p{i}}}\n"
-            "spec:\n  containers: [{name: c, image: pause}]\n"
-            f"  resourceClaims: [{{name: gpu, resourceClaimName: c{i}}}]\n"
-        )
+        exactly = {"tolerations": [{"operator": "Exists"}]} if tolerate else None
+        docs += [yaml.safe_dump(o) for o in claimed_pod(f"p{i}", f"c{i}", "gpu.example.com", exactly)]
     directory.mkdir()
     (directory / "cluster.yaml").write_text("---\n".join(docs))
 
@@ -72,16 +57,8 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
     async def run(gpus: dict[str, int], offer_nodes: int, taints: dict[str, str] | None = None, tolerate: bool = False) -> Service:
         directory = tmp_path / f"c{len(tasks)}"
         _cluster(directory, gpus, taints, tolerate)
-        cel = CelEnvironment()
-        state = ClusterState(cel)
-        source = ManifestSource(directory, watch=False)
-        service = build_service(state, source, Allocator(cel), Metrics(), offer_nodes=offer_nodes, placement_wait=0.2)
-        tasks.append(asyncio.create_task(source.run(state)))
-        for _ in range(200):
-            if state.ready:
-                break
-            await asyncio.sleep(0.01)
-        assert state.ready
+        service, task = await manifest_service(directory, offer_nodes=offer_nodes, placement_wait=0.2)
+        tasks.append(task)
         return service
 
     yield run
@@ -89,12 +66,8 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         task.cancel()
 
 
-def _args(i: int, names: list[str] = NODES):
-    pod = {
-        "metadata": {"name": f"p{i}", "namespace": "default", "uid": f"uid-p{i}"},
-        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}]},
-    }
-    return parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": names}))
+def _args(i: int, names: list[str] = NODES) -> ExtenderArgs:
+    return filter_args(f"p{i}", f"c{i}", names)
 
 
 async def test_filter_offers_the_first_fitting_nodes_and_starts_the_next_look_where_it_stopped(start: Start) -> None:

@@ -8,18 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import yaml
 
-from allocator.allocation import Allocator
-from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
-from extender.service import Service, build_service
-from extender.wire import BindingArgs, parse_extender_args
+from extender.service import Service
+from extender.wire import BindingArgs, ExtenderArgs
 from kubesim.objects import device_class, node_slice, partitioned_slices
-from tracker.manifest.source import ManifestSource
-from tracker.state import ClusterState
+from tests.extender.manifest_cluster import claimed_pod, filter_args, manifest_service
 
 DRIVER = "gpu.example.com"
 NODES = ["n0", "n1", "n2"]
@@ -36,25 +31,7 @@ def _manifest(directory: Path, kind: str, devices: int, taints: dict[str, str]) 
         else:
             docs += partitioned_slices(node, DRIVER, devices)
     for i in range(PODS):
-        docs.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": f"c{i}", "namespace": "default"},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
-            }
-        )
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"p{i}", "namespace": "default", "uid": f"uid-p{i}"},
-                "spec": {
-                    "containers": [{"name": "c", "image": "pause"}],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}],
-                },
-            }
-        )
+        docs += claimed_pod(f"p{i}", f"c{i}", DRIVER)
     directory.mkdir()
     (directory / "cluster.yaml").write_text(yaml.safe_dump_all(docs))
 
@@ -71,17 +48,10 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
     ) -> Service:
         directory = tmp_path / f"c{len(tasks)}"
         _manifest(directory, kind, devices, taints or {})
-        cel = CelEnvironment()
-        state = ClusterState(cel)
-        source = ManifestSource(directory, watch=False)
-        allocator = Allocator(cel, device_placement=device_placement)
-        service = build_service(state, source, allocator, Metrics(), placement_wait=0.2, node_placement=policy)
-        tasks.append(asyncio.create_task(source.run(state)))
-        for _ in range(300):
-            if state.ready:
-                break
-            await asyncio.sleep(0.01)
-        assert state.ready
+        service, task = await manifest_service(
+            directory, allocator={"device_placement": device_placement}, placement_wait=0.2, node_placement=policy
+        )
+        tasks.append(task)
         return service
 
     yield run
@@ -89,12 +59,8 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         task.cancel()
 
 
-def _args(i: int, names: list[str] = NODES) -> Any:
-    pod = {
-        "metadata": {"name": f"p{i}", "namespace": "default", "uid": f"uid-p{i}"},
-        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": f"c{i}"}]},
-    }
-    return parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": names}))
+def _args(i: int, names: list[str] = NODES) -> ExtenderArgs:
+    return filter_args(f"p{i}", f"c{i}", names)
 
 
 async def _place(service: Service, i: int, node: str) -> None:

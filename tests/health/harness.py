@@ -21,6 +21,7 @@ from extender.health.policy import GROUP
 from extender.health.receiver import Receiver
 from extender.http_thread import Limits
 from extender.metrics import Metrics
+from kubesim import objects
 from kubesim.fakeapi import FakeApiServer
 from tests.eviction.harness import DRIVER, Cluster, CountedWrites
 from tracker.apiserver.source import ApiSource
@@ -165,18 +166,7 @@ async def asgi_post(app: Any, path: str, headers: list[tuple[bytes, bytes]], bod
 
 def uuid_slice(devices: int, *, node_name: str = "node-a") -> dict[str, Any]:
     """gpu-<i> with attributes uuid GPU-<node>-<i> and index <i>."""
-    items = [{"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{node_name}-{i}"}, "index": {"int": i}}} for i in range(devices)]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node_name}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node_name,
-            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-            "devices": items,
-        },
-    }
+    return objects.uuid_slice(node_name, DRIVER, devices, index=True)
 
 
 def xid_rule(**over: Any) -> dict[str, Any]:

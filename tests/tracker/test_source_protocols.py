@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_scale5k_cpu import MemorySource
+from bench.common import MemorySource
 from kubesim.null_source import NullSource
 from tests.tracker.test_leadership import LeaseSource
 from tracker.apiserver.discovery import Transport
