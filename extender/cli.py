@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from allocator.features import Features
+from extender import arg_types
 
 if TYPE_CHECKING:
     import socket
@@ -58,16 +59,6 @@ def parse_hostport(value: str, flag: str) -> tuple[str, int]:
     return host, p
 
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not 0 <= seconds <= 60:
-        raise argparse.ArgumentTypeError(f"expected 0 to 60 seconds, got {value!r}")
-    return seconds
-
-
 def is_loopback(host: str) -> bool:
     """Whether a listen host is reachable only from this machine (or pod)."""
     if host == "localhost":
@@ -76,26 +67,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value!r}")
-    return n
-
-
-def _positive(value: str) -> float:
-    try:
-        v = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
-    return v
 
 
 def version() -> str:
@@ -216,7 +187,7 @@ def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
     """The time budgets of /bind and the waits of /filter."""
     serve.add_argument(
         "--bind-timeout",
-        type=_seconds,
+        type=arg_types.short_seconds,
         default=4.0,
         metavar="SECONDS",
         help="answer every /bind within this budget, undoing its writes when it runs out; keep it below the "
@@ -224,7 +195,7 @@ def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--placement-wait",
-        type=_seconds,
+        type=arg_types.short_seconds,
         default=1.0,
         metavar="SECONDS",
         help="how long a /filter waits for the /bind of a pod that passed an earlier /filter, so it does not "
@@ -232,7 +203,7 @@ def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--claim-wait",
-        type=_seconds,
+        type=arg_types.short_seconds,
         default=1.0,
         metavar="SECONDS",
         help="how long a /filter waits for a claim kube-controller-manager has not created from its template yet "
@@ -274,7 +245,7 @@ def _add_feature_flags(serve: argparse.ArgumentParser) -> None:
     )
     beta.add_argument(
         "--binding-timeout",
-        type=_positive,
+        type=arg_types.positive_seconds,
         default=600.0,
         metavar="SECONDS",
         help="how long after allocation a device's binding conditions may stay pending before the claim is deallocated "
@@ -305,7 +276,7 @@ def _add_offer_and_eviction_flags(serve: argparse.ArgumentParser) -> None:
     """How many nodes /filter offers, and the NoExecute eviction controller."""
     serve.add_argument(
         "--offer-nodes",
-        type=_count,
+        type=arg_types.count,
         default=DEFAULT_OFFER_NODES,
         metavar="N",
         help="/filter stops looking once N fitting nodes have the best health (no device with a None-effect taint), and offers those it found "
@@ -334,7 +305,7 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
     hard.add_argument("--no-debug", action="store_true", help="do not serve /debug/* at all")
     hard.add_argument(
         "--filter-timeout",
-        type=_positive,
+        type=arg_types.positive_seconds,
         default=3.0,
         metavar="SECONDS",
         help="answer /filter with an Error after this long (kube-scheduler's httpTimeout is 5 s; default %(default)s)",
@@ -348,28 +319,28 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
     )
     hard.add_argument(
         "--header-timeout",
-        type=_positive,
+        type=arg_types.positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="close a connection whose request headers take longer (default %(default)s)",
     )
     hard.add_argument(
         "--body-timeout",
-        type=_positive,
+        type=arg_types.positive_seconds,
         default=10.0,
         metavar="SECONDS",
         help="answer 408 when a request body takes longer to arrive (default %(default)s)",
     )
     hard.add_argument(
         "--livez-stall-threshold",
-        type=_positive,
+        type=arg_types.positive_seconds,
         default=10.0,
         metavar="SECONDS",
         help="/livez fails when the event loop has not turned for this long (default %(default)s)",
     )
     hard.add_argument(
         "--source-stale-threshold",
-        type=_positive,
+        type=arg_types.positive_seconds,
         default=30.0,
         metavar="SECONDS",
         help="a kind is stale (metric, log) after this long without a successful list or watch (default %(default)s)",

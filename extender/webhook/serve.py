@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from extender.arg_types import positive_seconds
+
 if TYPE_CHECKING:  # imported where the server starts
     import uvicorn
 
@@ -55,8 +57,6 @@ def add_parser(
 
 def _add_limit_flags(p: argparse.ArgumentParser) -> None:
     """The extender's request limits (`serve --max-body-bytes` and friends), with the webhook's defaults."""
-    from extender.cli import _positive  # the CLI's own seconds type (imported late: the CLI imports this module)
-
     hard = p.add_argument_group("limits (hostile input)")
     hard.add_argument(
         "--max-body-bytes",
@@ -67,14 +67,14 @@ def _add_limit_flags(p: argparse.ArgumentParser) -> None:
     )
     hard.add_argument(
         "--header-timeout",
-        type=_positive,
+        type=positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="close a connection whose request headers take longer, after the TLS handshake (default %(default)s)",
     )
     hard.add_argument(
         "--body-timeout",
-        type=_positive,
+        type=positive_seconds,
         default=5.0,
         metavar="SECONDS",
         help="answer 408 when a review's body takes longer to arrive (default %(default)s)",
