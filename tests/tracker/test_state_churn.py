@@ -1,4 +1,4 @@
-"""Pods and claims that come and go leave nothing behind in the cluster state (bounded memory under churn).
+"""Pods, claims, rules and patches that come and go leave nothing behind in the cluster state (bounded memory under churn).
 
 Every dict, set, list and deque reachable from a ClusterState through the
 tracker's and allocator's objects is measured before and after a churn of
@@ -145,6 +145,21 @@ def faulty_pod(s: ClusterState, i: int) -> None:
     _pod(s, "DELETED", pod(i, bad=True))
 
 
+def taint_rule(s: ClusterState, i: int) -> None:
+    """A DeviceTaintRule per device and alert, as the health controller creates and deletes them."""
+    selector = {"driver": D, "pool": "p1", "device": f"g{i}", "deviceClassName": f"class-{i}"}
+    body = {"metadata": {"name": f"r{i}"}, "spec": {"deviceSelector": selector, "taint": {"key": "k", "effect": "NoExecute"}}}
+    s.apply(ev.ObjectEvent("ADDED", ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, f"r{i}", body))
+    s.apply(ev.ObjectEvent("DELETED", ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, f"r{i}", body))
+
+
+def slice_patch(s: ClusterState, i: int) -> None:
+    devices = {"filter": {"driver": D, "pool": "p1", "device": f"g{i}", "deviceClassName": f"class-{i}"}, "priority": 0}
+    body = {"metadata": {"name": f"sp{i}", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {"devices": devices}}
+    s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, f"sp{i}", body))
+    s.apply(ev.ObjectEvent("DELETED", ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, f"sp{i}", body))
+
+
 @pytest.mark.parametrize(
     "lifecycle",
     [
@@ -152,6 +167,8 @@ def faulty_pod(s: ClusterState, i: int) -> None:
         pytest.param(deleted_while_the_watch_was_down, id="deleted-while-the-watch-was-down"),
         pytest.param(faulty_claim, id="faulty-claim-created-and-deleted"),
         pytest.param(faulty_pod, id="faulty-pod-created-and-deleted"),
+        pytest.param(taint_rule, id="device-taint-rule-created-and-deleted"),
+        pytest.param(slice_patch, id="slice-patch-created-and-deleted"),
     ],
 )
 def test_churn_leaves_every_structure_at_its_size(lifecycle: Callable[[ClusterState, int], None]) -> None:

@@ -10,12 +10,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from allocator.types import DeviceID, DeviceTaintRule, ResourceSlice, ResourceSlicePatch
 
 _ANY = None  # wildcard in selector index keys
 
 Key = tuple[str | None, str | None, str | None]  # (driver, pool, device), None: any
+_K = TypeVar("_K")
+_M = TypeVar("_M")
+
+
+def _discard(index: dict[_K, set[_M]], key: _K, member: _M) -> None:
+    """Remove `member` from its bucket, and the bucket when it empties (rules and patches churn)."""
+    bucket = index.get(key)
+    if bucket is not None:
+        bucket.discard(member)
+        if not bucket:
+            del index[key]
 
 
 def _index_keys(driver: str, pool: str, device: str) -> list[Key]:
@@ -151,11 +163,9 @@ class SelectorIndex:
         s = rule.selector
         if s is None:
             return
-        bucket = self._rules_by_key.get((s.driver, s.pool, s.device))
-        if bucket is not None:
-            bucket.discard(ident)
+        _discard(self._rules_by_key, (s.driver, s.pool, s.device), ident)
         if s.device_class_name:
-            self._class_dependents[s.device_class_name].discard(("rule", f"{ident[0]}|{ident[1]}"))
+            _discard(self._class_dependents, s.device_class_name, ("rule", f"{ident[0]}|{ident[1]}"))
 
     def add_patch(self, name: str, patch: ResourceSlicePatch) -> None:
         f = patch.filter
@@ -165,9 +175,9 @@ class SelectorIndex:
 
     def remove_patch(self, name: str, patch: ResourceSlicePatch) -> None:
         f = patch.filter
-        self._patches_by_key[(f.driver, f.pool, f.device)].discard(name)
+        _discard(self._patches_by_key, (f.driver, f.pool, f.device), name)
         if f.device_class_name:
-            self._class_dependents[f.device_class_name].discard(("patch", name))
+            _discard(self._class_dependents, f.device_class_name, ("patch", name))
 
     def dependents(self, class_name: str) -> Iterable[tuple[str, str]]:
         """("rule", "group|name") and ("patch", name) of what selects by the class."""
