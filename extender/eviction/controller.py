@@ -31,6 +31,7 @@ from extender.eviction.plan import Ownership, PodEviction
 from extender.eviction.planner import Planner
 from extender.eviction.rate_limit import Backoff, TaintLimiters
 from extender.eviction.rule_reports import RuleReports
+from extender.eviction.rule_view import RuleView
 from extender.eviction.stamping import RuleStamps, VolumeStamps
 from extender.metrics import Metrics
 from tracker.source import EvictionSource
@@ -67,6 +68,7 @@ class EvictionController:
         self.idle = False  # waiting for the clock or a tracker event (tests step the fake clock then)
         self.deadlines = Deadlines(self.clock, settings.retry_initial)
         events = Events(source, is_leader)
+        self.events = events
         self.intake = Intake(state, own_write=self._own_write, on_rule=events.unknown_effect, on_rule_gone=self._rule_gone)
         self.rule_stamps = RuleStamps(self.intake, source, self.deadlines)
         self.volume_stamps = VolumeStamps(state, source, self.deadlines)
@@ -89,8 +91,11 @@ class EvictionController:
         """A pod this controller is evicting or has evicted: its event is our own write coming back."""
         return uid in self.dispatcher.inflight or uid in self.planner.evictor.done
 
-    def _rule_gone(self, ident: tuple[str, str]) -> None:
-        self.rule_stamps.forget(ident)
+    def _rule_gone(self, rule: RuleView) -> None:
+        """What is kept per rule goes with the rule: rules come and go all the time (the health controller)."""
+        self.rule_stamps.forget(rule.ident)
+        self.reports.forget(rule)
+        self.events.forget(rule)
 
     @property
     def state(self) -> ClusterState:

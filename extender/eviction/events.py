@@ -31,7 +31,7 @@ class Events:
     def __init__(self, source: EventWriter, is_leader: Callable[[], bool]) -> None:
         self.source = source
         self.is_leader = is_leader
-        self._unknown_effects: set[tuple[str, object]] = set()  # (rule uid, generation) announced
+        self._unknown_effects: dict[tuple[str, str], tuple[str, object]] = {}  # (group, name) -> (uid, generation) announced
         self._not_effective: set[tuple[str, str, str]] = set()  # (volume uid or key, kind, taint) announced
 
     def send(self, event: dict[str, Any]) -> None:
@@ -63,12 +63,15 @@ class Events:
         the rule, once per generation, so a typo such as `Evict-Everything` is not silent."""
         effect = rule.effect
         plainly = unknown_effect(effect) if effect is not None else None
-        if plainly is None or not self.is_leader():
+        if plainly is None:
+            self._unknown_effects.pop(rule.ident, None)  # a later unknown effect is a later generation: announced anew
+            return
+        if not self.is_leader():
             return
         seen = (rule.uid, rule.generation)
-        if seen in self._unknown_effects:
+        if self._unknown_effects.get(rule.ident) == seen:
             return
-        self._unknown_effects.add(seen)
+        self._unknown_effects[rule.ident] = seen
         message = f"spec.taint.effect: {plainly}"
         log.warning(
             "DeviceTaintRule has an unknown taint effect",
@@ -76,6 +79,10 @@ class Events:
         )
         involved = {"apiVersion": rule.api_version, "kind": "DeviceTaintRule", "name": rule.name, "uid": rule.uid}
         self.send({"type": "Warning", "reason": UNKNOWN_EFFECT_REASON, "message": message, "involvedObject": involved})
+
+    def forget(self, rule: RuleView) -> None:
+        """The rule was deleted."""
+        self._unknown_effects.pop(rule.ident, None)
 
     def two_controllers(self, name: str, uid: str, group: str) -> None:
         message = (

@@ -31,10 +31,10 @@ class Intake:
         *,
         own_write: Callable[[str], bool],
         on_rule: Callable[[RuleView], None],
-        on_rule_gone: Callable[[tuple[str, str]], None],
+        on_rule_gone: Callable[[RuleView], None],
     ) -> None:
         """`own_write(uid)`: a pod this controller is evicting or has evicted; `on_rule`: a rule added or
-        changed; `on_rule_gone`: a rule (group, name) deleted."""
+        changed; `on_rule_gone`: a rule deleted (its last view)."""
         self.state = state
         self.own_write = own_write
         self.on_rule = on_rule
@@ -56,8 +56,9 @@ class Intake:
         if event.kind == ev.DEVICE_TAINT_RULE:
             ident = (event.group or ev.GROUP_RESOURCE, event.key)
             if event.type == "DELETED":
-                self.rules.pop(ident, None)
-                self.on_rule_gone(ident)
+                gone = self.rules.pop(ident, None)
+                if gone is not None:
+                    self.on_rule_gone(gone)
             else:
                 rule = self.rules[ident] = RuleView.of(*ident, event.object)
                 self.on_rule(rule)

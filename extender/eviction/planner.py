@@ -54,6 +54,7 @@ class Planner:
             plan_evictions(state, self.ownership, rules.taint_time),
             plan_volume_evictions(state, self.intake.pods, volumes.taint_time),
         )
+        rules.forget_gone_taints()
         self.events.not_effective(ineffective_no_attach(state, self.intake.pods))
         done = self.evictor.done
         for key, old in self.plan.items():

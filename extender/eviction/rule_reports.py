@@ -18,7 +18,7 @@ from extender.eviction import rule_status
 from extender.eviction.clock import Deadlines, format_time
 from extender.eviction.events import Events
 from extender.eviction.intake import Intake
-from extender.eviction.plan import Ownership, PodEviction, TaintKind, TaintOrigin, TaintTime, dry_run
+from extender.eviction.plan import RULE_KIND, Ownership, PodEviction, TaintKind, TaintOrigin, TaintTime, dry_run
 from extender.eviction.rule_view import RuleView
 from tracker import events as ev
 from tracker.source import NotFound, RuleStatusWriter, SourceError
@@ -48,7 +48,13 @@ class RuleReports:
 
     def _stats_of(self, origin: TaintOrigin) -> _RuleStats:
         rule = self.intake.rules.get(origin.rule) if origin.rule is not None else None
-        return self._stats.setdefault(rule.uid if rule is not None and rule.uid else origin.source, _RuleStats())
+        if rule is None:
+            return _RuleStats()  # deleted while its pod was evicted: no status left to count into
+        return self._stats.setdefault(rule.uid or origin.source, _RuleStats())
+
+    def forget(self, rule: RuleView) -> None:
+        """The rule was deleted: its counts go with it (a rule created again under its name starts from zero)."""
+        self._stats.pop(rule.uid or f"{RULE_KIND}/{rule.group}/{rule.name}", None)
 
     def evicted(self, p: PodEviction) -> None:
         for origin in p.origins:

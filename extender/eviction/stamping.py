@@ -8,13 +8,14 @@ the time written; a driver taint without a time counts from first sight.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
-from allocator.types import DeviceID, DeviceTaint
+from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint
 from extender.eviction import rule_time
 from extender.eviction.clock import Deadlines, format_time, parse_time
 from extender.eviction.intake import Intake
-from extender.eviction.plan import device_origin
+from extender.eviction.plan import device_origin, device_taints
 from tracker import events as ev
 from tracker.source import NotFound, RuleStatusWriter, SourceError, VolumeTaintWriter
 from tracker.state import ClusterState
@@ -31,7 +32,7 @@ class RuleStamps:
         self.source = source
         self.deadlines = deadlines
         self._stamps: dict[tuple[str, str, str], rule_time.Stamp] = {}  # (group, name, uid) -> written, not yet seen
-        self._first_seen: dict[tuple[DeviceID, str], float] = {}
+        self._first_seen: dict[tuple[DeviceID, str], float] = {}  # (device, taint) -> first sight of a taint without timeAdded
 
     def forget(self, ident: tuple[str, str]) -> None:
         """The rule (group, name) was deleted."""
@@ -52,6 +53,23 @@ class RuleStamps:
         if t is not None:
             return t
         return self._first_seen.setdefault((did, str(taint)), now())
+
+    def forget_gone_taints(self) -> None:
+        """Forget the first sight of taints no longer on their device (the slice or rule dropped them).
+
+        A taint's text includes its effect, so one whose effect changed is a new
+        taint, as it was before; the dry run of an `effect: None` rule asks about
+        the taint as if it were NoExecute, which keeps that entry too.
+        """
+        if not self._first_seen:
+            return
+        state = self.intake.state
+        live: set[tuple[DeviceID, str]] = set()
+        for did in {did for did, _ in self._first_seen}:
+            for taint, _ in device_taints(state, did):
+                live.add((did, str(taint)))
+                live.add((did, str(dataclasses.replace(taint, effect=EFFECT_NO_EXECUTE))))
+        self._first_seen = {k: t for k, t in self._first_seen.items() if k in live}
 
     async def stamp(self) -> bool:
         """Write what our rules lack; True when a taint's time may have moved (the plan is to be recomputed)."""
