@@ -484,6 +484,7 @@ class HealthController:
             self.status.write(policy.name, self.status.render(policy, self.states, self.unmatched, self.waiting, self.last_signal))
         if only is None:
             await self._remove_orphans(policies)
+            self._forget_devices_without_state()
         for name in sorted(self.policies.objects):
             err = self.policy_error(name)
             if err is not None:
@@ -636,7 +637,7 @@ class HealthController:
             self.states.setdefault((policy.name, rule.name), {}).setdefault(key, st)  # still there: try again (unless fired anew)
             log.warning("health rule delete failed", extra={"object": name, "err": str(e)})
             return
-        self.written.pop(name, None)
+        self._forget_rule(name, (policy.name, rule.name, key))
         self.status.event(policy, "Normal", "DeviceCleared", f"{did} ({node}): {rule.name} cleared after {rule.clear_after:g}s resolved")
 
     async def _guard(self, policy: Policy, rule: Rule, waiting: tuple[str, ...]) -> None:
@@ -675,7 +676,23 @@ class HealthController:
                 except (SourceError, OSError, TimeoutError) as e:
                     self._failed, self._error = True, str(e)
                     continue
-                self.written.pop(name, None)
+                self._forget_rule(name, (*ident, key))
                 del self.states[ident][key]
             if not self.states[ident]:
                 del self.states[ident]
+
+    def _forget_rule(self, name: str, named: tuple[str, str, str]) -> None:
+        """Our rule `name` (of (policy, rule, device key) `named`) is deleted: what is kept per rule goes with it."""
+        self.written.pop(name, None)
+        self._same.pop(name, None)
+        self._names.pop(named, None)
+
+    def _forget_devices_without_state(self) -> None:
+        """A device no rule has a state for is no longer placed (`where`): devices come and go with alerts.
+
+        Called at the end of a full pass, with no await since its states were
+        read, so every device a state names keeps its place.
+        """
+        live = {key for states in self.states.values() for key in states}
+        for key in [k for k in self.where if k not in live]:
+            del self.where[key]
