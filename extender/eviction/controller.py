@@ -67,8 +67,7 @@ class EvictionController:
         self.metrics = metrics or Metrics()
         self.idle = False  # waiting for the clock or a tracker event (tests step the fake clock then)
         self.deadlines = Deadlines(self.clock, settings.retry_initial)
-        events = Events(source, is_leader)
-        self.events = events
+        self.events = events = Events(source, is_leader)
         self.intake = Intake(state, own_write=self._own_write, on_rule=events.unknown_effect, on_rule_gone=self._rule_gone)
         self.rule_stamps = RuleStamps(self.intake, source, self.deadlines)
         self.volume_stamps = VolumeStamps(state, source, self.deadlines)

@@ -690,8 +690,8 @@ class HealthController:
     def _forget_devices_without_state(self) -> None:
         """A device no rule has a state for is no longer placed (`where`): devices come and go with alerts.
 
-        Called at the end of a full pass, with no await since its states were
-        read, so every device a state names keeps its place.
+        Synchronous, at the end of a full pass: an alert applied meanwhile sets a
+        device's place and its state together, so every device a state names keeps its place.
         """
         live = {key for states in self.states.values() for key in states}
         for key in [k for k in self.where if k not in live]:
