@@ -61,6 +61,7 @@ from bench.common import RESULTS
 from kubesim.measure import machine, pct
 from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, node_slice, partitioned_slices
 from kubesim.processes import free_port, start_fake_api, start_server, stop_process
+from kubesim.processes import seed as seed_objects
 from kubesim.scheduler.api import Api
 from kubesim.scheduler.config import DRIVER, NAMESPACE, SCHEDULER_NAME, SchedulerConfig, now
 from kubesim.scheduler.cycle import KubeSchedulerModel
@@ -282,7 +283,7 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
     ext_proc = None
     try:
         with httpx.Client(base_url=api_url, timeout=300) as http:
-            seed(http, _cluster(nodes))
+            seed_objects(http, _cluster(nodes))
         port = free_port()
         cmd = [
             sys.executable,
