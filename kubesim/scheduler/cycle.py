@@ -197,7 +197,8 @@ class KubeSchedulerModel:
             self.stats.scheduling_errors[short_reason(result["Error"])] += 1
             self._failure(p, False, result["Error"])
             return
-        feasible = [x for x in (result.get("NodeNames") or []) if x in set(sample)]
+        offered = set(sample)  # once, not per returned name: the model's own CPU is not the extender's
+        feasible = [x for x in (result.get("NodeNames") or []) if x in offered]
         if not feasible:
             failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
             self._rejected(p, pod, n, failed)
