@@ -156,8 +156,10 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"- unbound pods: {r['unbound_pods']}, their last rejection: {r['unbound_last_rejections'] or 'none'}")
         lines.append(f"- read back: {r['readback']}")
         lines.append(f"- CPU: {r['cpu']}")
-        if r.get("extender_memory_mb"):
-            lines.append(f"- extender memory (MB): {r['extender_memory_mb']}")
+        if r.get("extender_memory_mib"):
+            lines.append(f"- extender memory (MiB, 2^20 bytes; VmHWM is peak_rss): {r['extender_memory_mib']}")
+        elif r.get("extender_memory_mb"):  # results written before the key named its unit: the same figures, MiB
+            lines.append(f"- extender memory (MiB): {r['extender_memory_mb']}")
         if "taint_removal" in r:
             lines.append(f"- taint removal: {r['taint_removal']}")
         lines.append("")

@@ -298,6 +298,7 @@ def run_workload(
         client.close()
         ready_s = time.perf_counter() - started
         startup_cpu_s = cpu_seconds(ext_proc.pid)  # the extender's start-up (lists, caches) up to ready, reported apart
+        memory_at_ready = _memory_mib(ext_proc.pid)  # the initial lists' share of the peak
         print(
             json.dumps({"run": label, "phase": "ready", "extender_ready_s": round(ready_s, 2), "cmd": " ".join(cmd_template)}), flush=True
         )
@@ -312,7 +313,7 @@ def run_workload(
         bound = result.get("pods_bound") or 0
         result["cpu"]["extender_cpu_ms_per_pod"] = round(1000 * result["cpu"]["extender_cpu_s"] / bound, 2) if bound else None
         result["cpu"]["extender_cpu_ms_per_pod_after_first_fifth"] = result.pop("extender_cpu_ms_per_pod_after_first_fifth", None)
-        result["extender_memory_mb"] = _memory_mb(ext_proc.pid)
+        result["extender_memory_mib"] = {**_memory_mib(ext_proc.pid), **{f"{k}_at_ready": v for k, v in memory_at_ready.items()}}
         result["extender_ready_s"] = round(ready_s, 2)
         if ext_proc.poll() is not None:
             result["extender_exited"] = ext_proc.returncode
@@ -333,8 +334,8 @@ def run_workload(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _memory_mb(pid: int) -> dict[str, float]:
-    """A process's resident set now and at its peak (VmRSS, VmHWM), MB."""
+def _memory_mib(pid: int) -> dict[str, float]:
+    """A process's resident set now and at its peak (VmRSS, VmHWM), MiB (/proc reports KiB)."""
     out: dict[str, float] = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
