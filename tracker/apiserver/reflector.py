@@ -27,6 +27,7 @@ import orjson
 from tracker import events as ev
 from tracker.apiserver.discovery import Transport
 from tracker.events import EventSink
+from tracker.heap import release_free_memory
 from tracker.resources import Resource
 from tracker.source import SourceError, status_error
 
@@ -448,6 +449,8 @@ class Reflector:
             sink.mark_synced(res.kind, res.group)  # the last kind's warms the CEL cache of every device
             if listed > GC_FREEZE_ITEMS or (not was_ready and sink.ready):
                 gc.freeze()  # the big, long-lived results need not be scanned by every full collection
+            if not was_ready and sink.ready:
+                release_free_memory()  # the decoded pages' freed C heap, back to the system once (tracker/heap.py)
         self.stats["lists"] += 1
         self.last_resource_versions[(res.kind, res.group)] = rv
         log.info(

@@ -98,9 +98,11 @@ class ApiSource(ApiWrites):
 
     async def connect(self, where: str = "--kubeconfig") -> None:
         """Load the kubeconfig (or the pod's configuration) now: a fault is a one-line KubeconfigError naming WHERE and the file, not a traceback at the first request."""
-        from kubernetes_asyncio.config.config_exception import ConfigException
-
+        from tracker.apiserver import client_modules
         from tracker.apiserver.kubeconfig import KubeconfigError, check
+
+        client_modules.load()  # before any `kubernetes_asyncio` import: without the generated models (35 MiB)
+        from kubernetes_asyncio.config.config_exception import ConfigException
 
         if not self.in_cluster and self.kubeconfig:
             check(self.kubeconfig, where, self.context)
@@ -113,14 +115,15 @@ class ApiSource(ApiWrites):
     async def _client(self) -> Any:
         if self._api is not None:
             return self._api
-        from kubernetes_asyncio import client, config
+        from tracker.apiserver import client_modules
 
-        configuration = client.Configuration()
+        configuration_type, api_client_type, config = client_modules.load()
+        configuration = configuration_type()
         if self.in_cluster:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # kubernetes-asyncio leaves it unannotated
+            config.load_incluster_config(client_configuration=configuration)
         else:
             await config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=configuration)
-        api = client.ApiClient(configuration)
+        api = api_client_type(configuration)
         _without_per_request_env_lookups(api, configuration)
         self._api = api
         return self._api
