@@ -19,6 +19,10 @@ Costs are paid once: programs are cached per expression, device activations
 per device version (`cel_key`; building one costs as much as ten compiled
 evaluations), and results per (expression, device version), so a selector
 is evaluated once per device version however many pods and nodes ask.
+Activations are the bulk of the cache (~500 bytes a device: nested celpy
+maps) and are needed only for an expression a device has not seen, so they
+have a bound of their own, far below the results': an evicted one is
+rebuilt, giving the same results, when a new expression asks.
 Like upstream, an evaluation has a cost budget, and an expression whose
 estimated cost is over it does not compile.
 
@@ -68,6 +72,9 @@ MAX_EXPRESSION_LENGTH = 10 * 1024  # upstream CELSelectorExpressionMaxLength
 # runners recurse per tree level, and this keeps them far from Python's recursion limit.
 MAX_TREE_DEPTH = 220
 MAX_CACHED_PROGRAMS = 10_000
+# Activations kept (results are kept for up to `max_cached_devices` device versions): at ~500 bytes each,
+# 40,000 devices' were 20 MB of a 5,000-node extender (bench/results/issue-31-memory.md); a rebuild costs ~10 evaluations.
+MAX_CACHED_ACTIVATIONS = 10_000
 
 Backend = Literal["compiled", "interpreted"]
 
@@ -229,8 +236,19 @@ def device_value(device: SelectorDevice) -> celtypes.MapType:
     )
 
 
+def _build(device: SelectorDevice) -> tuple[Act | None, str | None]:
+    """A device version's activation, or why it cannot have one."""
+    try:
+        return Act(device_value(device), {}), None
+    except Exception as e:
+        return None, f"device cannot be evaluated: {lib.reason(e)}"
+
+
 class _DeviceEntry:
     """Everything cached per device version: its activations (or why it has none) and results.
+
+    `act` and `error` both None: the activations were evicted (`max_cached_activations`)
+    and are rebuilt from the device at the next expression it has no result for.
 
     Results live here, keyed by expression, rather than in one map keyed by
     (expression, device): a dict of str -> bool is invisible to the garbage
@@ -257,8 +275,10 @@ class CelEnvironment:
 
     Caches are bounded: over `max_cached_devices` device versions or
     `max_cached_results` results, the least recently used device version is
-    evicted with its activation and results. Thread-safe: cache bookkeeping is
-    under a lock, evaluation runs outside it.
+    evicted with its activation and results; over `max_cached_activations`,
+    the least recently built or used activation is dropped and its results
+    kept. Thread-safe: cache bookkeeping is under a lock, evaluation runs
+    outside it on the activation it took.
     """
 
     def __init__(
@@ -266,6 +286,7 @@ class CelEnvironment:
         *,
         max_cached_devices: int = 200_000,
         max_cached_results: int = 2_000_000,
+        max_cached_activations: int = MAX_CACHED_ACTIVATIONS,
         backend: Backend = "compiled",
     ) -> None:
         if backend not in ("compiled", "interpreted"):
@@ -273,9 +294,11 @@ class CelEnvironment:
         self._backend: Backend = backend
         self._max_devices = max(1, max_cached_devices)
         self._max_results = max(1, max_cached_results)
+        self._max_acts = max(1, max_cached_activations)
         self._lock = threading.Lock()
         self._programs: OrderedDict[str, CompiledSelector | CelCompileError] = OrderedDict()
         self._devices: OrderedDict[Hashable, _DeviceEntry] = OrderedDict()  # least recently used first
+        self._acts: OrderedDict[Hashable, None] = OrderedDict()  # device versions holding an activation, the same order
         self._n_results = 0
         self._stats = {
             "hits": 0,
@@ -294,6 +317,7 @@ class CelEnvironment:
             out = dict(self._stats)
             out["cached_devices"] = len(self._devices)
             out["cached_results"] = self._n_results
+            out["cached_activations"] = len(self._acts)
         return out
 
     # ------------------------------------------------------------ compile
@@ -370,7 +394,7 @@ class CelEnvironment:
         if cached is _MISS:
             if entry is None:
                 entry = self._new_entry(device, cel_key)
-            cached = self._run(selector, entry)
+            cached = self._run(selector, entry, self._activation(entry, device, cel_key))
             with self._lock:
                 self._stats["evaluations"] += 1
                 if cached is not True and cached is not False:
@@ -385,42 +409,66 @@ class CelEnvironment:
 
     def _new_entry(self, device: SelectorDevice, cel_key: Hashable) -> _DeviceEntry:
         """Build (outside the lock) and cache the activation of a device version."""
-        try:
-            entry = _DeviceEntry(Act(device_value(device), {}), None)
-        except Exception as e:
-            entry = _DeviceEntry(None, f"device cannot be evaluated: {lib.reason(e)}")
+        entry = _DeviceEntry(*_build(device))
         with self._lock:
             existing = self._devices.get(cel_key)
             if existing is not None:  # another thread was first
                 return existing
             self._devices[cel_key] = entry
+            if entry.act is not None:
+                self._acts[cel_key] = None
             self._trim()
         return entry
 
+    def _activation(self, entry: _DeviceEntry, device: SelectorDevice, cel_key: Hashable) -> Act | None:
+        """The entry's activation (None: the device cannot be evaluated, `entry.error` says why), rebuilt if it was evicted."""
+        with self._lock:
+            act = entry.act
+            if act is not None or entry.error is not None:
+                if act is not None and cel_key in self._acts:
+                    self._acts.move_to_end(cel_key)
+                return act
+        act, error = _build(device)
+        with self._lock:
+            if entry.act is None and entry.error is None:
+                entry.act, entry.error = act, error
+                if act is not None and self._devices.get(cel_key) is entry:
+                    self._acts[cel_key] = None
+                    self._trim()
+        return act
+
     def _trim(self) -> None:
-        """Evict least recently used device versions (activation and results) over either bound."""
+        """Evict least recently used device versions (activation and results) over either bound, then activations over theirs."""
         devices = self._devices
         while len(devices) > self._max_devices or (self._n_results > self._max_results and len(devices) > 1):
-            _, old = devices.popitem(last=False)
+            key, old = devices.popitem(last=False)
+            self._acts.pop(key, None)
             self._n_results -= len(old.results)
         if self._n_results > self._max_results and devices:  # one device holds more than the bound
             results = next(reversed(devices.values())).results
             while self._n_results > self._max_results and results:
                 del results[next(iter(results))]
                 self._n_results -= 1
+        acts = self._acts
+        while len(acts) > self._max_acts:
+            key, _ = acts.popitem(last=False)
+            held = devices.get(key)
+            if held is not None:  # its results stay; an evaluation holding the activation finishes with it
+                held.act = held.interp = None
 
     @staticmethod
-    def _run(selector: CompiledSelector, entry: _DeviceEntry) -> bool | CelRuntimeError:
-        if entry.act is None:
+    def _run(selector: CompiledSelector, entry: _DeviceEntry, act: Act | None) -> bool | CelRuntimeError:
+        if act is None:
             return CelRuntimeError(selector.expression, entry.error or "device cannot be evaluated")
         try:
             lib.reset_budget(1 if selector.backend == "compiled" else lib.INTERPRETED_BUDGET_DIVISOR)
             if selector.backend == "compiled":
-                value = selector.run(entry.act)
+                value = selector.run(act)
             else:
-                if entry.interp is None:
-                    entry.interp = Activation(functions=INTERP_FUNCTIONS, vars={"device": entry.act.device})
-                value = selector.run(entry.interp)
+                interp = entry.interp
+                if interp is None:
+                    interp = entry.interp = Activation(functions=INTERP_FUNCTIONS, vars={"device": act.device})
+                value = selector.run(interp)
         except lib.CostLimitExceeded as e:
             return CelRuntimeError(selector.expression, str(e))
         except lib.DeadlineExceeded as e:
@@ -441,6 +489,7 @@ class CelEnvironment:
         try:
             with self._lock:
                 entry = self._devices.pop(cel_key, None)
+                self._acts.pop(cel_key, None)
                 if entry is not None:
                     self._n_results -= len(entry.results)
         except TypeError:  # an unhashable key was never cached

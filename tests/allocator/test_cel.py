@@ -440,6 +440,49 @@ def test_device_cache_is_bounded() -> None:
     assert env.evaluate(sels[1], devs[0]) is False  # activation rebuilt, result still right
 
 
+ACT_EXPRESSIONS = [f"{A}.index % 2 == 0", f"{A}.index > 1", f'{A}.index == 3 || device.driver == "x"']
+
+
+@pytest.mark.parametrize(
+    ("backend", "bound"),
+    [
+        pytest.param("compiled", 1, id="compiled, one activation kept"),
+        pytest.param("compiled", 2, id="compiled, two kept"),
+        pytest.param("interpreted", 1, id="interpreted, one kept"),
+        pytest.param("interpreted", 2, id="interpreted, two kept"),
+    ],
+)
+def test_activation_bound_keeps_results_and_rebuilds_evicted_activations(backend: str, bound: int) -> None:
+    """Over `max_cached_activations` an activation is dropped, its results kept; a new expression rebuilds it, same answers."""
+    env = CelEnvironment(max_cached_activations=bound, backend=backend)  # type: ignore[arg-type]
+    reference = CelEnvironment(backend=backend)  # type: ignore[arg-type]
+    devs = [Dev(attributes={"gpu.example.com/index": i}) for i in range(5)]
+    first, *later = (env.compile(e) for e in ACT_EXPRESSIONS)
+    for d in devs:
+        env.evaluate(first, d)
+    assert env.stats["cached_activations"] == bound
+    assert env.stats["cached_devices"] == 5 and env.stats["cached_results"] == 5
+    assert [env.evaluate(first, d) for d in devs] == [True, False, True, False, True]
+    assert env.stats["evaluations"] == 5  # the results of devices without an activation are still hits
+    for sel in later:  # new expressions: every evicted activation is rebuilt, and answers as a fresh one does
+        got = [env.evaluate(sel, d) for d in devs]
+        assert got == [reference.evaluate(reference.compile(sel.expression), d) for d in devs]
+        assert env.stats["cached_activations"] == bound
+    assert env.stats["evaluations"] == 5 * len(ACT_EXPRESSIONS)
+    env.forget(devs[-1].cel_key)
+    assert env.stats["cached_activations"] == bound - 1 and env.stats["cached_devices"] == 4
+
+
+def test_activation_bound_keeps_a_device_that_cannot_be_evaluated_an_error() -> None:
+    env = CelEnvironment(max_cached_activations=1)
+    bad = Dev(attributes={"gpu.example.com/ratio": 1.5})
+    for d in (bad, Dev(), Dev()):
+        with contextlib.suppress(CelRuntimeError):
+            env.evaluate(env.compile("true"), d)
+    with pytest.raises(CelRuntimeError, match=r"device cannot be evaluated: attribute gpu\.example\.com/ratio"):
+        env.evaluate(env.compile("false"), bad)
+
+
 def test_concurrent_evaluation_is_consistent() -> None:
     env = CelEnvironment()
     sel = env.compile(f'{A}.index % 2 == 0 && "gpu.example.com" in device.attributes')
