@@ -56,7 +56,8 @@ class NodeUnits:
     """A node's units as of the tracker's state (allocated and in-flight devices)."""
 
     units: dict[UnitKey, _Unit]
-    # device -> (unit, counters it consumes); None: the device whole; {}: a share of it (touched, use unknown)
+    # device -> (unit, counters it consumes); None: the device whole; {}: a share of it (touched, use unknown).
+    # A device held whole or not at all has no entry: its unit is keyed by its own id.
     device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]]
 
     allocated: set[DeviceID]  # already counted in the base
@@ -82,7 +83,12 @@ class NodeUnits:
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
         for d in {d.id: d for d in extra if d.id not in self.allocated}.values():
-            for key, counters in self.device_units.get(d.id, ()):
+            entries = self.device_units.get(d.id)
+            if entries is None:
+                if d.id in self.units:  # the node's own device, held whole
+                    whole.add(d.id)
+                continue
+            for key, counters in entries:
                 if counters is None:
                     whole.add(key)
                 elif not counters:
@@ -252,6 +258,5 @@ def _shape(node: str, reachable: list[SliceView]) -> Shape:
                 devices.append((d.id, key, {c: _value(q) for c, q in d.capacity.items()}))
                 device_units[d.id] = ((key, {}),)  # a pod's share is not known here: counted as touching it
             else:
-                devices.append((d.id, key, None))
-                device_units[d.id] = ((key, None),)
+                devices.append((d.id, key, None))  # no device_units entry: NodeUnits.measure finds its unit by its id
     return tuple(counter_units.items()), tuple(devices), device_units
