@@ -74,6 +74,12 @@ ROWS = [
         {"list": [200, ["n1"]], "modules_after_connect": "many", "models_after_connect": True},
         id="already imported whole: used as it is",
     ),
+    pytest.param(
+        'sys.modules["kubernetes_asyncio.client.configuration"] = None  # a layout the lean load does not know',
+        "",
+        {"list": [200, ["n1"]], "modules_after_connect": "many", "models_after_connect": True},
+        id="a module the lean load needs cannot be imported: the plain import, whole",
+    ),
 ]
 
 
