@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from allocator.parse.reader import _Reader
+from allocator.parse.reader import INTERN_MAX, _Reader
 from allocator.quantity import Quantity, QuantityError, parse_quantity
 from allocator.semver import SemverError, parse_semver
 from allocator.types import (
@@ -89,14 +89,11 @@ def _parse_attribute(r: _Reader, raw: Any, path: str) -> AttributeValue:
     if kind == "string":
         text = r.string(value, f"{path}.string")
         # Devices repeat their string values (a model, a firmware revision) across the cluster: one copy each.
-        return sys.intern(text) if len(text) <= _INTERN_MAX else text
+        return sys.intern(text) if len(text) <= INTERN_MAX else text
     try:
         return parse_semver(r.string(value, f"{path}.version"))
     except SemverError as e:
         raise r.fail(f"{path}.version", str(e)) from None
-
-
-_INTERN_MAX = 64  # longer strings are rarely shared (descriptions, serials)
 
 
 @functools.lru_cache(maxsize=4096)

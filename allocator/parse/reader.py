@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any, overload
 
@@ -108,6 +109,20 @@ def _object_ref(kind: str, raw: Any) -> str:
     return f"{kind} {ns}/{name}" if isinstance(ns, str) and ns else f"{kind} {name}"
 
 
+INTERN_MAX = 64  # longer strings are rarely shared (descriptions, serials, hashes)
+
+
+def interned_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `labels` with one string object per distinct key and short value in the process.
+
+    Every Node (and most pods) repeats the same label keys and most values (`kubernetes.io/arch: amd64`,
+    a zone, an instance type): decoded page by page, each would be its own string, held as long as the
+    object (about 0.6 KB a heavy Node, bench/results/issue-31-memory.md).
+    """
+    intern = sys.intern
+    return {intern(k): intern(v) if len(v) <= INTERN_MAX else v for k, v in labels.items()}
+
+
 def parse_meta(r: _Reader, raw: Mapping[str, Any], *, namespaced: bool) -> ObjectMeta:
     meta = r.mapping(raw.get("metadata"), "metadata", required=True)
     labels = r.mapping(meta.get("labels"), "metadata.labels")
@@ -127,7 +142,7 @@ def parse_meta(r: _Reader, raw: Mapping[str, Any], *, namespaced: bool) -> Objec
         resource_version=str(rv) if rv is not None else "",
         generation=r.integer(meta.get("generation"), "metadata.generation", default=0) or 0,
         creation_timestamp=r.string(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
-        labels=dict(labels),
+        labels=interned_labels(labels),
         annotations=dict(annotations),
         finalizers=finalizers,
         deletion_timestamp=r.string(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
