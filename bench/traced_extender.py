@@ -115,6 +115,7 @@ def _recorder(out: Path, every: float, snapshot_every: float, snapshot_after: fl
                 # stay flat while new objects fill the arenas freed after the initial lists.
                 "blocks_k": round(sys.getallocatedblocks() / 1000, 1),
                 **_malloc_mib(),
+                "modules": len(sys.modules),  # an import during serving (a lazily completed package) shows here
             }
             if tracemalloc.is_tracing():
                 row["traced_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 2)
