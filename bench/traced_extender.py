@@ -3,8 +3,10 @@
     .venv/bin/python -m bench.traced_extender --out DIR [--every 5] [--snapshot-every 0] [--snapshot-after 0] [--frames 3] -- serve ARGS...
 
 Runs `extender.cli.main(ARGS)` in this process, with a daemon thread that
-appends the process's resident set (VmRSS, VmHWM) to DIR/rss.jsonl every
-`--every` seconds and, with `--snapshot-every S` > 0, starts tracemalloc
+appends the process's resident set (VmRSS, VmHWM), Python's live blocks,
+glibc's malloc figures (mallinfo2) and the number of modules loaded to
+DIR/rss.jsonl every `--every` seconds (bench/results/issue-31-memory.md
+reads a 5,000-node run with it) and, with `--snapshot-every S` > 0, starts tracemalloc
 before the extender is imported and, from `--snapshot-after` seconds after
 the extender's readiness on, every S seconds dumps the traced heap to
 DIR/snapshot-N.pickle (tracemalloc.Snapshot.load reads it) with a summary in
