@@ -29,11 +29,18 @@ if TYPE_CHECKING:
 # it, under that call's own time budget.
 WARM_EVALUATION_SECONDS = 0.1
 
-# Once the queue is empty after warming at least this many devices, their CEL activations are
-# frozen out of the collector's full scans (gc.freeze), as the reflector freezes its initial
-# lists: at 5,000 nodes x 8 GPUs x 7 partitions the start-up warm-up builds ~280,000 of them
-# after the lists' freeze, and every full collection then scanned them all (~1 s, on /filter's clock).
+# The CEL activations the warm-up builds live as long as their devices, and every full collection
+# scans whatever is not frozen: at 5,000 nodes x 8 GPUs x 7 partitions the start-up warm-up builds
+# ~280,000 of them after the reflector's gc.freeze(), and full collections over them took ~1 s on
+# /filter's clock. So they are frozen out of the collector's scans (gc.freeze(), as the reflector
+# freezes its lists) every GC_FREEZE_EVERY devices of a long warm-up, and when the queue is empty
+# after at least GC_FREEZE_DEVICES (a slice update's few devices are not worth it).
 GC_FREEZE_DEVICES = 1000
+GC_FREEZE_EVERY = 10_000
+
+# The warm-up gives the event loop back after this much work: a /filter that arrives meanwhile
+# waits for the slice in progress (the views' own recompute keeps its slice, recompute.py).
+WARMUP_SLICE_SECONDS = 0.005
 
 log = logging.getLogger("tracker.views.devices")  # the name its records have always had
 
@@ -64,14 +71,21 @@ class SelectorWarmup:
         compiled = self._compiled(classes)
         start = 0
         while start < len(devices) and not interrupted():
-            start = self._warm_slice(devices, compiled, start, time.monotonic() + slice_seconds)
+            stop = self._warm_slice(devices, compiled, start, time.monotonic() + slice_seconds)
+            self._unfrozen += stop - start
+            start = stop
+            if self._unfrozen >= GC_FREEZE_EVERY:
+                self._freeze()
             await asyncio.sleep(0)
-        self._unfrozen += start
         if start < len(devices):
             self._queue.appendleft((devices[start:], classes))  # views first
         elif not self._queue and self._unfrozen >= GC_FREEZE_DEVICES:
-            self._unfrozen = 0
-            gc.freeze()  # the activations just built live as long as their devices: no full collection need scan them
+            self._freeze()
+
+    def _freeze(self) -> None:
+        """The activations built so far live as long as their devices: no full collection need scan them."""
+        self._unfrozen = 0
+        gc.freeze()
 
     def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
         compiled = []
