@@ -41,6 +41,11 @@ GC_FREEZE_EVERY = 10_000
 # The warm-up gives the event loop back after this much work: a /filter that arrives meanwhile
 # waits for the slice in progress (the views' own recompute keeps its slice, recompute.py).
 WARMUP_SLICE_SECONDS = 0.005
+# ... and then passes this many turns of the loop, so that work arriving in more than one step
+# runs before the next slice: a verb handed over by the HTTP thread (run_coroutine_threadsafe:
+# a callback, then its task's first step) or a task woken by a timer is two steps; yielding once
+# made each step wait for a slice of its own (~10 ms per /filter in the start-up warm-up).
+WARMUP_YIELDS = 3
 
 log = logging.getLogger("tracker.views.devices")  # the name its records have always had
 
@@ -76,7 +81,8 @@ class SelectorWarmup:
             start = stop
             if self._unfrozen >= GC_FREEZE_EVERY:
                 self._freeze()
-            await asyncio.sleep(0)
+            for _ in range(WARMUP_YIELDS):
+                await asyncio.sleep(0)
         if start < len(devices):
             self._queue.appendleft((devices[start:], classes))  # views first
         elif not self._queue and self._unfrozen >= GC_FREEZE_DEVICES:
