@@ -15,7 +15,15 @@ workload sees. The collector runs with `dra-extender serve`'s thresholds
 (extender/cli.py GC_THRESHOLDS); full collections during the measured pods
 are counted with their wall time.
 
+`--beside-warm-up` measures what the HTTP tail is made of without HTTP:
+the pods start as soon as the state is built, while the start-up CEL
+warm-up runs on the same loop, with a pause of 10 ms between pods (the
+scheduler's own work, when the loop is free); per pod, the wall time from
+the end of the pause to /filter's answer (waiting behind the warm-up
+included) is reported, after the first pass (partitions-cpu-beside-warm-up.md).
+
     .venv/bin/python -m bench.bench_partitions_cpu [--nodes 500] [--pods N] [--warm N] [--profile] [--tag T]
+    .venv/bin/python -m bench.bench_partitions_cpu --beside-warm-up [--nodes 500] [--pods 100] [--tag T]
 
 Results land in bench/results/partitions-cpu.{json,md} (and -profile-T.txt).
 """
@@ -150,6 +158,69 @@ async def run(nodes: int, pods: int, warm: int | None, profile: bool, label: str
     return result
 
 
+PAUSE_SECONDS = 0.01  # between pods in --beside-warm-up: the scheduler's own work, the loop free meanwhile
+
+
+async def beside_warm_up(nodes: int, pods: int, label: str) -> dict[str, Any]:
+    """Pods while the start-up warm-up runs: per pod, the wall ms from the end of a pause to /filter's answer."""
+    from extender.cli import GC_THRESHOLDS
+
+    gc.set_threshold(*GC_THRESHOLDS)
+    first = first_pass_pods(nodes)
+    load_start = list(os.getloadavg())
+    service, pcs = build(nodes, pods)
+    names_body = orjson.dumps([node_name(i) for i in range(nodes)])
+    rng = random.Random(1)
+    waited: list[float] = []  # ms from the pause's end to the start of the pod's /filter
+    answered: list[float] = []  # ms from the pause's end to /filter's answer
+    during = 0
+    for pc in pcs:
+        due = time.perf_counter() + PAUSE_SECONDS
+        await asyncio.sleep(PAUSE_SECONDS)
+        woke = time.perf_counter()
+        during += any(t.get_name() == "warm-selectors" for t in asyncio.all_tasks())
+        r = await one_pod(service, pc, names_body, rng)
+        waited.append((woke - due) * 1000)
+        answered.append((woke - due) * 1000 + r["filter"] * 1000)
+    return {
+        "label": label,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "python": platform.python_version(),
+        "load_average_start": load_start,
+        "load_average_end": list(os.getloadavg()),
+        "nodes": nodes,
+        "pods": pods,
+        "first_pass_pods": first,
+        "pods_beside_warm_up": during,
+        "wait_ms_after_first_pass": summary([w / 1000 for w in waited[first:]]),  # summary(): seconds in, ms out
+        "wait_and_filter_ms_after_first_pass": summary([a / 1000 for a in answered[first:]]),
+        "wait_and_filter_ms_first_pass": summary([a / 1000 for a in answered[:first]]),
+    }
+
+
+def write_beside(result: dict[str, Any], tag: str) -> None:
+    runs = record_run("partitions-cpu-beside-warm-up", tag, result)
+    lines = [
+        "# /filter beside the start-up CEL warm-up, in process (`python -m bench.bench_partitions_cpu --beside-warm-up`)",
+        "",
+        "The Partitions workload's cluster (nodes x 8 GPUs x 7 partitions) in one `ClusterState`; the pods start as soon as it is "
+        f"built, while the CEL warm-up runs on the same event loop, {PAUSE_SECONDS * 1000:g} ms apart (the loop is free meanwhile). "
+        "Per pod: how long after its pause ended its /filter started (waiting behind the warm-up: what a verb from the HTTP "
+        "thread waits) and answered (wall ms, the machine's load included). Pods after the first pass unless said.",
+        "",
+        "| run | when | load avg start -> end | nodes | pods (beside the warm-up) | wait p50 / p99 / max ms | wait + filter p50 / p99 / max ms | first pass: wait + filter p50 / max ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for tag_, r in runs.items():
+        w, a, f = r["wait_ms_after_first_pass"], r["wait_and_filter_ms_after_first_pass"], r["wait_and_filter_ms_first_pass"]
+        lines.append(
+            f"| {tag_}: {r['label']} | {r['when']} | {r['load_average_start']} -> {r['load_average_end']} | {r['nodes']} | "
+            f"{r['pods']} ({r['pods_beside_warm_up']}) | {w['p50']} / {w['p99']} / {w['max']} | {a['p50']} / {a['p99']} / {a['max']} | "
+            f"{f['p50']} / {f['max']} |"
+        )
+    (RESULTS / "partitions-cpu-beside-warm-up.md").write_text("\n".join(lines) + "\n")
+
+
 def write(result: dict[str, Any], tag: str) -> None:
     text = result.pop("profile_text", None)
     runs = record_run("partitions-cpu", tag, result)
@@ -196,7 +267,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tag", default="run")
     parser.add_argument("--label", default="")
+    parser.add_argument("--beside-warm-up", action="store_true", help="pods while the start-up warm-up runs (see the module's docstring)")
     args = parser.parse_args(argv)
+    if args.beside_warm_up:
+        beside = asyncio.run(beside_warm_up(args.nodes, args.pods, args.label or args.tag))
+        print({k: beside[k] for k in beside if k.startswith(("wait", "pods"))})
+        write_beside(beside, args.tag)
+        return
     result = asyncio.run(run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag))
     c = result["cpu_ms"]
     print(
