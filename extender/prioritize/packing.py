@@ -54,7 +54,6 @@ class NodeUnits:
     # The last `measure_devices` answer, by the identity of its tuple: a node's cached verdict hands
     # out the same devices tuple to every pod of a shape, so /filter's ranking measures it once.
     _last: tuple[tuple[DeviceView, ...], tuple[int, float]] | None = None
-    _views: dict[DeviceID, DeviceView] | None = None  # the node's own devices, built when a measure first needs them
 
     def __post_init__(self) -> None:
         for unit in self.units.values():
@@ -71,12 +70,8 @@ class NodeUnits:
         added: dict[UnitKey, dict[str, float]] = {}
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
-        views = self._views
-        if views is None:
-            node = self.node
-            views = self._views = {d.id: d for s in self.own for d in s.devices if s.node_name == node or d.node_name == node}
         for did in {d.id: d for d in extra if d.id not in self.allocated}:
-            view = views.get(did)
+            view = self._own_view(did)
             if view is None:
                 continue  # not one of the node's own devices
             for key, counters in _device_units(view):
@@ -99,6 +94,25 @@ class NodeUnits:
             touched += t1 - t0
             use += u1 - u0
         return touched, use / len(self.units)
+
+    def _own_view(self, did: DeviceID) -> DeviceView | None:
+        """The node's own device `did` in its slices now (the last one, should a pool name it twice).
+
+        Looked up by scanning the node's slices rather than kept in a map: a
+        ranking measures a pod's one or few devices, and a map per node was
+        ~2 KB x every node a first pass looks at.
+        """
+        node = self.node
+        found = None
+        for s in self.own:
+            if s.pool != did.pool or s.driver != did.driver:
+                continue
+            local = s.node_name == node
+            name = did.device
+            for d in s.devices:
+                if d.id.device == name and (local or d.node_name == node):
+                    found = d
+        return found
 
     def measure_devices(self, devices: tuple[DeviceView, ...]) -> tuple[int, float]:
         """`measure(devices)`, remembered for the last tuple measured (the units never change once built)."""
