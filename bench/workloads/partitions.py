@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.workloads.cluster import DRIVER, SPECS, PodClaim, base_objects, node_name
+from bench.workloads.driver import summary
 from bench.workloads.runs import Config, run_modes, target
+from extender.filter.node_fit import DEFAULT_OFFER_NODES
 from kubesim.objects import GPU_GI, PARTITIONS_GI, node_slice, partitioned_slices
 
 
@@ -16,6 +18,12 @@ def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
     Both clusters take the same measured pods (one device each, from one
     template) with the same driver in the same run; the partitioned one must
     keep filter p99 <= 10 ms and pods/s within 10 % of the plain one.
+
+    /filter looks at DEFAULT_OFFER_NODES names at a time from a rotating
+    start, so the first nodes / 100 pods (5) each meet 100 nodes with no
+    verdict for the shape yet: their /filter is reported apart as the first
+    pass, as Scale5k does, and the p99 is given both over every pod and
+    after the first pass (what a running workload of the shape sees).
     """
     nodes, gpus = 500, 8
     per_node = gpus * len(PARTITIONS_GI)
@@ -48,12 +56,30 @@ def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
             objs += pc.objects()
         pods = [pc.pod() for pc in pcs]
         out[variant] = run_modes(cfg, tmp, f"Partitions-{variant}", objs, pods, names)
+    cold = -(-nodes // DEFAULT_OFFER_NODES)
+    out["workload"]["first_pass_pods"] = cold
+    for variant in ("plain", "partitioned"):
+        for res in out[variant].values():
+            fms = res["samples"]["filter_ms"]
+            res["filter_ms_first_pass"] = summary(fms[:cold])
+            res["filter_ms_warm"] = summary(fms[cold:])
     for mode in cfg.modes:
         plain, part = out["plain"][mode], out["partitioned"][mode]
         ratio = round(part["pods_per_s"] / plain["pods_per_s"], 3) if plain["pods_per_s"] else None
         out["partitioned"][mode]["ratio_to_plain"] = ratio
         p99 = part["latency_ms"]["filter"]["p99"]
         out["targets"].append(target("filter p99 <= 10 ms (partitioned)", p99, 10, p99 <= 10, "ms", mode))
+        warm = part["filter_ms_warm"].get("p99")
+        out["targets"].append(
+            target(
+                f"filter p99 <= 10 ms (partitioned, after the first pass: pods {cold + 1}-)",
+                warm,
+                10,
+                warm is not None and warm <= 10,
+                "ms",
+                mode,
+            )
+        )
         out["targets"].append(
             target("pods/s >= 0.9 x the same cluster without partitions", ratio, 0.9, ratio is not None and ratio >= 0.9, "x", mode)
         )

@@ -22,10 +22,8 @@ pods expected on the node, are added per call.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from allocator.allocated_state import AllocatedState
 from allocator.device_view import DeviceView, SliceView
@@ -56,10 +54,8 @@ class NodeUnits:
     """A node's units as of the tracker's state (allocated and in-flight devices)."""
 
     units: dict[UnitKey, _Unit]
-    # device -> (unit, counters it consumes); None: the device whole; {}: a share of it (touched, use unknown).
-    # A device held whole or not at all has no entry: its unit is keyed by its own id.
-    device_units: dict[DeviceID, tuple[tuple[UnitKey, dict[str, float] | None], ...]]
-
+    own: tuple[SliceView, ...]  # the slices of the node's own pools, whose devices (those on the node) make its units
+    node: str
     allocated: set[DeviceID]  # already counted in the base
     base_touched: int = 0
     base_use: float = 0.0
@@ -82,13 +78,11 @@ class NodeUnits:
         added: dict[UnitKey, dict[str, float]] = {}
         whole: set[UnitKey] = set()
         shared: set[UnitKey] = set()
-        for d in {d.id: d for d in extra if d.id not in self.allocated}.values():
-            entries = self.device_units.get(d.id)
-            if entries is None:
-                if d.id in self.units:  # the node's own device, held whole
-                    whole.add(d.id)
-                continue
-            for key, counters in entries:
+        for did in {d.id: d for d in extra if d.id not in self.allocated}:
+            view = self._own_view(did)
+            if view is None:
+                continue  # not one of the node's own devices
+            for key, counters in _device_units(view):
                 if counters is None:
                     whole.add(key)
                 elif not counters:
@@ -108,6 +102,25 @@ class NodeUnits:
             touched += t1 - t0
             use += u1 - u0
         return touched, use / len(self.units)
+
+    def _own_view(self, did: DeviceID) -> DeviceView | None:
+        """The node's own device `did` in its slices now (the last one, should a pool name it twice).
+
+        Looked up by scanning the node's slices rather than kept in a map: a
+        ranking measures a pod's one or few devices, and a map per node was
+        ~2 KB x every node a first pass looks at.
+        """
+        node = self.node
+        found = None
+        for s in self.own:
+            if s.pool != did.pool or s.driver != did.driver:
+                continue
+            local = s.node_name == node
+            name = did.device
+            for d in s.devices:
+                if d.id.device == name and (local or d.node_name == node):
+                    found = d
+        return found
 
     def measure_devices(self, devices: tuple[DeviceView, ...]) -> tuple[int, float]:
         """`measure(devices)`, remembered for the last tuple measured (the units never change once built)."""
@@ -146,8 +159,6 @@ class NodeFullness:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._nodes: dict[str, NodeUnits] = {}
-        # node -> (its slices, weakly: the shape stands while they are the same objects; what they decide)
-        self._shapes: dict[str, tuple[tuple[weakref.ref[SliceView], ...], Shape]] = {}
         self._seq = state.change_seq
 
     def of(self, node: str) -> NodeUnits:
@@ -173,90 +184,73 @@ class NodeFullness:
         changed = self.state.changed_nodes_since(self._seq)
         if changed is None:
             self._nodes.clear()
-            self._shapes.clear()
         else:
-            if len(self._shapes) > 2 * len(self._nodes) + 1024:
-                self._shapes.clear()  # nodes gone since: kept bounded
             for name in changed:
                 if name is not None:
                     self._nodes.pop(name, None)
         self._seq = self.state.change_seq
 
     def _compute(self, node: str) -> NodeUnits:
-        """The node's units as allocated now; what only its slices decide is reused while they are the same objects."""
+        """The node's units as allocated now, read from its slices in one pass.
+
+        Nothing per device is kept: at 5,000 nodes x 56 partitions a kept
+        per-device table was ~180 objects per node, which /filter's first
+        pass over the nodes built at ~0.3 ms a node and every full garbage
+        collection then scanned (design.md#partitions-at-5000-nodes).
+        """
         ledger: AllocatedState = self.state.allocated_state
         reachable = self.state.queries.slices_for_node(node)
-        held = self._shapes.get(node)
-        if held is not None and len(held[0]) == len(reachable) and all(r() is s for r, s in zip(held[0], reachable, strict=True)):
-            shape = held[1]
-        else:
-            shape = _shape(node, reachable)
-            self._shapes[node] = (tuple(weakref.ref(s) for s in reachable), shape)
-        counter_units, devices, device_units = shape
-        units: dict[UnitKey, _Unit] = {key: _Unit(totals, {}, False) for key, totals in counter_units}
+        # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
+        pools = {(s.driver, s.pool) for s in reachable if s.node_name == node or any(d.node_name == node for d in s.devices)}
+        own = tuple(s for s in reachable if (s.driver, s.pool) in pools)
+        units: dict[UnitKey, _Unit] = {}
+        for s in own:
+            for cs in s.shared_counters:
+                key = (s.driver, s.pool, cs.name)
+                if key not in units:
+                    units[key] = _Unit({c: _value(q) for c, q in cs.counters.items()}, {}, False)
         taken: set[DeviceID] = set()
         is_allocated = ledger.is_allocated
-        for did, key, payload in devices:
-            allocated = is_allocated(did)
-            if allocated:
-                taken.add(did)
-            if key is None:  # consumes counters: payload is its (unit, counters) entries
+        for s in own:
+            local = s.node_name == node
+            for d in s.devices:
+                if not local and d.node_name != node:
+                    continue
+                did = d.id
+                allocated = is_allocated(did)
                 if allocated:
-                    for ckey, counters in payload:
-                        unit = units.get(ckey)
-                        if unit is not None and counters:
-                            for c, v in counters.items():
-                                unit.used[c] = unit.used.get(c, 0.0) + v
-            elif payload is not None:
-                # Shares: a unit whose counters are the device's capacity, used as far as the shares consume it.
-                unit = _Unit(payload, {}, False)
-                consumed = ledger.consumed_capacity(did) if allocated else None
-                if consumed:
-                    unit.used = {c: _value(q) for c, q in consumed.items()}
-                elif allocated:
-                    unit.whole = True
-                units[key] = unit
-            else:
-                units[key] = _WHOLE_TAKEN if allocated else _WHOLE_FREE
-        return NodeUnits(units, device_units, taken)
+                    taken.add(did)
+                if d.consumes_counters:
+                    if allocated:
+                        for use in d.consumes_counters:
+                            unit = units.get((s.driver, s.pool, use.counter_set))
+                            if unit is not None and use.counters:
+                                used = unit.used
+                                for c, q in use.counters.items():
+                                    used[c] = used.get(c, 0.0) + _value(q)
+                    continue
+                if d.allow_multiple_allocations and d.capacity:
+                    # Shares: a unit whose counters are the device's capacity, used as far as the shares consume it.
+                    unit = _Unit({c: _value(q) for c, q in d.capacity.items()}, {}, False)
+                    consumed = ledger.consumed_capacity(did) if allocated else None
+                    if consumed:
+                        unit.used = {c: _value(q) for c, q in consumed.items()}
+                    elif allocated:
+                        unit.whole = True
+                    units[did] = unit
+                else:
+                    units[did] = _WHOLE_TAKEN if allocated else _WHOLE_FREE
+        return NodeUnits(units, own, node, taken)
 
 
 Totals = dict[str, float]
-DeviceUnits = dict[DeviceID, tuple[tuple[UnitKey, Totals | None], ...]]
-# A device of the node: (id, None, its counter entries) when it consumes counters; else (id, its unit, the
-# capacity totals of a shared device, or None for a device taken whole).
-ShapeDevice = tuple[DeviceID, UnitKey | None, Any]
-Shape = tuple[tuple[tuple[UnitKey, Totals], ...], tuple[ShapeDevice, ...], DeviceUnits]
 
 
-def _shape(node: str, reachable: list[SliceView]) -> Shape:
-    """What of a node's units its slices alone decide: the counter sets' totals and each own device's unit(s)."""
-    counter_units: dict[UnitKey, Totals] = {}
-    devices: list[ShapeDevice] = []
-    device_units: DeviceUnits = {}
-    # The node's own devices: a node-local slice's, or (per-device node selection) a device naming the node.
-    pools = {(s.driver, s.pool) for s in reachable if s.node_name == node or any(d.node_name == node for d in s.devices)}
-    for s in reachable:
-        if (s.driver, s.pool) in pools:
-            for cs in s.shared_counters:
-                counter_units.setdefault((s.driver, s.pool, cs.name), {c: _value(q) for c, q in cs.counters.items()})
-    for s in reachable:
-        if (s.driver, s.pool) not in pools:
-            continue
-        for d in s.devices:
-            if s.node_name != node and d.node_name != node:
-                continue
-            if d.consumes_counters:
-                entries = tuple(
-                    ((s.driver, s.pool, use.counter_set), {c: _value(q) for c, q in use.counters.items()}) for use in d.consumes_counters
-                )
-                device_units[d.id] = entries
-                devices.append((d.id, None, entries))
-                continue
-            key = d.id
-            if d.allow_multiple_allocations and d.capacity:
-                devices.append((d.id, key, {c: _value(q) for c, q in d.capacity.items()}))
-                device_units[d.id] = ((key, {}),)  # a pod's share is not known here: counted as touching it
-            else:
-                devices.append((d.id, key, None))  # no device_units entry: NodeUnits.measure finds its unit by its id
-    return tuple(counter_units.items()), tuple(devices), device_units
+def _device_units(d: DeviceView) -> tuple[tuple[UnitKey, Totals | None], ...]:
+    """The unit(s) one of a node's own devices takes: (unit, counters it consumes); None: the device whole; {}: a share of it."""
+    driver, pool = d.id.driver, d.id.pool
+    if d.consumes_counters:
+        return tuple(((driver, pool, use.counter_set), {c: _value(q) for c, q in use.counters.items()}) for use in d.consumes_counters)
+    if d.allow_multiple_allocations and d.capacity:
+        return ((d.id, {}),)  # a pod's share is not known here: counted as touching it
+    return ((d.id, None),)

@@ -23,7 +23,7 @@ from allocator.types import DeviceClass, DeviceID, ResourceSlice
 from tracker import events as ev
 from tracker.views.builder import Budget, ViewBuilder
 from tracker.views.index import SliceIndex
-from tracker.views.warmup import SelectorWarmup
+from tracker.views.warmup import WARMUP_SLICE_SECONDS, SelectorWarmup
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -34,8 +34,9 @@ _RECOMPUTING = frozenset({ev.DEVICE_CLASS, ev.DEVICE_TAINT_RULE, ev.RESOURCE_SLI
 # allocated on what is not known yet, and are computed in the background.
 SLICE_HANDLER_SECONDS = 0.05
 
-# The warm-up gives the event loop back after this much work, so probes, verbs and signals
-# are served between its slices however many devices or how costly the class selectors.
+# The background recompute of views gives the event loop back after this much work, so probes,
+# verbs and signals are served between its slices however many devices or how costly the
+# selectors (the CEL warm-up after it uses its own, shorter WARMUP_SLICE_SECONDS).
 WARM_SLICE_SECONDS = 0.02
 
 
@@ -164,7 +165,7 @@ class Recompute:
                             self._release(event)
                     await asyncio.sleep(0)
                     continue
-                await self._warmup.drain_one(WARM_SLICE_SECONDS, lambda: bool(self._pending))
+                await self._warmup.drain_one(WARMUP_SLICE_SECONDS, lambda: bool(self._pending))
         finally:
             self._task = None
 
