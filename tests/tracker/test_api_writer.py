@@ -24,7 +24,7 @@ from aiohttp import web
 
 from kubesim.fakeapi import FakeApiServer, Faults
 from tracker.apiserver.source import ApiSource
-from tracker.apiserver.writer import Writer
+from tracker.apiserver.writer import KEEPALIVE_SECONDS, Writer
 from tracker.source import Conflict, Invalid, NotFound, SourceError
 
 NS = "default"
@@ -183,12 +183,32 @@ async def test_a_connection_the_server_closed_is_replaced(tmp_path: Path) -> Non
             await source.patch_claim(NS, "c", {"metadata": {"labels": {"a": "1"}}})
             writer = source._writer
             assert writer is not None and len(writer._idle) == 1
-            writer._idle[0].transport.close()  # type: ignore[union-attr]  # as if the server dropped the idle connection
+            writer._idle[0][0].transport.close()  # type: ignore[union-attr]  # as if the server dropped the idle connection
             await asyncio.sleep(0.05)
             await source.patch_claim(NS, "c", {"metadata": {"labels": {"a": "2"}}})
             assert writer.opened == 2
             held = api.get("resourceclaims", NS, "c", group="resource.k8s.io")
             assert held is not None and held["metadata"]["labels"] == {"a": "2"}
+        finally:
+            await source.close()
+
+
+async def test_a_connection_idle_longer_than_the_keepalive_is_not_used_again(tmp_path: Path) -> None:
+    now = [1000.0]
+    async with FakeApiServer() as api:
+        source = await _source(api, tmp_path)
+        try:
+            writer = source._writer
+            assert writer is not None
+            writer.clock = lambda: now[0]
+            await source.patch_claim(NS, "c", {"metadata": {"labels": {"a": "1"}}})
+            now[0] += KEEPALIVE_SECONDS - 1
+            await source.patch_claim(NS, "c", {"metadata": {"labels": {"a": "2"}}})
+            assert writer.opened == 1, "idle for less than the keepalive: used again"
+            now[0] += KEEPALIVE_SECONDS
+            await source.patch_claim(NS, "c", {"metadata": {"labels": {"a": "3"}}})
+            assert writer.opened == 2, "idle for longer: closed, a new one opened"
+            assert len(writer._idle) == 1
         finally:
             await source.close()
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 import aiohttp
@@ -30,6 +32,9 @@ import yarl
 # A path sent as it is: what Kubernetes names and the resource registry produce. Anything
 # else (a character aiohttp would percent-encode) goes through aiohttp.
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9._~/:@!$&'()*+,;=-]*")
+# An idle connection is closed after this long, as aiohttp's connector does (its keepalive_timeout):
+# well before a server's own idle timeout, so a write rarely meets a connection the server is closing.
+KEEPALIVE_SECONDS = 15.0
 
 
 class _Connection(asyncio.Protocol):
@@ -113,7 +118,15 @@ def ssl_context(configuration: Any) -> ssl.SSLContext:
 class Writer:
     """Requests to one API server on a pool of kept-alive connections (at most `limit` at once)."""
 
-    def __init__(self, host: str, *, tls: ssl.SSLContext | None, server_hostname: str | None = None, limit: int = 16) -> None:
+    def __init__(
+        self,
+        host: str,
+        *,
+        tls: ssl.SSLContext | None,
+        server_hostname: str | None = None,
+        limit: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         url = yarl.URL(host)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"API server address {host!r}: not an http(s) URL")
@@ -123,7 +136,8 @@ class Writer:
         self.prefix = url.raw_path.rstrip("/")
         self.host_header = url.raw_authority
         self.limit = limit
-        self._idle: deque[_Connection] = deque()
+        self.clock = clock
+        self._idle: deque[tuple[_Connection, float]] = deque()  # with the time each went idle
         self.opened = 0  # connections opened so far (the tests read it)
         self._slots = asyncio.Semaphore(limit)
 
@@ -152,15 +166,15 @@ class Writer:
                 conn.close()  # cancelled or failed mid-answer: the connection's state is unknown
                 raise
             if conn.usable():
-                self._idle.append(conn)
+                self._idle.append((conn, self.clock()))
             else:
                 conn.close()
             return status, data
 
     async def _connection(self) -> _Connection:
         while self._idle:
-            conn = self._idle.pop()
-            if conn.usable():
+            conn, since = self._idle.pop()
+            if conn.usable() and self.clock() - since < KEEPALIVE_SECONDS:
                 return conn
             conn.close()
         loop = asyncio.get_running_loop()
@@ -171,4 +185,4 @@ class Writer:
 
     def close(self) -> None:
         while self._idle:
-            self._idle.pop().close()
+            self._idle.pop()[0].close()
