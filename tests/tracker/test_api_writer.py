@@ -23,6 +23,7 @@ import yaml
 from aiohttp import web
 
 from kubesim.fakeapi import FakeApiServer, Faults
+from tests.extender.api_cluster import Held
 from tracker.apiserver.source import ApiSource
 from tracker.apiserver.writer import KEEPALIVE_SECONDS, Writer
 from tracker.source import Conflict, Invalid, NotFound, SourceError
@@ -211,6 +212,21 @@ async def test_a_connection_idle_longer_than_the_keepalive_is_not_used_again(tmp
             assert len(writer._idle) == 1
         finally:
             await source.close()
+
+
+async def test_a_write_answered_after_the_source_closed_leaves_no_connection_open(tmp_path: Path) -> None:
+    async with FakeApiServer() as api:
+        source = await _source(api, tmp_path)
+        writer = source._writer
+        assert writer is not None
+        held = Held(lambda info: info.method == "PATCH")
+        api.add_reactor(held)
+        write = asyncio.create_task(source.patch_claim(NS, "c", {"metadata": {"labels": {"a": "1"}}}))
+        await held.arrived.wait()
+        await source.close()
+        held.release()
+        await write
+        assert writer.closed and not writer._idle, "the connection is closed with its answer, not kept"
 
 
 async def test_a_write_that_takes_too_long_times_out_and_its_connection_is_not_reused(tmp_path: Path) -> None:

@@ -127,7 +127,9 @@ class ApiSource(ApiWrites):
         host = configuration.host or ""
         if not api.rest_client.proxy and host.startswith(("http:", "https:")):
             tls = ssl_context(configuration) if host.startswith("https:") else None
-            self._writer = Writer(host, tls=tls, server_hostname=configuration.tls_server_name, limit=configuration.connection_pool_maxsize)
+            self._writer = Writer(
+                host, tls=tls, server_hostname=configuration.tls_server_name, limit=configuration.connection_pool_maxsize or 100
+            )
         self._api = api
         return self._api
 

@@ -139,6 +139,7 @@ class Writer:
         self.clock = clock
         self._idle: deque[tuple[_Connection, float]] = deque()  # with the time each went idle
         self.opened = 0  # connections opened so far (the tests read it)
+        self.closed = False
         self._slots = asyncio.Semaphore(limit)
 
     @staticmethod
@@ -165,7 +166,7 @@ class Writer:
             except BaseException:
                 conn.close()  # cancelled or failed mid-answer: the connection's state is unknown
                 raise
-            if conn.usable():
+            if conn.usable() and not self.closed:
                 self._idle.append((conn, self.clock()))
             else:
                 conn.close()
@@ -184,5 +185,7 @@ class Writer:
         return conn
 
     def close(self) -> None:
+        """Close the idle connections; one still in use is closed when its answer is in."""
+        self.closed = True
         while self._idle:
             self._idle.pop()[0].close()
