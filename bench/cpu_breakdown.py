@@ -137,7 +137,7 @@ def _instrument() -> None:
     from extender.filter import outcomes
     from extender.prioritize import packing
     from extender.routes import body, verbs
-    from tracker import state
+    from tracker import state, store
     from tracker.apiserver import reflector, source
     from tracker.views import warmup
 
@@ -163,6 +163,15 @@ def _instrument() -> None:
             _add(f"state.apply {event.kind}{' (an echo, skipped)' if echo else ''}", _TT() - t)
 
     state.ClusterState.apply = timed_apply  # type: ignore[method-assign]
+
+    def timed_listeners(self: Any, event: Any) -> None:
+        for listener in self._listeners:
+            t = _TT()
+            listener(event)
+            _add(f"state listener: {getattr(listener, '__qualname__', type(listener).__qualname__)}", _TT() - t)
+
+    state.ClusterState._tell_listeners = timed_listeners  # type: ignore[method-assign]
+    _wrap_sync(store.ObjectStore, "apply", lambda self, event: f"state: ObjectStore.apply {event.kind} (parse and index)")
     _wrap_async(source.ApiSource, "send", lambda self, method, path, *a, **k: f"api write: ApiSource.send {method} {_write_target(path)}")
     _wrap_async(source.ApiSource, "request", lambda self, method, path, *a, **k: f"api read: ApiSource.request {method}")
     route_of = verbs.verb_route
