@@ -444,7 +444,7 @@ def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metri
             events.problem(problem)
 
     state = ClusterState(cel, on_problem=on_problem)
-    state.subscribe(lambda e: metrics.tracker_events.labels(e.kind, e.type).inc())
+    state.subscribe(lambda e: metrics.tracker_event(e.kind, e.type))
     state.subscribe(device_change_logger(slices_at_info=bool(args.source), ready=lambda: state.ready))
     return state
 

@@ -57,6 +57,7 @@ class Metrics:
             v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
             for v in ("filter", "prioritize", "bind")
         }
+        self._tracker_event_counts: dict[tuple[str, str], Counter] = {}  # (kind, type) -> its child of tracker_events
 
     def _declare_build_info(self, version: str) -> None:
         """Which build this is: version, Python, the API versions read."""
@@ -282,6 +283,13 @@ class Metrics:
         hist, good, bad = self._verb[verb]
         hist.observe(seconds)
         (good if ok else bad).inc()
+
+    def tracker_event(self, kind: str, event_type: str) -> None:
+        """One event applied to the tracker: its labelled child is looked up once per (kind, type), not per event (~20 µs each)."""
+        child = self._tracker_event_counts.get((kind, event_type))
+        if child is None:
+            child = self._tracker_event_counts[(kind, event_type)] = self.tracker_events.labels(kind, event_type)
+        child.inc()
 
     def set_source_status(self, status: dict[str, dict[str, float | int | bool]]) -> None:
         """Per kind: {last_sync, errors, stale, staleness_seconds}, as tracker sources report it."""

@@ -77,7 +77,9 @@ async def read_body(request: Request, limits: Limits) -> bytes:
             chunks.append(chunk)
 
     try:
-        await asyncio.wait_for(collect(), limits.body_timeout)
+        # A deadline on this task, not wait_for's task of its own: one task and one loop turn less per request.
+        async with asyncio.timeout(limits.body_timeout):
+            await collect()
     except TimeoutError:
         chunks.clear()
         raise Refused(408, f"request body not received within {limits.body_timeout:g} s") from None
