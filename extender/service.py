@@ -93,7 +93,7 @@ class Service:
         self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
         self.extended = ExtendedGroups(state, binder.features)
-        self.fit = NodeFit(self.outcomes, offer_nodes)
+        self.fit = NodeFit(self.outcomes, offer_nodes, prefetch=not observe_only)
         self.contested = ContestedNodes(state, self.outcomes, self.extended.memory_claims)
         self.scores = Scores(state, self.outcomes, node_placement)
         self.volumes = VolumeChecks(state, metrics)

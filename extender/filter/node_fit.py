@@ -9,6 +9,7 @@ from allocator.failures import Failure
 from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
 from extender.filter.outcomes import OutcomeCache
+from extender.filter.prefetch import VerdictPrefetch
 from extender.filter.request_nodes import RequestNodes
 
 DEFAULT_OFFER_NODES = 100  # fully healthy fitting nodes after which /filter stops looking (0: offer every fitting node)
@@ -19,9 +20,11 @@ class BudgetExceeded(Exception):
 
 
 class NodeFit:
-    def __init__(self, outcomes: OutcomeCache, offer_nodes: int = DEFAULT_OFFER_NODES) -> None:
+    def __init__(self, outcomes: OutcomeCache, offer_nodes: int = DEFAULT_OFFER_NODES, *, prefetch: bool = True) -> None:
         self.outcomes = outcomes
         self.offer_nodes = offer_nodes
+        # A repeating shape's remaining verdicts computed between verbs (prefetch.py); None: off.
+        self.prefetch = VerdictPrefetch(outcomes) if prefetch else None
         self._scan_start = 0  # where the next limited /filter starts looking (it rotates, as kube-scheduler's sampling does)
 
     def fit(
@@ -73,6 +76,9 @@ class NodeFit:
             set_cel_deadline(previous)
         if limited:
             self._scan_start = (start + examined) % total
+            if examined < total and self.prefetch is not None:
+                nxt = self._scan_start
+                self.prefetch.limited_look(signature, claims, names[nxt:] + names[:nxt], nodes)
         return passed, failed, fits
 
 

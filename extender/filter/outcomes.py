@@ -187,6 +187,10 @@ class OutcomeCache:
             self._entries -= len(dropped.verdicts)
         return out
 
+    def holds(self, signature: tuple[ClaimSignature, ...]) -> bool:
+        """Whether verdicts of `signature` are kept (its group not dropped)."""
+        return signature in self._groups
+
     def _group(self, signature: tuple[ClaimSignature, ...]) -> _Group:
         """The signature's verdicts, caught up with the tracker's changes (the most recently used)."""
         group = self._groups.get(signature)

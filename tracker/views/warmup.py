@@ -50,6 +50,12 @@ WARMUP_YIELDS = 3
 log = logging.getLogger("tracker.views.devices")  # the name its records have always had
 
 
+async def pass_turns() -> None:
+    """Give the loop WARMUP_YIELDS turns after a slice of background work (also extender/filter/prefetch.py)."""
+    for _ in range(WARMUP_YIELDS):
+        await asyncio.sleep(0)
+
+
 class SelectorWarmup:
     """A queue of (devices, classes) to evaluate, drained in slices of work."""
 
@@ -81,8 +87,7 @@ class SelectorWarmup:
             start = stop
             if self._unfrozen >= GC_FREEZE_EVERY:
                 self._freeze()
-            for _ in range(WARMUP_YIELDS):
-                await asyncio.sleep(0)
+            await pass_turns()
         if start < len(devices):
             self._queue.appendleft((devices[start:], classes))  # views first
         elif not self._queue and self._unfrozen >= GC_FREEZE_DEVICES:
