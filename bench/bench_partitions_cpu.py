@@ -22,7 +22,14 @@ scheduler's own work, when the loop is free); per pod, the wall time from
 the end of the pause to /filter's answer (waiting behind the warm-up
 included) is reported, after the first pass (partitions-cpu-beside-warm-up.md).
 
-    .venv/bin/python -m bench.bench_partitions_cpu [--nodes 500] [--pods N] [--warm N] [--profile] [--tag T]
+`--gap-ms` leaves the loop free between pods (the scheduler's own work), so
+that background work on the loop (the verdict prefetch,
+extender/filter/prefetch.py) runs as it does when serving; with `--warm 0`
+every pod is measured, the first pass included (its own columns are then its
+measured pods), and the thread's CPU between pods is reported apart.
+`--no-prefetch` turns the prefetch off (the paired "before").
+
+    .venv/bin/python -m bench.bench_partitions_cpu [--nodes 500] [--pods N] [--warm N] [--gap-ms G] [--no-prefetch] [--profile] [--tag T]
     .venv/bin/python -m bench.bench_partitions_cpu --beside-warm-up [--nodes 500] [--pods 100] [--tag T]
 
 Results land in bench/results/partitions-cpu.{json,md} (and -profile-T.txt).
@@ -106,7 +113,9 @@ class FullCollections:
             self.seconds.append(time.perf_counter() - self._start)
 
 
-async def run(nodes: int, pods: int, warm: int | None, profile: bool, label: str) -> dict[str, Any]:
+async def run(
+    nodes: int, pods: int, warm: int | None, profile: bool, label: str, gap_ms: float = 0.0, prefetch: bool = True
+) -> dict[str, Any]:
     from extender.cli import GC_THRESHOLDS
 
     gc.set_threshold(*GC_THRESHOLDS)  # as `dra-extender serve` runs
@@ -116,6 +125,8 @@ async def run(nodes: int, pods: int, warm: int | None, profile: bool, label: str
     t0 = time.perf_counter()
     service, pcs = build(nodes, pods + warm)
     build_s = time.perf_counter() - t0
+    if not prefetch:
+        service.fit.prefetch = None
     names_body = orjson.dumps([node_name(i) for i in range(nodes)])
     rng = random.Random(1)
     await asyncio.sleep(0)
@@ -129,10 +140,16 @@ async def run(nodes: int, pods: int, warm: int | None, profile: bool, label: str
         warm_filters.append((await one_pod(service, pc, names_body, rng))["filter"])
     collections = FullCollections()
     gc.callbacks.append(collections)
+    cpu0 = time.thread_time()
     try:
-        samples, offered, profile_text = await time_pods(service, pcs[warm:], names_body, rng, (30, 40) if profile else None)
+        samples, offered, profile_text = await time_pods(
+            service, pcs[warm:], names_body, rng, (30, 40) if profile else None, gap=gap_ms / 1000
+        )
     finally:
         gc.callbacks.remove(collections)
+    between_pods_cpu = time.thread_time() - cpu0 - sum(samples["total"])
+    if not warm:
+        warm_filters = samples["filter"]
     result: dict[str, Any] = {
         "label": label,
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -144,10 +161,14 @@ async def run(nodes: int, pods: int, warm: int | None, profile: bool, label: str
         "partitions_per_gpu": len(PARTITIONS_GI),
         "pods": pods,
         "warm_pods": warm,
+        "gap_ms": gap_ms,
+        "prefetch": prefetch,
+        "between_pods_cpu_s": round(between_pods_cpu, 2),
+        "prefetched_verdicts": service.fit.prefetch.computed if service.fit.prefetch is not None else 0,
         "build_s": round(build_s, 1),
         "gc_thresholds": list(gc.get_threshold()),
         "selector_warm_up_cpu_s": round(warm_up_cpu, 1),
-        "first_pass_pods": min(first, warm),
+        "first_pass_pods": min(first, warm or len(samples["filter"])),
         "first_pass_filter_ms": summary(warm_filters[:first]) if warm_filters[:first] else {},
         "full_collections": {"count": len(collections.seconds), "max_ms": round(max(collections.seconds, default=0) * 1000, 1)},
         "offered_per_filter": {"min": min(offered), "max": max(offered), "mean": round(sum(offered) / len(offered), 1)},
@@ -265,6 +286,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--warm", type=int, default=None, help="unmeasured pods first (default: the first pass, at least 20)")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--gap-ms", type=float, default=0.0, help="ms the loop is left free between measured pods (default 0)")
+    parser.add_argument("--no-prefetch", action="store_true", help="turn the verdict prefetch off (extender/filter/prefetch.py)")
     parser.add_argument("--tag", default="run")
     parser.add_argument("--label", default="")
     parser.add_argument("--beside-warm-up", action="store_true", help="pods while the start-up warm-up runs (see the module's docstring)")
@@ -274,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         print({k: beside[k] for k in beside if k.startswith(("wait", "pods"))})
         write_beside(beside, args.tag)
         return
-    result = asyncio.run(run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag))
+    result = asyncio.run(run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag, args.gap_ms, not args.no_prefetch))
     c = result["cpu_ms"]
     print(
         {k: (c[k]["p50"], c[k]["p99"]) for k in c},
@@ -282,6 +305,10 @@ def main(argv: list[str] | None = None) -> None:
         result["offered_per_filter"],
         "first pass",
         result["first_pass_filter_ms"],
+        "between pods CPU s",
+        result["between_pods_cpu_s"],
+        "prefetched",
+        result["prefetched_verdicts"],
         "full GCs",
         result["full_collections"],
     )

@@ -7,6 +7,7 @@ The rest of what every benchmark uses (objects, processes, readings) is in
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import cProfile
 import io
@@ -165,16 +166,19 @@ async def one_pod(service: Any, pc: PodClaim, names_body: bytes, rng: random.Ran
 
 
 async def time_pods(
-    service: Any, pcs: list[PodClaim], names_body: bytes, rng: random.Random, profile: tuple[int, int] | None
+    service: Any, pcs: list[PodClaim], names_body: bytes, rng: random.Random, profile: tuple[int, int] | None, gap: float = 0.0
 ) -> tuple[dict[str, list[float]], list[int], str | None]:
     """Each pod's verbs timed (`one_pod`): CPU seconds per verb and in total, the nodes each /filter offered, and,
-    with `profile` (how many top entries by own time, then by cumulative time), a cProfile of them as text."""
+    with `profile` (how many top entries by own time, then by cumulative time), a cProfile of them as text.
+    `gap`: seconds the loop is left free between pods (the scheduler's own work), for background tasks."""
     prof = cProfile.Profile() if profile is not None else None
     samples: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": [], "total": []}
     offered: list[int] = []
     if prof is not None:
         prof.enable()
     for pc in pcs:
+        if gap:
+            await asyncio.sleep(gap)
         r = await one_pod(service, pc, names_body, rng)
         for verb in ("filter", "prioritize", "bind"):
             samples[verb].append(r[verb])
