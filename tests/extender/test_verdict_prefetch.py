@@ -11,6 +11,7 @@ import yaml
 
 from extender import wire
 from extender.filter import prefetch as prefetch_module
+from extender.http_thread import LoopBridge
 from extender.service import Service
 from extender.wire import BindingArgs, ExtenderArgs
 from tests.extender.manifest_cluster import claimed_pod, filter_args, manifest_service
@@ -175,3 +176,41 @@ async def test_filter_answers_are_byte_identical_with_and_without_the_prefetch(s
         if prefetch:
             assert service.fit.prefetch is not None and service.fit.prefetch.computed > 0, "the prefetch ran"
     assert answers[True] == answers[False]
+
+
+async def test_the_prefetch_runs_on_the_main_loop_when_the_verbs_come_from_the_http_thread(start: Start) -> None:
+    service = await start(dict.fromkeys(NODES, 2))
+    main = asyncio.get_running_loop()
+    bridge = LoopBridge(main, stall_threshold=60)
+
+    def from_the_http_thread(name: str) -> None:  # a loop of its own, as uvicorn's thread has
+        asyncio.run(bridge.call(lambda: service.filter(_args(name))))
+
+    for name in ("p1", "p2"):
+        await asyncio.to_thread(from_the_http_thread, name)
+        service.bind_decided(f"uid-{name}")
+    prefetch = service.fit.prefetch
+    assert prefetch is not None and prefetch.task is not None
+    assert prefetch.task.get_loop() is main
+    await prefetch.task
+    assert prefetch.computed == len(NODES) - 2 * OFFER
+
+
+async def test_a_failing_prefetch_is_logged_and_leaves_the_verbs_alone(start: Start, caplog: pytest.LogCaptureFixture) -> None:
+    service = await start(dict.fromkeys(NODES, 2))
+    await _filter_decided(service, "p1")
+    real = service.outcomes.verdicts
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("boom")
+
+    await _filter_decided(service, "p2")
+    service.outcomes.verdicts = broken  # type: ignore[method-assign]  # the prefetch's next step fails
+    prefetch = service.fit.prefetch
+    assert prefetch is not None and prefetch.task is not None
+    await prefetch.task  # ends without raising
+    assert prefetch.task.exception() is None
+    assert "verdict prefetch stopped" in caplog.text
+    service.outcomes.verdicts = real  # type: ignore[method-assign]
+    passed, _ = await service.filter(_args("p4"))
+    assert len(passed) == OFFER
