@@ -211,6 +211,19 @@ async def test_a_failing_prefetch_is_logged_and_leaves_the_verbs_alone(start: St
     await prefetch.task  # ends without raising
     assert prefetch.task.exception() is None
     assert "verdict prefetch stopped" in caplog.text
-    service.outcomes.verdicts = real  # type: ignore[method-assign]
+    service.outcomes.verdicts = real  # type: ignore[method-assign]  # back to the real method
     passed, _ = await service.filter(_args("p4"))
     assert len(passed) == OFFER
+
+
+async def test_the_prefetch_stops_when_its_shape_leaves_the_cache(start: Start, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefetch_module, "WARMUP_SLICE_SECONDS", 0.0)  # one step of nodes per slice
+    service = await start(dict.fromkeys(NODES, 2))
+    await _filter_decided(service, "p1")
+    await _filter_decided(service, "p2")
+    prefetch = service.fit.prefetch
+    assert prefetch is not None and prefetch.task is not None
+    service.outcomes.size = 1  # the next shape's verdicts push the oldest shape's out of the cache
+    await _filter_decided(service, "p3")
+    await prefetch.task
+    assert prefetch.computed <= prefetch_module.STEP_NODES < len(NODES) - 2 * OFFER, "stopped, at most one step in"
