@@ -41,15 +41,13 @@ import argparse
 import asyncio
 import gc
 import os
-import platform
 import random
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from bench.common import RESULTS, MemorySource, one_pod, record_run, scheduled_objects, summary, time_pods
+from bench.common import RESULTS, MemorySource, one_pod, record_run, run_header, scheduled_objects, summary, time_pods
 from bench.workloads.cluster import DRIVER, PodClaim, base_objects, node_name
 from kubesim.objects import PARTITIONS_GI, partitioned_slices
 
@@ -151,11 +149,7 @@ async def run(
     if not warm:
         warm_filters = samples["filter"]
     result: dict[str, Any] = {
-        "label": label,
-        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "python": platform.python_version(),
-        "load_average_start": load_start,
-        "load_average_end": list(os.getloadavg()),
+        **run_header(label, load_start),
         "nodes": nodes,
         "gpus_per_node": GPUS,
         "partitions_per_gpu": len(PARTITIONS_GI),
@@ -204,11 +198,7 @@ async def beside_warm_up(nodes: int, pods: int, label: str) -> dict[str, Any]:
         waited.append((woke - due) * 1000)
         answered.append((woke - due) * 1000 + r["filter"] * 1000)
     return {
-        "label": label,
-        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "python": platform.python_version(),
-        "load_average_start": load_start,
-        "load_average_end": list(os.getloadavg()),
+        **run_header(label, load_start),
         "nodes": nodes,
         "pods": pods,
         "first_pass_pods": first,

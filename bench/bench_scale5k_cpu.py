@@ -27,19 +27,17 @@ import argparse
 import asyncio
 import gc
 import os
-import platform
 import random
 import resource
 import time
 import tracemalloc
 import zlib
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.common import RESULTS, MemorySource, one_pod, record_run, scheduled_objects, summary, time_pods
+from bench.common import RESULTS, MemorySource, one_pod, record_run, run_header, scheduled_objects, summary, time_pods
 from bench.workloads.cluster import PodClaim, base_objects, new_shape_claim, node_name
 from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod
 from tracker import events as ev
@@ -229,11 +227,7 @@ async def run(
             {"filter_cpu_ms": round(r["filter"] * 1000, 1), "filter_bind_wall_ms": round((time.perf_counter() - t) * 1000, 1)}
         )
     result: dict[str, Any] = {
-        "label": label,
-        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "python": platform.python_version(),
-        "load_average_start": load_start,
-        "load_average_end": list(os.getloadavg()),
+        **run_header(label, load_start),
         "nodes": NODES,
         "devices": NODES * DEVICES,
         "pods": pods,

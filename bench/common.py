@@ -12,11 +12,14 @@ import copy
 import cProfile
 import io
 import json
+import os
+import platform
 import pstats
 import random
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +195,17 @@ async def time_pods(
     ps.sort_stats("tottime").print_stats(profile[0])
     ps.sort_stats("cumulative").print_stats(profile[1])
     return samples, offered, s.getvalue()
+
+
+def run_header(label: str, load_start: list[float]) -> dict[str, Any]:
+    """The fields every in-process bench's result starts with: what ran, when, on which Python, at what load."""
+    return {
+        "label": label,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "python": platform.python_version(),
+        "load_average_start": load_start,
+        "load_average_end": list(os.getloadavg()),
+    }
 
 
 def summary(values: list[float]) -> dict[str, float]:
