@@ -2,7 +2,7 @@
 
 All but the one written before a deletion (its reason) are fire and forget:
 the source logs a failure, and a cancellation or a log line must not wait
-on the API server. Announcements are made once (per rule generation, per
+on the API server. Announcements are made once (per rule and effect, per
 volume taint).
 """
 
@@ -31,7 +31,7 @@ class Events:
     def __init__(self, source: EventWriter, is_leader: Callable[[], bool]) -> None:
         self.source = source
         self.is_leader = is_leader
-        self._unknown_effects: dict[tuple[str, str], tuple[str, object]] = {}  # (group, name) -> (uid, generation) announced
+        self._unknown_effects: dict[tuple[str, str], tuple[str, str]] = {}  # (group, name) -> (uid, effect) announced
         self._not_effective: set[tuple[str, str, str]] = set()  # (volume uid or key, kind, taint) announced
 
     def send(self, event: dict[str, Any]) -> None:
@@ -60,15 +60,20 @@ class Events:
 
     def unknown_effect(self, rule: RuleView) -> None:
         """A rule whose effect this version does not know acts like None (as upstream's); say so on
-        the rule, once per generation, so a typo such as `Evict-Everything` is not silent."""
+        the rule, so a typo such as `Evict-Everything` is not silent.
+
+        Once per effect as written, not per generation: our own timeAdded
+        stamp (and any edit that keeps the effect) bumps the generation
+        without news about the effect.
+        """
         effect = rule.effect
         plainly = unknown_effect(effect) if effect is not None else None
         if plainly is None:
-            self._unknown_effects.pop(rule.ident, None)  # a later unknown effect is a later generation: announced anew
+            self._unknown_effects.pop(rule.ident, None)  # fixed: a later unknown effect is announced anew
             return
         if not self.is_leader():
             return
-        seen = (rule.uid, rule.generation)
+        seen = (rule.uid, effect)
         if self._unknown_effects.get(rule.ident) == seen:
             return
         self._unknown_effects[rule.ident] = seen

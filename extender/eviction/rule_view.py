@@ -22,7 +22,6 @@ class RuleView:
     group: str
     name: str
     uid: str
-    generation: object  # metadata.generation as written (an unknown effect is announced once per generation)
     api_version: str
     effect: str | None  # spec.taint.effect when it is a string
     stamped: StampedTaint
@@ -42,7 +41,6 @@ class RuleView:
             group,
             name,
             str(meta.get("uid") or ""),
-            meta.get("generation"),
             str(raw.get("apiVersion") or ""),
             effect if isinstance(effect, str) else None,
             StampedTaint.of(raw),

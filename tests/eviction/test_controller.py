@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
 
 from extender.eviction.clock import format_time, parse_time
@@ -312,18 +315,54 @@ async def test_a_noexecute_taint_on_a_shared_device_evicts_every_pod_sharing_it(
     assert api.get("pods", "default", "whole-gpu-1") is not None
 
 
-async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_generation(cluster: Cluster) -> None:
+@dataclass(frozen=True)
+class UnknownEffectCase:
+    name: str
+    stamped: bool  # the rule comes with spec.taint.timeAdded (else the controller writes it: a new generation)
+    edits: tuple[dict[str, Any], ...]  # spec patches applied one after the other once the first warning is out
+    warnings: tuple[str, ...]  # the effects warned about, in order
+
+
+UNKNOWN_EFFECT_CASES = [
+    UnknownEffectCase("stamped-by-its-author", True, (), ("Evict-Everything",)),
+    UnknownEffectCase("stamped-by-the-controller-warned-once", False, (), ("Evict-Everything",)),
+    UnknownEffectCase(
+        "selector-edited-same-effect-warned-once",
+        True,
+        ({"deviceSelector": {"driver": DRIVER, "pool": "node-a", "device": "gpu-0"}},),
+        ("Evict-Everything",),
+    ),
+    UnknownEffectCase(
+        "another-unknown-effect-warned-again", True, ({"taint": {"effect": "Evict-All"}},), ("Evict-Everything", "Evict-All")
+    ),
+    UnknownEffectCase(
+        "fixed-then-broken-again-warned-again",
+        True,
+        ({"taint": {"effect": "NoSchedule"}}, {"taint": {"effect": "Evict-Everything"}}),
+        ("Evict-Everything", "Evict-Everything"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", UNKNOWN_EFFECT_CASES, ids=lambda c: c.name)
+async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_effect_written(cluster: Cluster, case: UnknownEffectCase) -> None:
     """Unknown effects act like None (as upstream's), but a typo must not be silent: one Warning
-    Event on the rule per generation, naming the field."""
+    Event on the rule naming the field, once per effect as written. A write that leaves the effect
+    alone (the controller's own timeAdded stamp, a selector edit) bumps the generation but is not
+    news about the effect."""
     api = cluster.api
     seed(api, node("node-a"), gpu_slice(1), *claim_and_pod("a", 0))
     await cluster.start()
-    api.create(rule("typo", "Evict-Everything", timeAdded=format_time(T0)))
+    api.create(rule("typo", "Evict-Everything", **({"timeAdded": format_time(T0)} if case.stamped else {})))
     await cluster.advance(30)
+    for edit in case.edits:
+        api.patch("devicetaintrules", None, "typo", {"spec": edit}, group=CRD)
+        await cluster.advance(30)
     warned = [w for w in cluster.recorder.events() if w.body.get("reason") == "UnknownTaintEffect"]
-    assert len(warned) == 1, warned
+    assert tuple(w.body["message"].split("'")[1] for w in warned) == case.warnings, warned
     assert warned[0].name == "typo" and warned[0].body["type"] == "Warning"
     assert warned[0].body["message"].startswith("spec.taint.effect: unknown effect 'Evict-Everything': nothing is evicted or blocked")
     assert cluster.recorder.deleted() == [], "acts like None"
-    assert condition(api, "typo")["reason"] == "OtherEffect"
-    assert "unknown effect 'Evict-Everything': nothing is evicted or blocked" in condition(api, "typo")["message"]
+    if not case.edits:
+        assert condition(api, "typo")["reason"] == "OtherEffect"
+        assert "unknown effect 'Evict-Everything': nothing is evicted or blocked" in condition(api, "typo")["message"]

@@ -83,7 +83,7 @@ def test_rule_view() -> None:
         "status": {"stampedTaint": {"effect": "None", "timeAdded": "T0"}, "conditions": [{"type": "X"}]},
     }
     view = RuleView.of(GROUP_EXTENDER, "drain", raw)
-    assert (view.ident, view.uid, view.generation, view.api_version) == ((GROUP_EXTENDER, "drain"), "r1", 3, raw["apiVersion"])
+    assert (view.ident, view.uid, view.api_version) == ((GROUP_EXTENDER, "drain"), "r1", raw["apiVersion"])
     assert view.effect == "Evict-Everything" and view.in_tree_status
     assert (view.stamped.effect, view.stamped.time_added, view.stamped.recorded) == (
         "Evict-Everything",
