@@ -68,7 +68,7 @@ class Events:
         """
         effect = rule.effect
         plainly = unknown_effect(effect) if effect is not None else None
-        if plainly is None:
+        if effect is None or plainly is None:
             self._unknown_effects.pop(rule.ident, None)  # fixed: a later unknown effect is announced anew
             return
         if not self.is_leader():
