@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
+from collections import OrderedDict
 
 from prometheus_client import (
     CollectorRegistry,
@@ -28,6 +30,10 @@ _CEL_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compile_errors": ("compilations", ("error",)),
     "interpreted_fallbacks": ("interpreted_fallbacks", ()),
 }
+
+# The results of dra_extender_eviction_pod_deletions_total, and how many deleted rules keep their series.
+EVICTION_RESULTS = ("ok", "gone", "refused", "error")
+GONE_RULE_SERIES = 100
 
 # kube-scheduler's extender latency shape: exponential from 0.1 ms.
 _LATENCY_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -58,6 +64,8 @@ class Metrics:
             for v in ("filter", "prioritize", "bind")
         }
         self._tracker_event_counts: dict[tuple[str, str], Counter] = {}  # (kind, type) -> its child of tracker_events
+        self._gone_rules: OrderedDict[str, None] = OrderedDict()  # eviction `rule` labels of deleted rules, oldest first
+        self.gone_rule_series = GONE_RULE_SERIES
 
     def _declare_build_info(self, version: str) -> None:
         """Which build this is: version, Python, the API versions read."""
@@ -283,6 +291,28 @@ class Metrics:
         hist, good, bad = self._verb[verb]
         hist.observe(seconds)
         (good if ok else bad).inc()
+
+    def eviction_deleted(self, source: str, result: str) -> None:
+        """A pod deleted (or not) for a taint from `source` (a rule's `DeviceTaintRule/<group>/<name>`, `slice`, `volume`)."""
+        self.eviction_deletions.labels(source, result).inc()
+        self._gone_rules.pop(source, None)  # a rule of that name is back
+
+    def eviction_rule_gone(self, source: str) -> None:
+        """A rule was deleted: its series stay for the `gone_rule_series` most recently deleted rules, then go.
+
+        Rules come and go all the time (the health controller makes one per
+        broken device), so a series per rule ever seen would grow without
+        bound; keeping the recent ones lets a scrape after the deletion
+        still see the rule's last evictions.
+        """
+        gone = self._gone_rules
+        gone[source] = None
+        gone.move_to_end(source)
+        while len(gone) > self.gone_rule_series:
+            old, _ = gone.popitem(last=False)
+            for result in EVICTION_RESULTS:
+                with contextlib.suppress(KeyError):  # a result never counted for it (prometheus_client < 0.21 raises)
+                    self.eviction_deletions.remove(old, result)
 
     def tracker_event(self, kind: str, event_type: str) -> None:
         """One event applied to the tracker: its labelled child is looked up once per (kind, type), not per event (~20 µs each)."""

@@ -95,6 +95,7 @@ class EvictionController:
         self.rule_stamps.forget(rule.ident)
         self.reports.forget(rule)
         self.events.forget(rule)
+        self.metrics.eviction_rule_gone(rule.source)
 
     @property
     def state(self) -> ClusterState:

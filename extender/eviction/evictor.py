@@ -148,6 +148,6 @@ class Evictor:
                 label = "volume"
             else:
                 label = origin.source if origin.kind is TaintKind.RULE else "slice"
-            self.metrics.eviction_deletions.labels(label, result).inc()
+            self.metrics.eviction_deleted(label, result)
         if volume:
             self.metrics.volume_evictions.labels(result).inc()

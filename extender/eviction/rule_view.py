@@ -32,6 +32,11 @@ class RuleView:
     def ident(self) -> tuple[str, str]:
         return self.group, self.name
 
+    @property
+    def source(self) -> str:
+        """As the tracker's parsed rule names itself (`DeviceTaintRule.source`): the eviction metrics' `rule` label."""
+        return f"DeviceTaintRule/{self.group}/{self.name}"
+
     @staticmethod
     def of(group: str, name: str, raw: Mapping[str, Any]) -> RuleView:
         meta = raw.get("metadata") or {}

@@ -108,3 +108,33 @@ async def test_rule_and_taint_churn_leaves_every_map_at_its_size(cluster: Cluste
         await cluster.advance(30)
         assert sizes(ctrl) == baseline, f"round {n}: {sizes(ctrl)} != {baseline}"
     assert cluster.recorder.deleted() == []
+
+
+def series(ctrl: EvictionController) -> list[str]:
+    """The rules with a dra_extender_eviction_pod_deletions_total series."""
+    prefix = f'dra_extender_eviction_pod_deletions_total{{result="ok",rule="DeviceTaintRule/{CRD}/'
+    return sorted(line[len(prefix) :].split('"')[0] for line in ctrl.metrics.render().decode().splitlines() if line.startswith(prefix))
+
+
+async def test_deleted_rules_keep_their_eviction_series_only_while_among_the_most_recent(cluster: Cluster) -> None:
+    """One series per rule that ever evicted would grow with the health controller's churn: a deleted
+    rule's series stays for the `gone_rule_series` most recently deleted rules (so a scrape after the
+    deletion still sees its last evictions), then goes; a rule of that name that evicts again is live."""
+    seed(cluster.api, node("node-a"), gpu_slice(4), *(o for j in range(4) for o in claim_and_pod(f"p{j}", j)))
+    ctrl = await cluster.start()
+    ctrl.metrics.gone_rule_series = 2
+    for j in range(4):
+        cluster.api.create(rule(f"r{j}", selector={"driver": DRIVER, "pool": "node-a", "device": f"gpu-{j}"}))
+    await cluster.run_until(lambda: len(cluster.recorder.deleted()) == 4, within=60)
+    assert series(ctrl) == ["r0", "r1", "r2", "r3"]
+    for j, kept in ((0, ["r0", "r1", "r2", "r3"]), (1, ["r0", "r1", "r2", "r3"]), (2, ["r1", "r2", "r3"])):
+        cluster.api.delete("devicetaintrules", None, f"r{j}", group=CRD)
+        await cluster.advance(30)
+        assert series(ctrl) == kept, f"after deleting r{j}"
+    # r1 comes back and evicts again: live, no longer among the deleted ones.
+    seed(cluster.api, *claim_and_pod("p1-again", 1))
+    cluster.api.create(rule("r1", selector={"driver": DRIVER, "pool": "node-a", "device": "gpu-1"}))
+    await cluster.run_until(lambda: "p1-again" in cluster.recorder.deleted(), within=60)
+    cluster.api.delete("devicetaintrules", None, "r3", group=CRD)
+    await cluster.advance(30)
+    assert series(ctrl) == ["r1", "r2", "r3"]
