@@ -1,0 +1,136 @@
+"""Which nodes are fresh and alike: the same verdict for the same claims, with their own devices in the same places.
+
+A node is *fresh* when nothing is allocated, shared or in flight on any
+device of its pools and no counter of them is consumed, and *shareable*
+when every slice it reaches is one of its own node-local slices, each with
+a content digest (tracker/views/digests.py), and every slice of its pools
+reaches it. Two shareable fresh nodes whose slices have the same digests in
+the allocator's order (pools by driver and name, slices by name within a
+pool: allocator/pools.py gather_pools) differ only in the names of the
+node, its pools and its slices. Allocation reads nothing else of a node
+whose slices are all its own: reachability by name, the devices' effective
+views, the ledger (empty for both), the classes and the selectors (the
+same). So their verdicts are the same, a fit taking the devices at the same
+places (extender/filter/outcomes.py shares them).
+
+A node's shape is kept until the tracker's change log names the node (a
+slice of it, an allocation or reservation on it); any change that concerns
+every node drops them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.device_view import SliceView
+from allocator.types import DeviceID
+from tracker.state import ClusterState
+
+ShapeKey = tuple[tuple[str, int, bytes], ...]  # per slice in the allocator's order: (driver, the pool's place, digest)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeShape:
+    """A fresh, shareable node's slices in the allocator's order, with what names it."""
+
+    key: ShapeKey
+    slices: tuple[SliceView, ...]  # in the order of `key`
+    pools: dict[tuple[str, str], int]  # (driver, pool) -> the pool's place in the allocator's order
+    names: tuple[str, ...]  # the node's, its pools' and its slices' names: a message naming one is not shared
+
+    def places(self, devices: tuple[Any, ...]) -> tuple[tuple[int, int], ...] | None:
+        """(slice, device) index of each of `devices` (DeviceViews of this node), None if one is not here."""
+        where: dict[DeviceID, tuple[int, int]] = {}
+        for si, s in enumerate(self.slices):
+            for di, d in enumerate(s.devices):
+                where[d.id] = (si, di)
+        out = []
+        for d in devices:
+            place = where.get(d.id)
+            if place is None or self.slices[place[0]].devices[place[1]] is not d:
+                return None
+            out.append(place)
+        return tuple(out)
+
+    def devices_at(self, places: tuple[tuple[int, int], ...]) -> tuple[Any, ...]:
+        slices = self.slices
+        return tuple(slices[si].devices[di] for si, di in places)
+
+    def names_in(self, text: str) -> bool:
+        """Whether `text` names this node, one of its pools or slices (then it is not told of another node)."""
+        return any(name in text for name in self.names)
+
+
+class NodeShapes:
+    """Each node's shape (None: not fresh or not shareable), kept until the change log names the node."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._nodes: dict[str, NodeShape | None] = {}
+        self._seq = state.change_seq
+
+    def current(self) -> Callable[[str], NodeShape | None]:
+        """Caught up with the tracker's changes once: the node -> shape lookup for one call (no change comes in between)."""
+        self._catch_up()
+        nodes = self._nodes
+        compute = self._compute
+        missing = _MISSING
+
+        def shape_of(node: str) -> NodeShape | None:
+            shape = nodes.get(node, missing)
+            if shape is missing:
+                shape = nodes[node] = compute(node)
+            return shape  # type: ignore[return-value]  # not _MISSING: replaced just above
+
+        return shape_of
+
+    def _catch_up(self) -> None:
+        if self._seq == self.state.change_seq:
+            return
+        changed = self.state.changed_nodes_since(self._seq)
+        if changed is None:
+            self._nodes.clear()
+        else:
+            for name in changed:
+                if name is not None:
+                    self._nodes.pop(name, None)
+        self._seq = self.state.change_seq
+
+    def _compute(self, node: str) -> NodeShape | None:
+        queries = self.state.queries
+        reachable = queries.slices_for_node(node)
+        if not reachable:
+            return None  # nothing to allocate from: cheap to decide, nothing to share
+        digests: dict[str, bytes] = {}
+        by_pool: dict[tuple[str, str], list[SliceView]] = {}
+        for s in reachable:
+            if s.node_name != node:
+                return None  # a slice shared with other nodes: reachability depends on the node's labels
+            digest = queries.slice_digest(s.name)
+            if digest is None:
+                return None
+            digests[s.name] = digest
+            by_pool.setdefault((s.driver, s.pool), []).append(s)
+        ledger = self.state.allocated_state
+        for (driver, pool), own in by_pool.items():
+            every = queries.pool_slices(driver, pool)
+            if len(every) != len(own) or any(not any(o is s for o in own) for s in every):
+                return None  # the pool has slices elsewhere (or not yet in view): not the node's alone
+            if ledger.counters_held(driver, pool):
+                return None  # counters of the pool consumed: not fresh
+            for s in own:
+                for d in s.devices:
+                    did = d.id
+                    if ledger.is_allocated(did) or ledger.is_taken(did):
+                        return None  # not fresh
+        order = sorted(by_pool)
+        pools = {p: i for i, p in enumerate(order)}
+        slices = tuple(s for p in order for s in sorted(by_pool[p], key=lambda s: s.name))
+        key = tuple((s.driver, pools[(s.driver, s.pool)], digests[s.name]) for s in slices)
+        names = (node, *(p for _, p in order), *(s.name for s in slices))
+        return NodeShape(key, slices, pools, names)
+
+
+_MISSING: Any = object()
