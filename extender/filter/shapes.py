@@ -113,18 +113,20 @@ class NodeShapes:
                 return None
             digests[s.name] = digest
             by_pool.setdefault((s.driver, s.pool), []).append(s)
-        ledger = self.state.allocated_state
+        state = self.state
+        if state.taken_on_node(node):
+            return None  # a device of its own allocated whole or in flight: not fresh
+        ledger = state.allocated_state
         for (driver, pool), own in by_pool.items():
             every = queries.pool_slices(driver, pool)
             if len(every) != len(own) or any(not any(o is s for o in own) for s in every):
                 return None  # the pool has slices elsewhere (or not yet in view): not the node's alone
             if ledger.counters_held(driver, pool):
-                return None  # counters of the pool consumed: not fresh
+                return None  # a device of the pool that consumes counters is held: not fresh
             for s in own:
                 for d in s.devices:
-                    did = d.id
-                    if ledger.is_allocated(did) or ledger.is_taken(did):
-                        return None  # not fresh
+                    if d.allow_multiple_allocations and ledger.is_allocated(d.id):
+                        return None  # shares of a device held: not fresh
         order = sorted(by_pool)
         pools = {p: i for i, p in enumerate(order)}
         slices = tuple(s for p in order for s in sorted(by_pool[p], key=lambda s: s.name))
