@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         print({k: beside[k] for k in beside if k.startswith(("wait", "pods"))})
         write_beside(beside, args.tag)
         return
-    result = asyncio.run(run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag, args.gap_ms, not args.no_prefetch, not args.no_share))
+    result = asyncio.run(
+        run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag, args.gap_ms, not args.no_prefetch, not args.no_share)
+    )
     c = result["cpu_ms"]
     print(
         {k: (c[k]["p50"], c[k]["p99"]) for k in c},

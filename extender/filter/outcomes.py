@@ -247,10 +247,7 @@ class OutcomeCache:
         if known is None:
             return None
         self.shared += 1
-        if isinstance(known, FailureTemplate):
-            outcome = Outcome(known.render(names))
-        else:
-            outcome = Outcome(None, {}, shape.devices_at(known))
+        outcome = Outcome(known.render(names)) if isinstance(known, FailureTemplate) else Outcome(None, {}, shape.devices_at(known))
         self.on_computed(outcome)
         return outcome
 

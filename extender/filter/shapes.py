@@ -76,13 +76,12 @@ class NodeShapes:
         self._catch_up()
         nodes = self._nodes
         compute = self._compute
-        missing = _MISSING
 
         def shape_of(node: str) -> NodeShape | None:
-            shape = nodes.get(node, missing)
-            if shape is missing:
-                shape = nodes[node] = compute(node)
-            return shape  # type: ignore[return-value]  # not _MISSING: replaced just above
+            if node in nodes:
+                return nodes[node]
+            shape = nodes[node] = compute(node)
+            return shape
 
         return shape_of
 
@@ -133,6 +132,3 @@ class NodeShapes:
         key = tuple((s.driver, pools[(s.driver, s.pool)], digests[s.name]) for s in slices)
         names = (node, *(p for _, p in order), *(s.name for s in slices))
         return NodeShape(key, slices, pools, names)
-
-
-_MISSING: Any = object()

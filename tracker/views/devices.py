@@ -72,7 +72,14 @@ class DeviceViews:
         versions = CelVersions()
         raw_devices: RawDevices = {}  # the slice intake's raw device digests, read by the builder's slice digests
         builder = ViewBuilder(
-            cel, objects, versions, index, selectors, report=report, slice_changed=lambda s: self._nodes.pool_changed(s), raw_devices=raw_devices
+            cel,
+            objects,
+            versions,
+            index,
+            selectors,
+            report=report,
+            slice_changed=lambda s: self._nodes.pool_changed(s),
+            raw_devices=raw_devices,
         )
         self.slice_views: dict[str, SliceView] = builder.slice_views
         self.devices: dict[DeviceID, DeviceView] = builder.devices
