@@ -42,7 +42,7 @@ from allocator.allocation import Allocator, Failure, Outcome
 from allocator.cel.lib.budget import DeadlineExceeded
 from allocator.failures import ClaimName
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
-from extender.filter.shapes import NodeShape, NodeShapes, ShapeKey
+from extender.filter.shapes import NodeShape, NodeShapes
 from tracker.state import ClusterState
 
 ClaimSignature = tuple[Any, ...]
@@ -91,7 +91,7 @@ class _Group:
     interned: dict[FailureTemplate, FailureTemplate] = field(default_factory=dict)
     # shape -> the verdict of a fresh node of that shape: the places of a fit's devices, a failure template
     # told of any node of the shape, or None (its message names its node: each node computes its own)
-    shared: dict[ShapeKey, tuple[tuple[int, int], ...] | FailureTemplate | None] = field(default_factory=dict)
+    shared: dict[int, tuple[tuple[int, int], ...] | FailureTemplate | None] = field(default_factory=dict)
 
 
 SHARED_SHAPES = 256  # shapes whose verdicts a signature keeps (beyond that they are forgotten and computed again)

@@ -29,14 +29,15 @@ from allocator.types import DeviceID
 from tracker.state import ClusterState
 
 ShapeKey = tuple[tuple[str, int, bytes], ...]  # per slice in the allocator's order: (driver, the pool's place, digest)
+KEPT_KEYS = 8192  # distinct shapes numbered before the numbering starts over (with new numbers: a shape is never misnumbered)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class NodeShape:
     """A fresh, shareable node's slices in the allocator's order, with what names it."""
 
-    key: ShapeKey
-    slices: tuple[SliceView, ...]  # in the order of `key`
+    key: int  # the same number for the same slices' digests in the same order (NodeShapes numbers them)
+    slices: tuple[SliceView, ...]  # in the allocator's order
     pools: dict[tuple[str, str], int]  # (driver, pool) -> the pool's place in the allocator's order
     names: tuple[str, ...]  # the node's, its pools' and its slices' names: a message naming one is not shared
 
@@ -70,6 +71,9 @@ class NodeShapes:
         self.state = state
         self._nodes: dict[str, NodeShape | None] = {}
         self._seq = state.change_seq
+        # Each distinct ShapeKey's number: the caches key by a small int rather than hash the digests per lookup.
+        self._numbers: dict[ShapeKey, int] = {}
+        self._next = 0
 
     def current(self) -> Callable[[str], NodeShape | None]:
         """Caught up with the tracker's changes once: the node -> shape lookup for one call (no change comes in between)."""
@@ -130,5 +134,11 @@ class NodeShapes:
         pools = {p: i for i, p in enumerate(order)}
         slices = tuple(s for p in order for s in sorted(by_pool[p], key=lambda s: s.name))
         key = tuple((s.driver, pools[(s.driver, s.pool)], digests[s.name]) for s in slices)
+        number = self._numbers.get(key)
+        if number is None:
+            if len(self._numbers) >= KEPT_KEYS:
+                self._numbers.clear()  # numbers are never reused: a shape numbered again only shares less
+            number = self._numbers[key] = self._next
+            self._next += 1
         names = (node, *(p for _, p in order), *(s.name for s in slices))
-        return NodeShape(key, slices, pools, names)
+        return NodeShape(number, slices, pools, names)

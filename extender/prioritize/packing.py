@@ -32,7 +32,7 @@ from allocator.allocated_state import AllocatedState
 from allocator.device_view import DeviceView, SliceView
 from allocator.quantity import Quantity
 from allocator.types import DeviceID
-from extender.filter.shapes import NodeShape, ShapeKey
+from extender.filter.shapes import NodeShape
 from tracker.state import ClusterState
 
 # (driver, pool, counter set), or the device's own id for a device that consumes no counters (a DeviceID never
@@ -168,7 +168,7 @@ class NodeFullness:
         self._nodes: dict[str, NodeUnits] = {}
         self._seq = state.change_seq
         # (shape, pool place, device) -> (base touched, touched, use) of one device on a fresh node of the shape
-        self._alike: dict[tuple[ShapeKey, int, str], tuple[int, int, float]] = {}
+        self._alike: dict[tuple[int, int, str], tuple[int, int, float]] = {}
 
     def alike(
         self, units_of: Callable[[str], NodeUnits], shape_of: Callable[[str], NodeShape | None]
@@ -181,10 +181,11 @@ class NodeFullness:
         the pool), so those are measured on each node as before.
         """
         kept = self._alike
+        nodes = self._nodes
 
         def measure(node: str, devices: tuple[DeviceView, ...]) -> tuple[int, int, float] | None:
-            if len(devices) != 1 or len(devices[0].consumes_counters) > 1:
-                return None
+            if len(devices) != 1 or len(devices[0].consumes_counters) > 1 or node in nodes:
+                return None  # several units, or the node's own units are known (measured as before, remembered)
             shape = shape_of(node)
             if shape is None:
                 return None
