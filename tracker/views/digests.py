@@ -40,16 +40,19 @@ def slice_digest(view: SliceView, raw: Mapping[str, tuple[Any, Any]] | None) -> 
     """The view's content digest (16 bytes), or None when the slice may not be shared."""
     if raw is None or view.node_name is None or view.per_device_node_selection or view.node_selector is not None or view.all_nodes:
         return None
-    h = hashlib.blake2b(digest_size=16)
-    head = repr((view.driver, view.generation, view.resource_slice_count, view.shared_counters, len(view.devices))).encode()
-    h.update(len(head).to_bytes(4, "big"))
-    h.update(head)
+    counters = tuple(
+        (cs.name, tuple((c, q.value.numerator, q.value.denominator, q.text) for c, q in cs.counters.items())) for cs in view.shared_counters
+    )
+    head = repr((view.driver, view.generation, view.resource_slice_count, counters, len(view.devices))).encode()
+    parts = [len(head).to_bytes(4, "big"), head]
+    append = parts.append
+    get = raw.get
     for d in view.devices:
-        entry = raw.get(d.id.device)
+        entry = get(d.id.device)
         if entry is None or not isinstance(entry[0], DeviceDigest):
             return None
         parsed = entry[1]
-        h.update(entry[0].whole)
+        append(entry[0].whole)  # 16 bytes: fixed width, so the parts cannot run into each other
         changed: tuple[Any, ...] = ()
         if d.taints or d.taint_sources:
             changed = (d.taints, d.taint_sources)
@@ -60,8 +63,8 @@ def slice_digest(view: SliceView, raw: Mapping[str, tuple[Any, Any]] | None) -> 
             changed = (*changed, "patched", key[2])
         if changed:
             extra = repr(changed).encode()
-            h.update(b"\x01" + len(extra).to_bytes(4, "big"))
-            h.update(extra)
+            append(b"\x01" + len(extra).to_bytes(4, "big"))
+            append(extra)
         else:
-            h.update(b"\x00")
-    return h.digest()
+            append(b"\x00")
+    return hashlib.blake2b(b"".join(parts), digest_size=16).digest()
