@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,9 +30,10 @@ from allocator.parse import parse_pod
 from extender.filter.request_nodes import RequestNodes
 from extender.metrics import Metrics
 from extender.service import Service, build_service
-from extender.wire import parse_extender_args
+from extender.wire import BindingArgs, parse_extender_args
 from kubesim.null_source import NullSource
 from kubesim.objects import claim, pod
+from tests.extender.manifest_cluster import manifest_service
 from tracker import events as ev
 from tracker.state import ClusterState
 
@@ -370,3 +372,27 @@ async def test_a_node_that_changes_after_sharing_no_longer_takes_a_shared_verdic
     change(t)
     await t.check(sent_nodes=False)
     await t.check(sent_nodes=True)
+
+
+async def test_bind_on_a_node_told_its_verdict_allocates_that_nodes_own_devices(tmp_path: Path) -> None:
+    """A told verdict only answers /filter: /bind allocates again against the live state (binder._decide), here the node's own GPU."""
+    from tests.extender.test_verdict_prefetch import NODES as PREFETCH_NODES
+    from tests.extender.test_verdict_prefetch import _args, _cluster
+
+    directory = tmp_path / "cluster"
+    _cluster(directory, dict.fromkeys(PREFETCH_NODES, 1))
+    service, task = await manifest_service(directory, offer_nodes=0, placement_wait=0.2)
+    try:
+        passed, _ = await service.filter(_args("p1"))
+        assert passed == PREFETCH_NODES
+        assert service.outcomes.shared == len(PREFETCH_NODES) - 1, "every node but the first was told its verdict"
+        service.bind_decided("uid-p1")
+        node = PREFETCH_NODES[-1]
+        assert await service.bind(BindingArgs("p4", "default", "uid-p4", node)) is None
+        allocation = service.state.claims["default/c4"].allocation
+        assert allocation is not None
+        assert [(r.pool, r.device) for r in allocation.results] == [(node, "gpu-0")]
+        passed, failed = await service.filter(_args("p5"))
+        assert node in failed and node not in passed, "its only GPU is taken: the node is no longer fresh"
+    finally:
+        task.cancel()
