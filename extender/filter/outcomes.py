@@ -247,9 +247,8 @@ class OutcomeCache:
         if known is None:
             return None
         self.shared += 1
-        outcome = Outcome(known.render(names)) if isinstance(known, FailureTemplate) else Outcome(None, {}, shape.devices_at(known))
-        self.on_computed(outcome)
-        return outcome
+        # Not an allocation search: `on_computed` (dra_extender_allocation_outcomes) heard of the one it repeats.
+        return Outcome(known.render(names)) if isinstance(known, FailureTemplate) else Outcome(None, {}, shape.devices_at(known))
 
     def _share(self, group: _Group, shape: NodeShape, outcome: Outcome, names: tuple[str, ...]) -> None:
         """Keep a fresh node's computed verdict for the nodes of its shape (in a form without its names)."""

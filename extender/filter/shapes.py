@@ -108,13 +108,15 @@ class NodeShapes:
             return None  # nothing to allocate from: cheap to decide, nothing to share
         digests: dict[str, bytes] = {}
         by_pool: dict[tuple[str, str], list[SliceView]] = {}
+        shareable: list[DeviceID] = []  # devices that allow several allocations
         for s in reachable:
             if s.node_name != node:
                 return None  # a slice shared with other nodes: reachability depends on the node's labels
-            digest = queries.slice_digest(s.name)
-            if digest is None:
+            kept = queries.slice_digest(s.name)
+            if kept is None:
                 return None
-            digests[s.name] = digest
+            digests[s.name] = kept[0]
+            shareable.extend(kept[1])
             by_pool.setdefault((s.driver, s.pool), []).append(s)
         state = self.state
         if state.taken_on_node(node):
@@ -126,10 +128,8 @@ class NodeShapes:
                 return None  # the pool has slices elsewhere (or not yet in view): not the node's alone
             if ledger.counters_held(driver, pool):
                 return None  # a device of the pool that consumes counters is held: not fresh
-            for s in own:
-                for d in s.devices:
-                    if d.allow_multiple_allocations and ledger.is_allocated(d.id):
-                        return None  # shares of a device held: not fresh
+        if any(ledger.is_allocated(did) for did in shareable):
+            return None  # shares of a device held: not fresh
         order = sorted(by_pool)
         pools = {p: i for i, p in enumerate(order)}
         slices = tuple(s for p in order for s in sorted(by_pool[p], key=lambda s: s.name))

@@ -110,8 +110,9 @@ class ViewBuilder:
         self._slice_changed = slice_changed
         self.slice_views: dict[str, SliceView] = {}
         self._raw_devices: RawDevices = raw_devices if raw_devices is not None else {}
-        # slice name -> content digest of its view (tracker/views/digests.py); absent: never shared
-        self.slice_digests: dict[str, bytes] = {}
+        # slice name -> (content digest of its view (tracker/views/digests.py), its devices held in shares if
+        # allocated); absent: never shared
+        self.slice_digests: dict[str, tuple[bytes, tuple[DeviceID, ...]]] = {}
         self.devices: dict[DeviceID, DeviceView] = {}
         self.no_execute: set[DeviceID] = set()  # devices whose view carries a NoExecute taint
 
@@ -234,7 +235,7 @@ class ViewBuilder:
         if digest is None:
             self.slice_digests.pop(s.meta.name, None)
         else:
-            self.slice_digests[s.meta.name] = digest
+            self.slice_digests[s.meta.name] = (digest, tuple(d.id for d in views if d.allow_multiple_allocations))
 
     def forget_slice(self, name: str) -> None:
         """A slice deleted: its view and digest go."""
