@@ -196,6 +196,8 @@ class OutcomeCache:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
                 shape = shape_of(node.name) if shape_of is not None else None
+                if shape is not None and not shape.reached_as(node):
+                    shape = None  # sent with other labels than the state's: which shared slices reach it may differ
                 outcome = self._told(group, shape, names) if shape is not None else None
                 if outcome is None:
                     outcome = self._compute(node, claims)

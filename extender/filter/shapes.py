@@ -20,15 +20,17 @@ every node drops them all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from allocator.device_view import SliceView
-from allocator.types import DeviceID
+from allocator.types import DeviceID, Node
 from tracker.state import ClusterState
 
-ShapeKey = tuple[tuple[str, int, bytes], ...]  # per slice in the allocator's order: (driver, the pool's place, digest)
+# per slice in the allocator's order: (driver, the pool's place, digest) for the node's own,
+# (driver, the slice, whether it reaches the node) for one shared with other nodes
+ShapeKey = tuple[tuple[str, int, bytes] | tuple[str, SliceView, bool], ...]
 KEPT_KEYS = 8192  # distinct shapes numbered before the numbering starts over (with new numbers: a shape is never misnumbered)
 
 
@@ -39,7 +41,14 @@ class NodeShape:
     key: int  # the same number for the same slices' digests in the same order (NodeShapes numbers them)
     slices: tuple[SliceView, ...]  # in the allocator's order
     pools: dict[tuple[str, str], int]  # (driver, pool) -> the pool's place in the allocator's order
-    names: tuple[str, ...]  # the node's, its pools' and its slices' names: a message naming one is not shared
+    names: tuple[str, ...]  # the node's, its own pools' and slices' names: a message naming one is not shared
+    # With slices shared with other nodes: the node's labels their reach was decided by (a verdict for the node
+    # as the scheduler sent it with other labels is computed); None: only its own slices.
+    labels: Mapping[str, str] | None = None
+
+    def reached_as(self, node: Node) -> bool:
+        """Whether the shape holds for `node` as the caller has it (its labels decide which shared slices reach it)."""
+        return self.labels is None or node.labels == self.labels
 
     def places(self, devices: tuple[Any, ...]) -> tuple[tuple[int, int], ...] | None:
         """(slice, device) index of each of `devices` (DeviceViews of this node), None if one is not here."""
@@ -95,6 +104,7 @@ class NodeShapes:
         changed = self.state.changed_nodes_since(self._seq)
         if changed is None:
             self._nodes.clear()
+            self._numbers.clear()  # numbers are never reused; this lets go of the shared slices the keys hold
         else:
             for name in changed:
                 if name is not None:
@@ -108,16 +118,37 @@ class NodeShapes:
             return None  # nothing to allocate from: cheap to decide, nothing to share
         digests: dict[str, bytes] = {}
         by_pool: dict[tuple[str, str], list[SliceView]] = {}
+        shared_pools: dict[tuple[str, str], list[SliceView]] = {}
         shareable: list[DeviceID] = []  # devices that allow several allocations
         for s in reachable:
+            if s.node_name is None:
+                if s.per_device_node_selection:
+                    return None  # each device reaches nodes of its own
+                shared_pools.setdefault((s.driver, s.pool), []).append(s)
+                continue
             if s.node_name != node:
-                return None  # a slice shared with other nodes: reachability depends on the node's labels
+                return None
             kept = queries.slice_digest(s.name)
             if kept is None:
                 return None
             digests[s.name] = kept[0]
             shareable.extend(kept[1])
             by_pool.setdefault((s.driver, s.pool), []).append(s)
+        if not by_pool:
+            return None  # only slices shared with other nodes: nothing of its own to tell apart
+        labels: Mapping[str, str] = {}
+        reach: dict[str, bool] = {}
+        if shared_pools:
+            # The very same slices for every node (a change to one concerns every node): what differs is
+            # which of them reach this node, by its labels; a pool that also has node-local slices is not shared.
+            known = self.state.node(node)
+            labels = known.labels if known is not None else {}
+            as_node = known if known is not None else Node(node)
+            for (driver, pool), members in shared_pools.items():
+                if len(queries.pool_slices(driver, pool)) != len(members) or (driver, pool) in by_pool:
+                    return None
+                for s in members:
+                    reach[s.name] = s.reachable_from(as_node)
         state = self.state
         if state.taken_on_node(node):
             return None  # a device of its own allocated whole or in flight: not fresh
@@ -132,13 +163,20 @@ class NodeShapes:
             return None  # shares of a device held: not fresh
         order = sorted(by_pool)
         pools = {p: i for i, p in enumerate(order)}
-        slices = tuple(s for p in order for s in sorted(by_pool[p], key=lambda s: s.name))
-        key = tuple((s.driver, pools[(s.driver, s.pool)], digests[s.name]) for s in slices)
+        everything = {**by_pool, **shared_pools}
+        slices = tuple(s for p in sorted(everything) for s in sorted(everything[p], key=lambda s: s.name))
+        # A node's own slice by its pool's place and digest; a shared one as itself (the same object for every
+        # node) and whether it reaches this node. In the allocator's order: where the shared pools sort among
+        # the node's own (their names) is part of the shape.
+        key = tuple(
+            (s.driver, pools[(s.driver, s.pool)], digests[s.name]) if s.node_name is not None else (s.driver, s, reach[s.name])
+            for s in slices
+        )
         number = self._numbers.get(key)
         if number is None:
             if len(self._numbers) >= KEPT_KEYS:
                 self._numbers.clear()  # numbers are never reused: a shape numbered again only shares less
             number = self._numbers[key] = self._next
             self._next += 1
-        names = (node, *(p for _, p in order), *(s.name for s in slices))
-        return NodeShape(number, slices, pools, names)
+        names = (node, *(p for _, p in order), *(s.name for s in slices if s.node_name is not None))
+        return NodeShape(number, slices, pools, names, labels if shared_pools else None)

@@ -194,8 +194,12 @@ class Twins:
         for name in SHAPES:
             raw_pod = self.sent[(ev.POD, f"default/p-{name}")]
             body: dict[str, Any] = {"Pod": raw_pod}
+            items: list[dict[str, Any]] | None = None
             if sent_nodes:
-                body["Nodes"] = {"items": [self.sent[(ev.NODE, n)] for n in NODES]}
+                # n2 as the scheduler has it: in the zone the shared slice selects, unlike the state's copy
+                items = [self.sent[(ev.NODE, n)] for n in NODES]
+                items[2] = {**items[2], "metadata": {**items[2]["metadata"], "labels": {"zone": "east"}}}
+                body["Nodes"] = {"items": items}
             else:
                 body["NodeNames"] = NODES
             args = parse_extender_args(orjson.dumps(body))
@@ -207,9 +211,10 @@ class Twins:
             claims, problem = state.pod_claims(parse_pod(raw_pod))
             assert problem is None
             want_passed, want_failed, fresh = [], {}, []
+            request_nodes = RequestNodes(state, items)
             for n in NODES:
                 outcome = reference.allocate(
-                    state.nodes[n],
+                    request_nodes.resolve([n])[0][0],
                     claims,
                     state.queries.slices_for_node(n),
                     state.classes,
@@ -223,7 +228,7 @@ class Twins:
                     want_failed[n] = outcome.failure.message
                 fresh.append(outcome)
             computed = self.services[1]
-            want_scores = list(zip(NODES, computed.scores.rank("", claims, NODES, fresh, RequestNodes(state, None)), strict=True))
+            want_scores = list(zip(NODES, computed.scores.rank("", claims, NODES, fresh, request_nodes), strict=True))
             assert answers[0] == answers[1], f"{name}: shared {answers[0]} != computed {answers[1]}"
             assert answers[0][:2] == (want_passed, want_failed), f"{name}: {answers[0][:2]} != fresh allocation"
             assert answers[0][2] == want_scores, f"{name}: scores {answers[0][2]} != {want_scores}"
@@ -280,6 +285,15 @@ def _shared_pool(t: Twins) -> None:
     t.put(shared)
 
 
+def _mixed_pool(t: Twins) -> None:
+    """The shared pool also has a slice local to n5: no node's shape includes it."""
+    _shared_pool(t)
+    local = _slices("n5", [{"name": "net-9", "attributes": {"model": {"string": "c"}}}], pool="shared")[0]
+    local["metadata"]["name"] = "shared-local"
+    local["spec"]["pool"]["resourceSliceCount"] = 1
+    t.put(local)
+
+
 def _held(t: Twins, shape: str) -> None:
     """A claim of `shape` allocated on n1."""
     t.put(claim("held", exactly=SHAPES[shape], uid="uid-c-held"))
@@ -329,7 +343,8 @@ ROWS: list[tuple[str, Callable[[Twins], None], set[str]]] = [
     ("a device held whole on one node", lambda t: _held(t, "plain"), {"n1"}),
     ("a share held on one node", lambda t: _held(t, "share6"), {"n1"}),
     ("a held partition no longer published", _held_unpublished, {"n1"}),
-    ("shared pool reachable from two nodes", _shared_pool, set(NODES)),
+    ("shared pool reachable from two nodes", _shared_pool, set()),
+    ("a pool with a node-local and a shared slice", _mixed_pool, set(NODES)),
     ("different device names", lambda t: t.put(_slices("n4", _devices("acc"))[0]), set()),
     ("other capacity on one node", _other_capacity, set()),
     ("other counters on two nodes", _other_counters, set()),
