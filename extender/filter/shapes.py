@@ -1,21 +1,26 @@
 """Which nodes are fresh and alike: the same verdict for the same claims, with their own devices in the same places.
 
 A node is *fresh* when nothing is allocated, shared or in flight on any
-device of its pools and no counter of them is consumed, and *shareable*
-when every slice it reaches is one of its own node-local slices, each with
-a content digest (tracker/views/digests.py), and every slice of its pools
-reaches it. Two shareable fresh nodes whose slices have the same digests in
-the allocator's order (pools by driver and name, slices by name within a
-pool: allocator/pools.py gather_pools) differ only in the names of the
-node, its pools and its slices. Allocation reads nothing else of a node
-whose slices are all its own: reachability by name, the devices' effective
-views, the ledger (empty for both), the classes and the selectors (the
-same). So their verdicts are the same, a fit taking the devices at the same
-places (extender/filter/outcomes.py shares them).
+device of its own pools and no counter of them is consumed, and
+*shareable* when each slice it reaches is either one of its own node-local
+slices with a content digest (tracker/views/digests.py), every slice of
+its pool being its own, or a slice shared with other nodes (no nodeName)
+in a pool of only such slices. Two shareable fresh nodes whose slices line
+up in the allocator's order (pools by driver and name, slices by name
+within a pool: allocator/pools.py gather_pools), their own with the same
+digests, the shared ones the very same objects reaching both or neither
+by their labels, differ only in the names of the node, its pools and its
+slices. Allocation reads nothing else of such a node: reachability (by
+name for its own, by labels for the shared ones, the same for both), the
+devices' effective views, the ledger (empty for their own pools, the same
+for the shared ones), the classes and the selectors. So their verdicts are
+the same, a fit taking the devices at the same places
+(extender/filter/outcomes.py tells them).
 
 A node's shape is kept until the tracker's change log names the node (a
-slice of it, an allocation or reservation on it); any change that concerns
-every node drops them all.
+slice of it, an allocation or reservation on it, the Node object); a change
+that concerns every node (a shared slice, a device of a shared pool, a
+DeviceClass) drops them all.
 """
 
 from __future__ import annotations
