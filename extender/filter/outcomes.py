@@ -108,9 +108,7 @@ class OutcomeCache:
         *,
         size: int = 50_000,
         on_computed: Callable[[Outcome], None] = lambda _o: None,
-        share: bool = True,
     ) -> None:
-        """`share`: fresh nodes alike share their verdicts (off: every node's is computed)."""
         self.state = state
         self.allocator = allocator
         self.size = size
@@ -119,7 +117,8 @@ class OutcomeCache:
         self._entries = 0
         # claim key -> (resourceVersion, signature): one entry per claim, dropped once the state no longer holds it.
         self._signatures: dict[str, tuple[str, ClaimSignature]] = {}
-        self.shapes: NodeShapes | None = NodeShapes(state) if share else None
+        # Fresh nodes alike (shapes.py) share their verdicts; None: every node's is computed (benches' "before").
+        self.shapes: NodeShapes | None = NodeShapes(state)
         self.hits = 0
         self.misses = 0
         self.shared = 0  # misses answered by another fresh node's verdict
