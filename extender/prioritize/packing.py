@@ -169,6 +169,7 @@ class NodeFullness:
         self._seq = state.change_seq
         # (shape, pool place, device) -> (base touched, touched, use) of one device on a fresh node of the shape
         self._alike: dict[tuple[int, int, str], tuple[int, int, float]] = {}
+        self._told: dict[str, tuple[tuple[DeviceView, ...], tuple[int, int, float]]] = {}  # node -> its last told measure
 
     def alike(
         self, units_of: Callable[[str], NodeUnits], shape_of: Callable[[str], NodeShape | None]
@@ -182,8 +183,12 @@ class NodeFullness:
         """
         kept = self._alike
         nodes = self._nodes
+        last = self._told
 
         def measure(node: str, devices: tuple[DeviceView, ...]) -> tuple[int, int, float] | None:
+            told = last.get(node)
+            if told is not None and told[0] is devices:
+                return told[1]  # the node's cached verdict hands out the same tuple to every pod of a shape
             if len(devices) != 1 or len(devices[0].consumes_counters) > 1 or node in nodes:
                 return None  # several units, or the node's own units are known (measured as before, remembered)
             shape = shape_of(node)
@@ -201,6 +206,7 @@ class NodeFullness:
                 if len(kept) >= ALIKE_KEPT:
                     kept.clear()
                 kept[key] = known
+            last[node] = (devices, known)
             return known
 
         return measure
@@ -229,10 +235,12 @@ class NodeFullness:
         if changed is None:
             self._nodes.clear()
             self._alike.clear()
+            self._told.clear()
         else:
             for name in changed:
                 if name is not None:
                     self._nodes.pop(name, None)
+                    self._told.pop(name, None)
         self._seq = self.state.change_seq
 
     def _compute(self, node: str) -> NodeUnits:
