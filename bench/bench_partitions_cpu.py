@@ -27,7 +27,9 @@ that background work on the loop (the verdict prefetch,
 extender/filter/prefetch.py) runs as it does when serving; with `--warm 0`
 every pod is measured, the first pass included (its own columns are then its
 measured pods), and the thread's CPU between pods is reported apart.
-`--no-prefetch` turns the prefetch off (the paired "before").
+`--no-prefetch` turns the prefetch off (the paired "before"); `--no-share`
+turns off the sharing of verdicts between fresh nodes alike
+(extender/filter/shapes.py), the paired "before" of that.
 
     .venv/bin/python -m bench.bench_partitions_cpu [--nodes 500] [--pods N] [--warm N] [--gap-ms G] [--no-prefetch] [--profile] [--tag T]
     .venv/bin/python -m bench.bench_partitions_cpu --beside-warm-up [--nodes 500] [--pods 100] [--tag T]
@@ -112,7 +114,14 @@ class FullCollections:
 
 
 async def run(
-    nodes: int, pods: int, warm: int | None, profile: bool, label: str, gap_ms: float = 0.0, prefetch: bool = True
+    nodes: int,
+    pods: int,
+    warm: int | None,
+    profile: bool,
+    label: str,
+    gap_ms: float = 0.0,
+    prefetch: bool = True,
+    share: bool = True,
 ) -> dict[str, Any]:
     from extender.cli import GC_THRESHOLDS
 
@@ -125,6 +134,8 @@ async def run(
     build_s = time.perf_counter() - t0
     if not prefetch:
         service.fit.prefetch = None
+    if not share:
+        service.outcomes.shapes = None
     names_body = orjson.dumps([node_name(i) for i in range(nodes)])
     rng = random.Random(1)
     await asyncio.sleep(0)
@@ -157,6 +168,8 @@ async def run(
         "warm_pods": warm,
         "gap_ms": gap_ms,
         "prefetch": prefetch,
+        "share": share,
+        "shared_verdicts": service.outcomes.shared,
         "between_pods_cpu_s": round(between_pods_cpu, 2),
         "prefetched_verdicts": service.fit.prefetch.computed if service.fit.prefetch is not None else 0,
         "build_s": round(build_s, 1),
@@ -278,6 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--gap-ms", type=float, default=0.0, help="ms the loop is left free between measured pods (default 0)")
     parser.add_argument("--no-prefetch", action="store_true", help="turn the verdict prefetch off (extender/filter/prefetch.py)")
+    parser.add_argument("--no-share", action="store_true", help="compute every node's verdict (extender/filter/shapes.py off)")
     parser.add_argument("--tag", default="run")
     parser.add_argument("--label", default="")
     parser.add_argument("--beside-warm-up", action="store_true", help="pods while the start-up warm-up runs (see the module's docstring)")
@@ -287,7 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         print({k: beside[k] for k in beside if k.startswith(("wait", "pods"))})
         write_beside(beside, args.tag)
         return
-    result = asyncio.run(run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag, args.gap_ms, not args.no_prefetch))
+    result = asyncio.run(
+        run(args.nodes, args.pods, args.warm, args.profile, args.label or args.tag, args.gap_ms, not args.no_prefetch, not args.no_share)
+    )
     c = result["cpu_ms"]
     print(
         {k: (c[k]["p50"], c[k]["p99"]) for k in c},
@@ -301,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
         result["prefetched_verdicts"],
         "full GCs",
         result["full_collections"],
+        "shared",
+        result["shared_verdicts"],
     )
     write(result, args.tag)
 

@@ -19,6 +19,15 @@ claims: a failure is kept as a template whose claim names (the ClaimName
 parts its message is built from) are slots (the claim's index in the pod),
 and a verdict found for other claims with the same signature is rendered
 with their names when the cache hands it out.
+
+The first pass of a claim shape over the nodes shares work between fresh
+nodes alike (extender/filter/shapes.py): a node's missing verdict is the
+verdict of another fresh node with the same shape, computed once per
+(signature, shape) and told of this node: a fit with this node's devices
+at the same places; a failure as it is, unless its message names the node,
+a pool or a slice of the node it was computed on (then computed here).
+Only for claims still to be allocated. A shared verdict only answers
+/filter and /prioritize: /bind allocates again against the live state.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from allocator.allocation import Allocator, Failure, Outcome
 from allocator.cel.lib.budget import DeadlineExceeded
 from allocator.failures import ClaimName
 from allocator.types import TOLERATIONS_ANNOTATION, Node, ResourceClaim
+from extender.filter.shapes import NodeShape, NodeShapes
 from tracker.state import ClusterState
 
 ClaimSignature = tuple[Any, ...]
@@ -79,6 +89,12 @@ class _Group:
     # One template object per distinct failure: nodes that fail alike share it, so a
     # call tells each distinct message once, not once per node.
     interned: dict[FailureTemplate, FailureTemplate] = field(default_factory=dict)
+    # shape -> the verdict of a fresh node of that shape: the places of a fit's devices, a failure template
+    # told of any node of the shape, or None (its message names its node: each node computes its own)
+    shared: dict[int, tuple[tuple[int, int], ...] | FailureTemplate | None] = field(default_factory=dict)
+
+
+SHARED_SHAPES = 256  # shapes whose verdicts a signature keeps (beyond that they are forgotten and computed again)
 
 
 SIGNATURES_SLACK = 64  # claim signatures kept beyond twice the claims held before the gone ones are dropped
@@ -101,8 +117,11 @@ class OutcomeCache:
         self._entries = 0
         # claim key -> (resourceVersion, signature): one entry per claim, dropped once the state no longer holds it.
         self._signatures: dict[str, tuple[str, ClaimSignature]] = {}
+        # Fresh nodes alike (shapes.py) share their verdicts; None: every node's is computed (benches' "before").
+        self.shapes: NodeShapes | None = NodeShapes(state)
         self.hits = 0
         self.misses = 0
+        self.shared = 0  # misses answered by another fresh node's verdict
 
     def signature(self, claims: Sequence[ResourceClaim]) -> tuple[ClaimSignature, ...]:
         return tuple(self._claim_signature(c) for c in claims)
@@ -159,6 +178,7 @@ class OutcomeCache:
         append = out.append
         get = verdicts.get
         misses = 0
+        shape_of = self.shapes.current() if self.shapes is not None and all(s and s[0] == "new" for s in signature) else None
         for node, token in nodes:
             entry = get(node.name)
             if entry is not None and entry[0] == token:
@@ -174,7 +194,14 @@ class OutcomeCache:
             try:
                 if deadline is not None and time.monotonic() > deadline:
                     raise DeadlineExceeded()
-                outcome = self._compute(node, claims)
+                shape = shape_of(node.name) if shape_of is not None else None
+                if shape is not None and not shape.reached_as(node):
+                    shape = None  # sent with other labels than the state's: which shared slices reach it may differ
+                outcome = self._told(group, shape, names) if shape is not None else None
+                if outcome is None:
+                    outcome = self._compute(node, claims)
+                    if shape is not None:
+                        self._share(group, shape, outcome, names)
             except DeadlineExceeded as e:
                 e.nodes_done = len(out)
                 raise
@@ -214,6 +241,31 @@ class OutcomeCache:
         )
         self.on_computed(outcome)
         return outcome
+
+    def _told(self, group: _Group, shape: NodeShape, names: tuple[str, ...]) -> Outcome | None:
+        """The verdict of a fresh node of `shape` computed before, told of this one (None: none to tell)."""
+        known = group.shared.get(shape.key)
+        if known is None:
+            return None
+        self.shared += 1
+        # Not an allocation search: `on_computed` (dra_extender_allocation_outcomes) heard of the one it repeats.
+        return Outcome(known.render(names)) if isinstance(known, FailureTemplate) else Outcome(None, {}, shape.devices_at(known))
+
+    def _share(self, group: _Group, shape: NodeShape, outcome: Outcome, names: tuple[str, ...]) -> None:
+        """Keep a fresh node's computed verdict for the nodes of its shape (in a form without its names)."""
+        shared = group.shared
+        if shape.key in shared:
+            return  # told of every node of the shape as computed before (a message naming its node)
+        if len(shared) >= SHARED_SHAPES:
+            shared.clear()
+        if outcome.failure is None:
+            shared[shape.key] = shape.places(outcome.devices)
+            return
+        failure = outcome.failure
+        told = any(shape.names_in(p) for p in failure.parts if isinstance(p, str)) or any(
+            shape.names_in(text) for text in (failure.request, failure.device_class)
+        )
+        shared[shape.key] = None if told else FailureTemplate.of(failure, names)
 
     def _keep(self, group: _Group, node: str, token: Any, outcome: Outcome, names: tuple[str, ...], *, new: bool) -> None:
         """Store a computed verdict without the claims' names: a fit without its allocations (which
@@ -264,6 +316,7 @@ class OutcomeCache:
             group.verdicts.clear()
             group.scores.clear()
             group.interned.clear()
+            group.shared.clear()  # a DeviceClass or a shared pool changed: what a shape's nodes get may have
         else:
             for name in changed:
                 if name is not None and group.verdicts.pop(name, None) is not None:

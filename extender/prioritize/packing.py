@@ -17,7 +17,10 @@ nothing touched before.
 
 The per-node base (what is allocated and in flight) is kept until the
 tracker's change log names the node; a pod's own devices, and those of
-pods expected on the node, are added per call.
+pods expected on the node, are added per call. On fresh nodes alike
+(extender/filter/shapes.py) a pod's one device measures the same at the
+same place: measured on the first such node, told to the others
+(`NodeFullness.alike`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from allocator.allocated_state import AllocatedState
 from allocator.device_view import DeviceView, SliceView
 from allocator.quantity import Quantity
 from allocator.types import DeviceID
+from extender.filter.shapes import NodeShape
 from tracker.state import ClusterState
 
 # (driver, pool, counter set), or the device's own id for a device that consumes no counters (a DeviceID never
@@ -153,6 +157,9 @@ def _value(q: Quantity) -> float:
     return v.numerator / v.denominator  # what float(Fraction) does, without its generic-number dispatch
 
 
+ALIKE_KEPT = 4096  # (shape, place) measures kept for fresh nodes alike before they are forgotten
+
+
 class NodeFullness:
     """Each node's units, kept until the tracker's change log names the node."""
 
@@ -160,6 +167,49 @@ class NodeFullness:
         self.state = state
         self._nodes: dict[str, NodeUnits] = {}
         self._seq = state.change_seq
+        # (shape, pool place, device) -> (base touched, touched, use) of one device on a fresh node of the shape
+        self._alike: dict[tuple[int, int, str], tuple[int, int, float]] = {}
+        self._told: dict[str, tuple[tuple[DeviceView, ...], tuple[int, int, float]]] = {}  # node -> its last told measure
+
+    def alike(
+        self, units_of: Callable[[str], NodeUnits], shape_of: Callable[[str], NodeShape | None]
+    ) -> Callable[[str, tuple[DeviceView, ...]], tuple[int, int, float] | None]:
+        """The lookup (node, a pod's devices) -> (base touched, touched, use) shared between fresh nodes alike, or None.
+
+        Only for one device drawing on at most one unit: then the measure is
+        one unit's use, the same floats on every node of the shape. Several
+        units add up in an order that follows their keys' hashes (which name
+        the pool), so those are measured on each node as before.
+        """
+        kept = self._alike
+        nodes = self._nodes
+        last = self._told
+
+        def measure(node: str, devices: tuple[DeviceView, ...]) -> tuple[int, int, float] | None:
+            told = last.get(node)
+            if told is not None and told[0] is devices:
+                return told[1]  # the node's cached verdict hands out the same tuple to every pod of a shape
+            if len(devices) != 1 or len(devices[0].consumes_counters) > 1 or node in nodes:
+                return None  # several units, or the node's own units are known (measured as before, remembered)
+            shape = shape_of(node)
+            if shape is None:
+                return None
+            did = devices[0].id
+            place = shape.pools.get((did.driver, did.pool))
+            if place is None:
+                return None  # not one of the node's own devices
+            key = (shape.key, place, did.device)
+            known = kept.get(key)
+            if known is None:
+                units = units_of(node)
+                known = (units.base_touched, *units.measure_devices(devices))
+                if len(kept) >= ALIKE_KEPT:
+                    kept.clear()
+                kept[key] = known
+            last[node] = (devices, known)
+            return known
+
+        return measure
 
     def of(self, node: str) -> NodeUnits:
         return self.current()(node)
@@ -184,10 +234,13 @@ class NodeFullness:
         changed = self.state.changed_nodes_since(self._seq)
         if changed is None:
             self._nodes.clear()
+            self._alike.clear()
+            self._told.clear()
         else:
             for name in changed:
                 if name is not None:
                     self._nodes.pop(name, None)
+                    self._told.pop(name, None)
         self._seq = self.state.change_seq
 
     def _compute(self, node: str) -> NodeUnits:

@@ -84,17 +84,23 @@ class Scores:
         spread = self.node_placement == SPREAD
         levels: dict[int, list[tuple[tuple[float, ...], str, int]]] = {}  # health -> (order key, name, index)
         units_of = self.fullness.current()
+        shapes = self.outcomes.shapes
+        alike = self.fullness.alike(units_of, shapes.current()) if shapes is not None else None
         for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
             if outcome.failure is not None:
                 continue
-            units = units_of(name)
             aims = expected.get(name)
-            if aims:
+            told = alike(name, outcome.devices) if alike is not None and not aims else None
+            if told is not None:  # a fresh node alike measured before (packing.py NodeFullness.alike)
+                touched_before, touched, use = told
+            elif aims:
+                units = units_of(name)
                 before = [d for a in aims for d in a.devices]
                 devices = self._joint_devices(aims, claims, name, nodes)
                 touched_before, _ = units.measure(before)
                 touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
             else:  # the usual case: nothing expected here, and the node's verdict is the cached one
+                units = units_of(name)
                 touched_before = units.base_touched
                 touched, use = units.measure_devices(outcome.devices)
             key: tuple[float, ...] = (touched + use,) if spread else (touched - touched_before, -(touched + use))

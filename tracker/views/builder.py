@@ -26,6 +26,7 @@ from allocator.types import (
     ResourceSlicePatch,
 )
 from tracker.store import Problem
+from tracker.views.digests import RawDevices, slice_digest
 from tracker.views.index import SelectorIndex, SliceIndex
 from tracker.views.patched import SelectorContext, effective_view
 
@@ -96,8 +97,10 @@ class ViewBuilder:
         *,
         report: Callable[[Problem], None],
         slice_changed: Callable[[ResourceSlice], None],
+        raw_devices: RawDevices | None = None,
     ) -> None:
-        """`slice_changed`: a slice's view was set (the nodes whose verdicts depend on it must decide again)."""
+        """`slice_changed`: a slice's view was set (the nodes whose verdicts depend on it must decide again);
+        `raw_devices`: the slice intake's digests of the raw devices, which the views' content digests are made of."""
         self._cel = cel
         self._objects = objects
         self._versions = versions
@@ -106,6 +109,10 @@ class ViewBuilder:
         self._report = report
         self._slice_changed = slice_changed
         self.slice_views: dict[str, SliceView] = {}
+        self._raw_devices: RawDevices = raw_devices if raw_devices is not None else {}
+        # slice name -> (content digest of its view (tracker/views/digests.py), its devices held in shares if
+        # allocated); absent: never shared
+        self.slice_digests: dict[str, tuple[bytes, tuple[DeviceID, ...]]] = {}
         self.devices: dict[DeviceID, DeviceView] = {}
         self.no_execute: set[DeviceID] = set()  # devices whose view carries a NoExecute taint
 
@@ -211,7 +218,7 @@ class ViewBuilder:
 
     def set_slice_view(self, s: ResourceSlice, views: tuple[DeviceView, ...]) -> None:
         self._slice_changed(s)
-        self.slice_views[s.meta.name] = SliceView(
+        view = self.slice_views[s.meta.name] = SliceView(
             name=s.meta.name,
             driver=s.driver,
             pool=s.pool,
@@ -224,6 +231,16 @@ class ViewBuilder:
             per_device_node_selection=s.per_device_node_selection,
             shared_counters=s.shared_counters,
         )
+        digest = slice_digest(view, self._raw_devices.get(s.meta.name))
+        if digest is None:
+            self.slice_digests.pop(s.meta.name, None)
+        else:
+            self.slice_digests[s.meta.name] = (digest, tuple(d.id for d in views if d.allow_multiple_allocations))
+
+    def forget_slice(self, name: str) -> None:
+        """A slice deleted: its view and digest go."""
+        self.slice_views.pop(name, None)
+        self.slice_digests.pop(name, None)
 
     def forget_cel(self, old: ResourceSlice, devices: Iterable[str], versions: Mapping[str, Version]) -> None:
         """Drop the CEL cache entries (activations, results) of device versions that are gone."""

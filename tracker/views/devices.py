@@ -35,6 +35,7 @@ from tracker import events as ev
 from tracker.ledger import AllocationLedger
 from tracker.store import ChangeLog, Problem
 from tracker.views.builder import CelVersions, DeviceObjects, ViewBuilder
+from tracker.views.digests import RawDevices
 from tracker.views.index import SelectorIndex, SliceIndex
 from tracker.views.node_changes import NodeChanges
 from tracker.views.queries import DeviceQueries
@@ -69,13 +70,23 @@ class DeviceViews:
         index = SliceIndex(objects.slices)
         selectors = SelectorIndex()
         versions = CelVersions()
-        builder = ViewBuilder(cel, objects, versions, index, selectors, report=report, slice_changed=lambda s: self._nodes.pool_changed(s))
+        raw_devices: RawDevices = {}  # the slice intake's raw device digests, read by the builder's slice digests
+        builder = ViewBuilder(
+            cel,
+            objects,
+            versions,
+            index,
+            selectors,
+            report=report,
+            slice_changed=lambda s: self._nodes.pool_changed(s),
+            raw_devices=raw_devices,
+        )
         self.slice_views: dict[str, SliceView] = builder.slice_views
         self.devices: dict[DeviceID, DeviceView] = builder.devices
         self._nodes = NodeChanges(changes, ledger, index, objects.slices, builder.devices)
         self._recompute = Recompute(cel, builder, index, objects.classes, release=release)
         self.queries = DeviceQueries(objects, builder, index, ledger)  # the read queries, handed out as they are
-        slice_intake = SliceIntake(objects.slices, versions, index, builder, self._recompute, self._nodes)
+        slice_intake = SliceIntake(objects.slices, versions, index, builder, self._recompute, self._nodes, raw_devices)
         selector_intake = SelectorIntake(
             cel, objects, versions, index, selectors, builder, self._recompute, changes=changes, report=report, started=started
         )

@@ -39,6 +39,11 @@ class DeviceQueries:
         slice_views = self._builder.slice_views
         return [slice_views[n] for n in self._index.pool(driver, pool) if n in slice_views]
 
+    def slice_digest(self, name: str) -> tuple[bytes, tuple[DeviceID, ...]] | None:
+        """The content digest of a slice's view (tracker/views/digests.py) and its devices that allow several
+        allocations (whose shares make its node not fresh); None: its nodes never share verdicts."""
+        return self._builder.slice_digests.get(name)
+
     def slice_of(self, did: DeviceID) -> ResourceSlice | None:
         """The slice a device is published in, as the driver wrote it."""
         name = self._index.slice_name(did)

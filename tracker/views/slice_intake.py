@@ -20,6 +20,7 @@ from allocator.parse import device_digest, parse_resource_slice
 from allocator.types import ResourceSlice
 from tracker import events as ev
 from tracker.views.builder import CelVersions, ViewBuilder
+from tracker.views.digests import RawDevices
 from tracker.views.index import SliceIndex
 from tracker.views.node_changes import NodeChanges
 from tracker.views.recompute import Recompute
@@ -36,6 +37,7 @@ class SliceIntake:
         builder: ViewBuilder,
         recompute: Recompute,
         nodes: NodeChanges,
+        raw_devices: RawDevices | None = None,
     ) -> None:
         self._slices = slices
         self._versions = versions
@@ -43,7 +45,8 @@ class SliceIntake:
         self._builder = builder
         self._recompute = recompute
         self._nodes = nodes
-        self._raw_devices: dict[str, dict[str, tuple[Any, Any]]] = {}  # slice -> device -> (DeviceDigest of the raw device, parsed)
+        # slice -> device -> (DeviceDigest of the raw device, parsed); shared with the builder, whose views' digests read it
+        self._raw_devices: RawDevices = raw_devices if raw_devices is not None else {}
 
     def apply(self, event: ev.ObjectEvent) -> None:
         name = event.key
@@ -74,7 +77,7 @@ class SliceIntake:
             self._builder.forget_cel(old, [d.name for d in old.devices], self._versions.devices.get(name, {}))
             self._unindex(old)
         self._slices.pop(name, None)
-        self._builder.slice_views.pop(name, None)
+        self._builder.forget_slice(name)
         self._versions.devices.pop(name, None)
         self._raw_devices.pop(name, None)
 
