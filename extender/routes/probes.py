@@ -1,4 +1,7 @@
-"""/livez (/healthz), /readyz and /metrics: answered on the HTTP thread, whatever the main loop is busy with."""
+"""/livez (/healthz), /readyz and /metrics: on --probe-listen answered by the HTTP thread, whatever the main loop is busy with.
+
+On --listen, served on the main loop itself, they answer once the loop turns, from the same heartbeat.
+"""
 
 from __future__ import annotations
 
