@@ -1,11 +1,10 @@
 """The HTTP edge: FastAPI routes over raw bodies and orjson bytes.
 
-The --listen app runs on the main event loop, where the verbs and /debug
-decide (extender.http_thread): bodies are read there, within the request
-limits, and nothing hops between threads. The --probe-listen app (probes
-only) runs on the HTTP thread's loop and reaches the main loop through the
-bridge. The routes live in extender/routes/ (probes, verbs, debug) and reach
-the cluster state only through the service.
+The app runs on the HTTP thread's event loop (extender.http_thread): bodies
+are read there, within the request limits; probes are answered there; verbs
+and /debug run on the main loop through the bridge. The routes live in
+extender/routes/ (probes, verbs, debug) and reach the cluster state only
+through the service.
 """
 
 from __future__ import annotations

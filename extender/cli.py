@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from allocator.cel import CelEnvironment
     from extender.foreign_pods import ForeignSchedulerPods
     from extender.health.wiring import HealthSetup
-    from extender.http_thread import HttpThread, Limits, Listener, LoopBridge, LoopServer
+    from extender.http_thread import HttpThread, Limits, Listener, LoopBridge
     from extender.metrics import Metrics
     from extender.service import Service
     from tracker.apiserver.leadership import Leadership
@@ -536,33 +536,36 @@ def _apps(
     addresses: tuple[tuple[str, int], tuple[str, int] | None],
     cluster: ApiSource | None,
     leadership: Leadership | None,
-) -> tuple[Listener, list[Listener]]:
-    """The HTTP apps with their addresses: the extender's, served on the main loop, and the probes' alone on --probe-listen, on the HTTP thread."""
+) -> list[Listener]:
+    """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen."""
     from extender.app import create_app
-    from extender.http_thread import InlineBridge, Listener
+    from extender.http_thread import Listener
 
     listen, probe = addresses
     source_status = cluster.sync_status if cluster is not None else None
     lease_problem = (lambda: leadership.lease_problem) if leadership is not None else None
-    verbs = Listener(
-        create_app(
-            service,
-            InlineBridge(bridge),
-            debug=not args.no_debug,
-            filter_budget=args.filter_timeout,
-            limits=limits,
-            source_status=source_status,
-            lease_problem=lease_problem,
-        ),
-        *listen,
-    )
-    if probe is None:
-        return verbs, []
-    probes = Listener(
-        create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem),
-        *probe,
-    )
-    return verbs, [probes]
+    apps = [
+        Listener(
+            create_app(
+                service,
+                bridge,
+                debug=not args.no_debug,
+                filter_budget=args.filter_timeout,
+                limits=limits,
+                source_status=source_status,
+                lease_problem=lease_problem,
+            ),
+            *listen,
+        )
+    ]
+    if probe is not None:
+        apps.append(
+            Listener(
+                create_app(service, bridge, probes_only=True, limits=limits, source_status=source_status, lease_problem=lease_problem),
+                *probe,
+            )
+        )
+    return apps
 
 
 def _health_setup(args: argparse.Namespace, cluster: ApiSource | None) -> HealthSetup | None:
@@ -579,14 +582,14 @@ async def serve(args: argparse.Namespace) -> int:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
     from extender.bind.binder import Binder
-    from extender.http_thread import HttpThread, Limits, LoopBridge, LoopServer
+    from extender.http_thread import HttpThread, Limits, LoopBridge
     from extender.metrics import Metrics
     from extender.placements import PlacementGate
     from extender.service import Service
     from tracker.k8s_events import EventRecorder
 
-    # Two threads run Python here (the probes' HTTP thread and the main loop): with the default 5 ms
-    # switch interval a probe handed from one to the other can wait a whole interval for the GIL.
+    # Two threads run Python here (HTTP and the main loop): with the default 5 ms switch
+    # interval a verb handed from one to the other can wait a whole interval for the GIL.
     sys.setswitchinterval(SWITCH_INTERVAL)
     # A watch event is a tree of dicts: at the default threshold (700) a young collection ran about once per
     # event, and a full one, over everything built since the lists were frozen, every hundred of those.
@@ -655,14 +658,11 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     bridge = LoopBridge(loop, args.livez_stall_threshold)
     limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
-    verbs, apps = _apps(args, service, bridge, limits, addresses, cluster, leadership)
-    # --listen on the main loop, where the verbs run; the probe listener and the alert receiver on the HTTP thread.
-    served = LoopServer(verbs, limits, sockets[0])
-    sockets = sockets[1:]
+    apps = _apps(args, service, bridge, limits, addresses, cluster, leadership)
     if health is not None:
         apps += health.apps(bridge, limits)
         sockets += health.sockets
-    http = HttpThread(apps, limits, sockets) if apps else None
+    http = HttpThread(apps, limits, sockets)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         # Event loops without signal support (Windows) raise here; Ctrl-C then ends the run as KeyboardInterrupt.
@@ -684,30 +684,25 @@ async def serve(args: argparse.Namespace) -> int:
         background.append(("eviction", eviction.run))
     if health is not None:
         background += health.background
-    return await _run_until_stopped(stop, lambda: source.run(state), served, http, background)
+    return await _run_until_stopped(stop, lambda: source.run(state), http, background)
 
 
 async def _run_until_stopped(
     stop: asyncio.Event,
     run_source: Callable[[], Coroutine[Any, Any, None]],
-    served: LoopServer,
-    http: HttpThread | None,
+    http: HttpThread,
     background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]],
 ) -> int:
     """Run the source, HTTP and the background tasks until a signal or the first of them ends; the exit code."""
     source_task = asyncio.create_task(run_source(), name="source")
-    tasks = [asyncio.create_task(served.serve(), name="http")]
-    if http is not None:
-        http.start()
-        tasks.append(asyncio.create_task(http.wait(), name="http-thread"))
+    http.start()
+    tasks = [asyncio.create_task(http.wait(), name="http")]
     extra_tasks = [asyncio.create_task(run(), name=name) for name, run in background]
     stopper = asyncio.create_task(stop.wait(), name="stop")
     done, _ = await asyncio.wait([stopper, source_task, *tasks, *extra_tasks], return_when=asyncio.FIRST_COMPLETED)
     code = _exit_code(done, stopper)
     log.info("shutting down")
-    served.stop()
-    if http is not None:
-        http.stop()
+    http.stop()
     for t in (source_task, *extra_tasks):
         t.cancel()
     await asyncio.gather(*tasks, source_task, *extra_tasks, return_exceptions=True)
@@ -730,7 +725,7 @@ def _exit_code(done: set[asyncio.Task[Any]], stopper: asyncio.Task[Any]) -> int:
         elif exc is not None:
             code = 1
             log.error("fatal error", extra={"task": t.get_name()}, exc_info=exc)
-        elif t.get_name() in ("http", "http-thread"):
+        elif t.get_name() == "http":
             code = code or 1
             log.error("HTTP server exited (could it bind its address?)")
     return code

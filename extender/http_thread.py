@@ -1,17 +1,13 @@
-"""Where HTTP is served: the verbs on the main event loop, the probes on a thread of their own.
+"""HTTP served from a thread of its own, so probes answer while the event loop is busy.
 
-Everything that decides (the verbs, /debug) runs on the main event loop: the
-tracker's state is only ever touched there. The scheduler's listener
-(--listen) is served there too (`LoopServer`), so a verb is read, parsed,
-decided and answered on one loop, with no hand-off between threads: the
-hop cost two cross-thread wake-ups and GIL hand-offs per verb, three verbs
-per pod (docs/design.md#cpu-per-pod-at-5000-nodes). The probe listener
-(--probe-listen, the kubelet's and Prometheus's) and the alert receiver run
-on a second event loop in a thread (`HttpThread`): they answer /livez,
-/readyz and /metrics themselves, whatever the main loop is busy with, and
-hand the rest to the main loop (`LoopBridge`). /livez fails once the main
-loop has not turned for `stall_threshold` seconds, so a stuck loop gets the
-container restarted.
+Everything that decides (the verbs, /debug) runs on the main event loop, as
+before: the tracker's state is only ever touched there. The HTTP servers
+(uvicorn, for --listen and --probe-listen) run on a second event loop in a
+thread: they read requests (with size and time limits), answer /livez,
+/readyz and /metrics themselves, and hand the rest to the main loop. A
+verb that keeps the main loop busy for seconds then delays other verbs, but
+not the probes; and /livez fails once the main loop has not turned for
+`stall_threshold` seconds, so a stuck loop gets the container restarted.
 """
 
 from __future__ import annotations
@@ -87,22 +83,13 @@ class LoopBridge:
 
 
 class InlineBridge(LoopBridge):
-    """For an app served on the main loop itself (--listen, tests, embedding): work runs in place.
+    """For an app served on the main loop itself (tests, embedding): work runs in place."""
 
-    `watched` is the main loop's own bridge, whose heartbeat says how long
-    the loop went without turning: a probe on this app answers only once
-    the loop turns, and then says whether it had stalled as the probe
-    thread would (and /metrics keeps the stall gauge true). Without it the
-    loop is taken to turn.
-    """
-
-    def __init__(self, watched: LoopBridge | None = None) -> None:
-        # No second loop: the work runs in place.
-        super().__init__(None, watched.stall_threshold if watched is not None else float("inf"))  # type: ignore[arg-type]  # no loop to hand work to
-        self.watched = watched
+    def __init__(self) -> None:
+        super().__init__(None, float("inf"))  # type: ignore[arg-type]  # no second loop: `run` works in place
 
     def stalled_for(self) -> float:
-        return self.watched.stalled_for() if self.watched is not None else 0.0
+        return 0.0
 
     async def call(self, fn: Callable[[], Awaitable[T] | T]) -> T:
         return await call_and_await(fn)
@@ -214,42 +201,6 @@ class Listener:
     ssl_keyfile: str | None = None
 
 
-def uvicorn_server(listener: Listener, protocol: type[GuardedHttpToolsProtocol]) -> uvicorn.Server:
-    """A uvicorn server for one listener, on whichever loop awaits its serve(); signals stay the main thread's."""
-    return _Server(
-        uvicorn.Config(
-            listener.app,
-            host=listener.host,
-            port=listener.port,
-            log_config=None,
-            access_log=False,
-            loop="none",
-            http=protocol,
-            lifespan="off",
-            timeout_graceful_shutdown=3,
-            timeout_keep_alive=5,
-            ssl_certfile=listener.ssl_certfile,
-            ssl_keyfile=listener.ssl_keyfile,
-        )
-    )
-
-
-class LoopServer:
-    """One listener served on the running event loop (the main one): its requests are awaited there, no hop."""
-
-    def __init__(self, listener: Listener, limits: Limits, sock: socket.socket) -> None:
-        """`sock` is already bound (bind_socket)."""
-        self.server = uvicorn_server(listener, protocol_class(limits.header_timeout))
-        self.sock = sock
-
-    async def serve(self) -> None:
-        """Until stop(): then the open requests get uvicorn's graceful shutdown (3 s)."""
-        await self.server.serve(sockets=[self.sock])
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-
-
 class HttpThread:
     """uvicorn servers on their own event loop, in a daemon thread."""
 
@@ -257,7 +208,25 @@ class HttpThread:
         """`sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
         protocol = protocol_class(limits.header_timeout)
         self.sockets = sockets
-        self.servers = [uvicorn_server(a, protocol) for a in apps]
+        self.servers = [
+            _Server(
+                uvicorn.Config(
+                    a.app,
+                    host=a.host,
+                    port=a.port,
+                    log_config=None,
+                    access_log=False,
+                    loop="none",
+                    http=protocol,
+                    lifespan="off",
+                    timeout_graceful_shutdown=3,
+                    timeout_keep_alive=5,
+                    ssl_certfile=a.ssl_certfile,
+                    ssl_keyfile=a.ssl_keyfile,
+                )
+            )
+            for a in apps
+        ]
         self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
 

@@ -1,7 +1,7 @@
 """The alert webhook listener (`--alerts-listen`): Alertmanager's `webhook_config` and Grafana's webhook.
 
 Its own FastAPI app on its own socket, served by the HTTP thread like the
-probe listener (same body size and time limits as the extender's). Every request needs the bearer
+extender's (same body size and time limits). Every request needs the bearer
 token read from `--alerts-token-file` (re-read when the mounted Secret
 changes): 401 without it. A body that is not a valid delivery is a 400
 naming the field; a valid one is handed to the controller on the main loop,

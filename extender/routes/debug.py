@@ -14,7 +14,7 @@ from extender.service import Service
 
 
 def add_debug_routes(app: FastAPI, service: Service, bridge: LoopBridge, *, source_status: Callable[[], dict[str, Any]] | None) -> None:
-    """Computed on the main loop through the bridge; the edge only sends the bytes."""
+    """The HTTP thread only sends bytes (probes wait on it)."""
 
     @app.get("/debug/devices")
     async def debug_devices(

@@ -1,7 +1,4 @@
-"""/livez (/healthz), /readyz and /metrics: on --probe-listen answered by the HTTP thread, whatever the main loop is busy with.
-
-On --listen, served on the main loop itself, they answer once the loop turns, from the same heartbeat.
-"""
+"""/livez (/healthz), /readyz and /metrics: answered on the HTTP thread, whatever the main loop is busy with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""/filter, /prioritize and /bind: read, parsed and decided on the main loop, where --listen is served (extender.http_thread)."""
+"""/filter, /prioritize and /bind: read and parse on the HTTP thread, decide on the main loop through the service."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ A = TypeVar("A")  # a verb's parsed arguments
 class Verb(Generic[A]):
     """One verb: how its body is parsed, decided, answered on error, and (maybe) answered without the main loop.
 
-    `quick`, when given, may answer from the request alone (a pod without
-    claims) or from what /filter prepared for it (/prioritize after
-    /filter), without the service deciding again.
+    `quick`, when given, may answer on the HTTP thread from the request
+    alone (a pod without claims) or from what the main loop prepared for
+    it (/prioritize after /filter): no hop to the main loop, so no wait
+    behind the binds and watch events it is busy with.
     """
 
     name: str
@@ -40,7 +41,7 @@ class Verb(Generic[A]):
 
 
 def verb_route(verb: Verb[A], limits: Limits, bridge: LoopBridge, metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
-    """The route of one verb: read and parse within the limits, then decide through the bridge (in place on the main loop)."""
+    """The route of one verb: read and parse here (the HTTP thread), decide on the main loop."""
     name = verb.name
 
     async def route(request: Request) -> Response:

@@ -115,14 +115,13 @@ def test_hostile_selector_never_holds_the_loop(tmp_path: Path, name: str, make_h
         failures = []
         for _ in range(seconds // 2):
             tick = time.monotonic()
-            # The probe port's thread answers whatever the loop does; --listen, served on the main
-            # loop, would time the loop's steps rather than read its heartbeat (docs/design.md#architecture).
-            try:
-                r = httpx.get(probe + "/livez", timeout=1)
-                if r.status_code != 200:
-                    failures.append(f"{probe}: {r.status_code} {r.text}")
-            except httpx.HTTPError as e:
-                failures.append(f"{probe}: {type(e).__name__}")
+            for url in (ext.url, probe):
+                try:
+                    r = httpx.get(url + "/livez", timeout=1)
+                    if r.status_code != 200:
+                        failures.append(f"{url}: {r.status_code} {r.text}")
+                except httpx.HTTPError as e:
+                    failures.append(f"{url}: {type(e).__name__}")
             time.sleep(max(0.0, 2 - (time.monotonic() - tick)))
         filtering.join(10)
         assert not failures, failures
@@ -153,10 +152,7 @@ def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: 
     """A DeviceTaintRule whose selector is legal but slow (~20 ms per device) over 512 devices is
     ~10 s of work: it is done in slices, so the loop keeps turning (/livez with a 1 s stall
     threshold stays 200), /filter answers, the taint lands on every device (and no device is left
-    provisional), and SIGTERM works; whether the rule comes after the slices or the slices after it.
-    The probes are read on the probe port, whose thread answers them whatever the main loop does:
-    --listen is served on the main loop itself, so its answers would time the loop's steps, not
-    the heartbeat (docs/design.md#architecture)."""
+    provisional), and SIGTERM works; whether the rule comes after the slices or the slices after it."""
     from tests.e2e.test_hostile import HEAVY, claim_pod, write_cluster
 
     nodes = write_cluster(tmp_path / "c", nodes=4, devices=128, claims={"plain": f'device.driver == "{GPU}"'})
@@ -171,9 +167,7 @@ def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: 
     }
     if at_start:
         (tmp_path / "c" / "a-rule.yaml").write_text(json.dumps(rule))
-    probe_port = free_port()
-    probe = f"http://127.0.0.1:{probe_port}"
-    ext = Extender("--source", str(tmp_path / "c"), "--livez-stall-threshold", "1", "--probe-listen", f"127.0.0.1:{probe_port}")
+    ext = Extender("--source", str(tmp_path / "c"), "--livez-stall-threshold", "1")
     try:
         if not at_start:
             ext.wait_ready()
@@ -185,11 +179,11 @@ def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: 
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(probe + "/livez", timeout=1)
+                r = httpx.get(ext.url + "/livez", timeout=1)
                 up = True
                 if r.status_code != 200:
                     failures.append(f"{r.status_code} {r.text}")
-                ready = httpx.get(probe + "/readyz", timeout=1).status_code == 200
+                ready = httpx.get(ext.url + "/readyz", timeout=1).status_code == 200
             except httpx.ConnectError:
                 if up:
                     failures.append("ConnectError")

@@ -42,8 +42,8 @@ GC_FREEZE_EVERY = 10_000
 # waits for the slice in progress (the views' own recompute keeps its slice, recompute.py).
 WARMUP_SLICE_SECONDS = 0.005
 # ... and then passes this many turns of the loop, so that work arriving in more than one step
-# runs before the next slice: a verb read from its socket (the protocol's callback, then its
-# task's first step) or a task woken by a timer is two steps; yielding once
+# runs before the next slice: a verb handed over by the HTTP thread (run_coroutine_threadsafe:
+# a callback, then its task's first step) or a task woken by a timer is two steps; yielding once
 # made each step wait for a slice of its own (~10 ms per /filter in the start-up warm-up).
 WARMUP_YIELDS = 3
 
