@@ -200,7 +200,10 @@ class Metrics:
         r = self.registry
         self.eviction_deletions = Counter(
             "dra_extender_eviction_pod_deletions",
-            "Pods deleted or evicted for NoExecute device taints, by rule (or slice) and result.",
+            (
+                "Pods deleted or evicted for NoExecute device taints, by rule (or slice) and result; "
+                f"a deleted rule's series go once {GONE_RULE_SERIES} rules were deleted after it."
+            ),
             ["rule", "result"],
             registry=r,
         )
