@@ -166,45 +166,63 @@ async def _wait_for(api: Cluster, path: str, expected: int, what: str, timeout: 
         await asyncio.sleep(5)
 
 
-async def seed(kubeconfig: str, w: Workload, daemons: bool) -> None:
-    """Create the workload's cluster, its DaemonSet pods (heavy workloads) and its pods with their claims."""
+async def seed(kubeconfig: str, w: Workload, daemons: bool, pods_only: bool) -> None:
+    """Create the workload's cluster, its DaemonSet pods (heavy workloads) and its pods with their claims (`pods_only`: the pods)."""
     async with Cluster(kubeconfig) as api:
-        # Namespace, DeviceClass, ResourceClaimTemplate: the objects of cluster_objects that are neither nodes nor slices nor pods.
-        for obj in cluster_objects(Workload("head", 0, w.devices_per_node, 0, kind=w.kind)):
-            await api.create(_collection(obj), _as_sent(obj), "kubectl")
-        for ns in (NAMESPACE, "kube-system"):  # the ServiceAccount admission refuses pods until the controller made "default"
-            await _wait_for(api, f"/api/v1/namespaces/{ns}/serviceaccounts?fieldSelector=metadata.name%3Ddefault", 1, f"{ns}/default")
-
-        async def one_node(i: int) -> None:
-            full = (
-                heavy_node(node_name(i)) if w.heavy else {**node(node_name(i), hostname=True), "status": {"allocatable": LEAN_ALLOCATABLE}}
-            )
-            await api.create("/api/v1/nodes", _as_sent(full), "kubelet")
-            await api.patch_status(f"/api/v1/nodes/{full['metadata']['name']}", full["status"], "kubelet")
-            for s in _node_slices(w, node_name(i)):
-                await api.create(_collection(s), _as_sent(s), "dra-driver")
-
-        await _each(list(range(w.nodes)), one_node, "nodes and slices")
-        if w.heavy and daemons:
-
-            async def daemon(i: int) -> None:
-                for full in daemon_pods(node_name(i), i):  # as listed: heavy_pod's spec defaults and kubelet status
-                    sent = _as_sent(full)
-                    sent["metadata"].pop("ownerReferences", None)  # no DaemonSet: the garbage collector would delete them
-                    for admitted in ("volumes", "priority", "preemptionPolicy"):  # the ServiceAccount and Priority admission set these
-                        sent["spec"].pop(admitted, None)
-                    for c in sent["spec"]["containers"]:
-                        c.pop("volumeMounts", None)
-                    await api.create(_collection(sent), sent, "kube-controller-manager")
-                    await api.patch_status(f"/api/v1/namespaces/kube-system/pods/{sent['metadata']['name']}", full["status"], "kubelet")
-
-            await _each(list(range(w.nodes)), daemon, "DaemonSet pods (2 per node)")
+        if not pods_only:
+            await _seed_cluster(api, w, daemons)
 
         async def workload_pod(i: int) -> None:
             await api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(i), "kubectl")
 
         await _each(list(range(w.pods)), workload_pod, "pods")
         await _wait_for(api, f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", w.pods, "claims")
+
+
+async def reset(kubeconfig: str) -> None:
+    """Delete the workload's pods at once (no kubelet confirms a graceful delete) and wait until the claim controller removed their claims."""
+    async with Cluster(kubeconfig) as api:
+        status, body = await api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?gracePeriodSeconds=0")
+        if status != 200:
+            raise RuntimeError(f"delete pods: HTTP {status}: {str(body)[:300]}")
+        deadline = time.monotonic() + 600
+        while (n := await api.count(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims")) > 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} claims left after 600 s")
+            print(f"claims left: {n}", file=sys.stderr, flush=True)
+            await asyncio.sleep(5)
+
+
+async def _seed_cluster(api: Cluster, w: Workload, daemons: bool) -> None:
+    """The workload's namespace, DeviceClass, ResourceClaimTemplate, Nodes with their status, slices and DaemonSet pods."""
+    # Namespace, DeviceClass, ResourceClaimTemplate: the objects of cluster_objects that are neither nodes nor slices nor pods.
+    for obj in cluster_objects(Workload("head", 0, w.devices_per_node, 0, kind=w.kind)):
+        await api.create(_collection(obj), _as_sent(obj), "kubectl")
+    for ns in (NAMESPACE, "kube-system"):  # the ServiceAccount admission refuses pods until the controller made "default"
+        await _wait_for(api, f"/api/v1/namespaces/{ns}/serviceaccounts?fieldSelector=metadata.name%3Ddefault", 1, f"{ns}/default")
+
+    async def one_node(i: int) -> None:
+        full = heavy_node(node_name(i)) if w.heavy else {**node(node_name(i), hostname=True), "status": {"allocatable": LEAN_ALLOCATABLE}}
+        await api.create("/api/v1/nodes", _as_sent(full), "kubelet")
+        await api.patch_status(f"/api/v1/nodes/{full['metadata']['name']}", full["status"], "kubelet")
+        for s in _node_slices(w, node_name(i)):
+            await api.create(_collection(s), _as_sent(s), "dra-driver")
+
+    await _each(list(range(w.nodes)), one_node, "nodes and slices")
+    if w.heavy and daemons:
+
+        async def daemon(i: int) -> None:
+            for full in daemon_pods(node_name(i), i):  # as listed: heavy_pod's spec defaults and kubelet status
+                sent = _as_sent(full)
+                sent["metadata"].pop("ownerReferences", None)  # no DaemonSet: the garbage collector would delete them
+                for admitted in ("volumes", "priority", "preemptionPolicy"):  # the ServiceAccount and Priority admission set these
+                    sent["spec"].pop(admitted, None)
+                for c in sent["spec"]["containers"]:
+                    c.pop("volumeMounts", None)
+                await api.create(_collection(sent), sent, "kube-controller-manager")
+                await api.patch_status(f"/api/v1/namespaces/kube-system/pods/{sent['metadata']['name']}", full["status"], "kubelet")
+
+        await _each(list(range(w.nodes)), daemon, "DaemonSet pods (2 per node)")
 
 
 def _reading(pid: int) -> dict[str, float]:
@@ -255,13 +273,14 @@ async def measure(kubeconfig: str, w: Workload, pid: int, out: str, timeout: flo
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.real_control_plane", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("seed", "measure"):
+    for name in ("seed", "reset", "measure"):
         s = sub.add_parser(name)
         s.add_argument("--kubeconfig", required=True)
         s.add_argument("--workload", default="5000x8", choices=sorted(WORKLOADS))
         if name == "seed":
             s.add_argument("--no-daemon-pods", action="store_true", help="leave out a heavy workload's two DaemonSet pods per node")
-        else:
+            s.add_argument("--pods-only", action="store_true", help="only the pods (after `reset`: the cluster is there)")
+        elif name == "measure":
             s.add_argument("--pid", type=int, required=True, help="the extender's process id")
             s.add_argument("--out", required=True, help="the readings as JSON")
             s.add_argument("--timeout", type=float, default=1500.0)
@@ -272,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"workload {w.name}: only plain workloads with every pod created at once are supported", file=sys.stderr)
         return 2
     if args.cmd == "seed":
-        asyncio.run(seed(args.kubeconfig, w, not args.no_daemon_pods))
+        asyncio.run(seed(args.kubeconfig, w, not args.no_daemon_pods, args.pods_only))
+        return 0
+    if args.cmd == "reset":
+        asyncio.run(reset(args.kubeconfig))
         return 0
     r = asyncio.run(measure(args.kubeconfig, w, args.pid, args.out, args.timeout, args.settle))
     print(json.dumps({k: v for k, v in r.items() if k != "samples"}, indent=1))
