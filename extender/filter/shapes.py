@@ -31,6 +31,7 @@ from typing import Any
 
 from allocator.device_view import SliceView
 from allocator.types import DeviceID, Node
+from tracker.node_changes_cursor import NodeChangesCursor
 from tracker.state import ClusterState
 
 # per slice in the allocator's order: (driver, the pool's place, digest) for the node's own,
@@ -84,7 +85,7 @@ class NodeShapes:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._nodes: dict[str, NodeShape | None] = {}
-        self._seq = state.change_seq
+        self._changes = NodeChangesCursor(state)
         # Each distinct ShapeKey's number: the caches key by a small int rather than hash the digests per lookup.
         self._numbers: dict[ShapeKey, int] = {}
         self._next = 0
@@ -104,17 +105,13 @@ class NodeShapes:
         return shape_of
 
     def _catch_up(self) -> None:
-        if self._seq == self.state.change_seq:
-            return
-        changed = self.state.changed_nodes_since(self._seq)
+        changed = self._changes.advance()
         if changed is None:
             self._nodes.clear()
             self._numbers.clear()  # numbers are never reused; this lets go of the shared slices the keys hold
         else:
             for name in changed:
-                if name is not None:
-                    self._nodes.pop(name, None)
-        self._seq = self.state.change_seq
+                self._nodes.pop(name, None)
 
     def _compute(self, node: str) -> NodeShape | None:
         queries = self.state.queries

@@ -33,6 +33,7 @@ from allocator.device_view import DeviceView, SliceView
 from allocator.quantity import Quantity
 from allocator.types import DeviceID
 from extender.filter.shapes import NodeShape
+from tracker.node_changes_cursor import NodeChangesCursor
 from tracker.state import ClusterState
 
 # (driver, pool, counter set), or the device's own id for a device that consumes no counters (a DeviceID never
@@ -166,7 +167,7 @@ class NodeFullness:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._nodes: dict[str, NodeUnits] = {}
-        self._seq = state.change_seq
+        self._changes = NodeChangesCursor(state)
         # (shape, pool place, device) -> (base touched, touched, use) of one device on a fresh node of the shape
         self._alike: dict[tuple[int, int, str], tuple[int, int, float]] = {}
         self._told: dict[str, tuple[tuple[DeviceView, ...], tuple[int, int, float]]] = {}  # node -> its last told measure
@@ -229,19 +230,15 @@ class NodeFullness:
         return units_of
 
     def _catch_up(self) -> None:
-        if self._seq == self.state.change_seq:
-            return
-        changed = self.state.changed_nodes_since(self._seq)
+        changed = self._changes.advance()
         if changed is None:
             self._nodes.clear()
             self._alike.clear()
             self._told.clear()
         else:
             for name in changed:
-                if name is not None:
-                    self._nodes.pop(name, None)
-                    self._told.pop(name, None)
-        self._seq = self.state.change_seq
+                self._nodes.pop(name, None)
+                self._told.pop(name, None)
 
     def _compute(self, node: str) -> NodeUnits:
         """The node's units as allocated now, read from its slices in one pass.
