@@ -616,6 +616,7 @@ async def serve(args: argparse.Namespace) -> int:
         metrics,
         PlacementGate(args.placement_wait),
         is_leader=is_leader,
+        leading_in=leadership.leading_in if leadership is not None and not args.read_only else lambda: None,
         timeout=args.bind_timeout,
         features=features,
         binding_timeout=args.binding_timeout,

@@ -360,7 +360,7 @@ class Service:
         hears that this pod's bind is decided: later filters must not wait for it.
         """
         try:
-            if not self.is_leader():
+            if not self.is_leader() and not self.binder.leads_soon():
                 return plain(REASON_NOT_BOUND, "not leader")
             self._check_ready()
             return await self.binder.bind(args)
@@ -384,6 +384,7 @@ def build_service(
     metrics: Metrics,
     *,
     is_leader: Callable[[], bool] = lambda: True,
+    leading_in: Callable[[], float | None] = lambda: None,
     placement_wait: float = DEFAULT_PLACEMENT_WAIT,
     bind_timeout: float = DEFAULT_BIND_TIMEOUT,
     features: Features = DEFAULT_FEATURES,
@@ -400,6 +401,7 @@ def build_service(
         metrics,
         gate,
         is_leader=is_leader,
+        leading_in=leading_in,
         timeout=bind_timeout,
         features=features,
         binding_timeout=binding_timeout,

@@ -56,6 +56,7 @@ __all__ = ["BIND_ATTEMPTS", "DEFAULT_BIND_TIMEOUT", "BindFailed", "Binder"]
 log = logging.getLogger("dra_extender.bind")
 _T = TypeVar("_T")
 
+LEADERSHIP_RESERVE = 1.0  # seconds of a bind's timeout left for the bind itself after waiting out a hand-over
 DEFAULT_BIND_TIMEOUT = 4.0  # kube-scheduler's default httpTimeout is 5 s and covers /bind
 
 
@@ -75,6 +76,7 @@ class Binder:
         gate: PlacementGate,
         *,
         is_leader: Callable[[], bool],
+        leading_in: Callable[[], float | None] = lambda: None,
         timeout: float = DEFAULT_BIND_TIMEOUT,
         features: Features = DEFAULT_FEATURES,
         binding_timeout: float = 600.0,
@@ -87,6 +89,7 @@ class Binder:
         self.metrics = metrics
         self.gate = gate
         self.is_leader = is_leader
+        self.leading_in = leading_in  # seconds until a hand-over wait ends (tracker/apiserver/leadership.py), else None
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         background = BackgroundTasks()
@@ -101,12 +104,12 @@ class Binder:
         """None when the pod is bound, else why not (the scheduler retries the pod with backoff)."""
         uid = args.pod_uid
         try:
-            if not self.is_leader():
+            deadline = time.monotonic() + self.timeout
+            if not self.is_leader() and not await self._leadership_by(deadline):
                 self.metrics.binds.labels("not_leader").inc()
                 return plain(REASON_NOT_BOUND, "not leader")
-            deadline = time.monotonic() + self.timeout
             try:
-                pod = await asyncio.wait_for(self._pod(args), self.timeout)
+                pod = await asyncio.wait_for(self._pod(args), max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 return plain(REASON_NOT_BOUND, f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out")
             uid = args.pod_uid or pod.meta.uid
@@ -118,6 +121,25 @@ class Binder:
             return e.failure
         finally:
             self.gate.decided(uid)
+
+    def leads_soon(self) -> bool:
+        """Whether a hand-over wait ends early enough for a /bind arriving now to wait for it (and then bind)."""
+        left = self.leading_in()
+        return left is not None and left <= self.timeout - LEADERSHIP_RESERVE
+
+    async def _leadership_by(self, deadline: float) -> bool:
+        """Wait out a hand-over that ends in time for this bind, then ask again (a poll meanwhile may have seen the Lease move on).
+
+        Our scheduler leads as soon as it holds the Lease; without this its
+        first binds would fail as "not leader" for the few seconds the
+        sidecar waits for the previous holder's to stop, each one a
+        FailedScheduling and a retry with backoff.
+        """
+        left = self.leading_in()
+        if left is None or time.monotonic() + left > deadline - LEADERSHIP_RESERVE:
+            return False
+        await asyncio.sleep(left)
+        return self.is_leader()
 
     async def _pod(self, args: BindingArgs) -> Pod:
         """The pod as the state holds it (parsed at intake), else as the API server has it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -25,10 +26,22 @@ class DemoService:
     def __init__(self, directory: Path) -> None:
         self.problems: list[Problem] = []
         self.leading = True
+        self.hand_over_ends: float | None = None  # time.monotonic() at which a hand-over wait ends (leading only after)
         cel = CelEnvironment()
         self.state = ClusterState(cel, on_problem=self.problems.append)
         self.source = ManifestSource(directory, watch=False)
-        self.service = build_service(self.state, self.source, Allocator(cel), Metrics(), is_leader=lambda: self.leading)
+        self.service = build_service(
+            self.state, self.source, Allocator(cel), Metrics(), is_leader=self._is_leader, leading_in=self._leading_in
+        )
+
+    def _is_leader(self) -> bool:
+        return self.leading and (self.hand_over_ends is None or time.monotonic() >= self.hand_over_ends)
+
+    def _leading_in(self) -> float | None:
+        if not self.leading or self.hand_over_ends is None:
+            return None
+        left = self.hand_over_ends - time.monotonic()
+        return left if left > 0 else None
 
 
 async def running_demo(directory: Path) -> AsyncIterator[DemoService]:

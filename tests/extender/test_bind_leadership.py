@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
+import pytest
+
+from extender.bind.binder import DEFAULT_BIND_TIMEOUT
 from extender.wire import BindingArgs
 from tests.e2e.harness import DEMO_UIDS
 
@@ -36,3 +40,41 @@ async def test_bind_while_leading_allocates(demo_service) -> None:
     assert claim is not None
     assert claim["status"]["allocation"]["devices"]["results"]
     assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "trainer", "uid": DEMO_UIDS["trainer"]}]
+
+
+@pytest.mark.parametrize(
+    ("case", "wait", "bound"),
+    [
+        # Our scheduler leads at once; the sidecar waits for the previous holder's to stop: a bind in that wait waits too.
+        ("hand-over-ends-within-the-bind-timeout", 0.2, True),
+        # Too long to wait within the bind's timeout (less the reserve for the bind itself): refused at once, as before.
+        ("hand-over-ends-after-the-bind-timeout", DEFAULT_BIND_TIMEOUT, False),
+    ],
+)
+async def test_a_bind_during_a_hand_over_wait(case: str, wait: float, bound: bool, demo_service) -> None:
+    demo = await demo_service()
+    svc = demo.service
+    demo.hand_over_ends = time.monotonic() + wait
+    refusal = await svc.bind(BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a"))
+    claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
+    assert claim is not None
+    if bound:
+        assert refusal is None, case
+        assert time.monotonic() >= demo.hand_over_ends, "allocated only once leading"
+        assert claim["status"]["allocation"]["devices"]["results"]
+    else:
+        assert refusal is not None and refusal.message == "not leader", case
+        assert not (claim.get("status") or {}).get("allocation")
+
+
+async def test_a_bind_that_waited_for_a_hand_over_refuses_if_the_lease_moved_on_meanwhile(demo_service) -> None:
+    demo = await demo_service()
+    svc = demo.service
+    demo.hand_over_ends = time.monotonic() + 0.2
+    waiting = asyncio.create_task(svc.bind(BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a")))
+    await asyncio.sleep(0.05)
+    demo.leading = False  # a poll saw another holder during the wait
+    refusal = await waiting
+    assert refusal is not None and refusal.message == "not leader"
+    claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
+    assert claim is not None and not (claim.get("status") or {}).get("allocation")

@@ -223,3 +223,55 @@ PROFILES: dict[str, tuple[dict, bool]] = {
 def test_the_in_tree_allocator_is_seen_as_kube_scheduler_merges_plugins(case: str) -> None:
     plugins, on = PROFILES[case]
     assert leadership.keeps_in_tree_allocator({"schedulerName": "s", "plugins": plugins}) is on
+
+
+def created(holder: str, *, transitions: int | None, acquired_ago: float = 0.0) -> dict[str, Any]:
+    """A Lease as client-go writes it: leaseTransitions counts the changes of holder (0: only the creator has held it)."""
+    out = spec(holder, acquired_ago=acquired_ago)
+    if transitions is not None:
+        out["leaseTransitions"] = transitions
+    return out
+
+
+@pytest.mark.parametrize(
+    ("case", "transitions", "gap", "waits_from_now"),
+    [
+        # The previous poll found no Lease and this one has only ever been ours: wait from that poll, not from now.
+        ("created-by-our-scheduler-since-the-last-poll", 0, 2.0, None),
+        ("created-long-after-the-last-poll", 0, 30.0, 0.0),
+        # Someone else held it in between (or the count is missing): the whole delay, as for any hand-over.
+        ("changed-hands-since-created", 1, 2.0, "delay"),
+        ("no-transition-count", None, 2.0, "delay"),
+    ],
+)
+async def test_a_lease_that_appears_after_a_poll_found_none(case: str, transitions: int | None, gap: float, waits_from_now, follower) -> None:
+    lead, source, clock = follower
+    await lead._follow_once()
+    missing_at = clock.t
+    assert not lead.is_leader()
+    clock.t += gap
+    source.spec = created("me_7", transitions=transitions)
+    await lead._follow_once()
+    asked = clock.t
+    if waits_from_now == "delay":
+        expected_from = asked + lead.takeover_delay
+    elif waits_from_now is None:
+        expected_from = missing_at + lead.takeover_delay
+    else:
+        expected_from = asked + waits_from_now
+    left = lead.leading_in()
+    assert (left or 0.0) == pytest.approx(max(0.0, expected_from - asked)), case
+    assert lead.is_leader() is (expected_from <= asked)
+    if expected_from > asked:
+        clock.t = expected_from - 0.01
+        assert not lead.is_leader()
+        clock.t = expected_from
+        await lead._follow_once()  # the next poll confirms the holder
+        assert lead.is_leader() and lead.leading_in() is None
+
+
+async def test_leading_in_is_none_for_a_sidecar_whose_scheduler_does_not_hold_the_lease(follower) -> None:
+    lead, source, _clock = follower
+    source.spec = spec("other_1", acquired_ago=0)
+    await lead._follow_once()
+    assert lead.leading_in() is None and not lead.is_leader()

@@ -194,6 +194,7 @@ class Leadership:
         self._valid_until = 0.0
         self._active_from = 0.0  # follow mode: allocate only from here (the hand-over wait)
         self._last_holder: str | None = None  # follow mode: the holder seen at the previous poll
+        self._last_missing_at: float | None = None  # follow mode: when the previous poll found no Lease (None: it found one)
         # Follow mode: why no scheduler leads with the followed Lease (None: someone renews it).
         self.lease_problem: str | None = None
         self._missing_since: float | None = None
@@ -224,6 +225,19 @@ class Leadership:
         # server is unreachable; in follow mode it starts only after the hand-over wait.
         now = time.monotonic()
         return self._leader and self._active_from <= now < self._valid_until
+
+    def leading_in(self) -> float | None:
+        """Seconds until this sidecar may allocate, while it waits out a hand-over it will lead after; else None.
+
+        A /bind that arrives in that wait may wait for it within its own
+        deadline (extender/bind/binder.py) rather than fail as "not leader":
+        it still asks `is_leader` afterwards, so a poll that saw the Lease
+        move on in the meantime still refuses it.
+        """
+        if not self._leader:
+            return None
+        left = self._active_from - time.monotonic()
+        return left if left > 0 else None
 
     def _set(self, leader: bool, why: str, *, asked_at: float | None = None) -> None:
         if leader != self._leader:
@@ -292,7 +306,9 @@ class Leadership:
         _, lease = await self._get_lease()
         self._check_renewed(lease, asked_at)
         previous, self._last_holder = self._last_holder, None
+        missing_at, self._last_missing_at = self._last_missing_at, None
         if lease is None:
+            self._last_missing_at = asked_at
             self._set(False, "scheduler lease not found")
             return
         spec = lease.get("spec") or {}
@@ -308,6 +324,14 @@ class Leadership:
             recent = acquired is not None and (_now() - acquired).total_seconds() < self.takeover_delay
             handed_over = holder != previous if previous is not None else recent
             self._active_from = asked_at + self.takeover_delay if handed_over else 0.0
+            if missing_at is not None and spec.get("leaseTransitions") == 0:
+                # The previous poll found no Lease, and this one has had no holder but ours
+                # (client-go counts every change of holder): whoever led with an earlier Lease
+                # last saw it before that poll, so its sidecar stopped by then + follow_validity.
+                # So a fresh start (the scheduler creates the Lease and leads at once) waits
+                # from that poll, not a whole delay from this one.
+                handed_over = missing_at + self.takeover_delay > asked_at
+                self._active_from = missing_at + self.takeover_delay if handed_over else 0.0
             if handed_over:
                 log.info(
                     "lease handed over to our scheduler; allocating after the previous holder's sidecar stops",
