@@ -244,7 +244,9 @@ def created(holder: str, *, transitions: int | None, acquired_ago: float = 0.0) 
         ("no-transition-count", None, 2.0, "delay"),
     ],
 )
-async def test_a_lease_that_appears_after_a_poll_found_none(case: str, transitions: int | None, gap: float, waits_from_now, follower) -> None:
+async def test_a_lease_that_appears_after_a_poll_found_none(
+    case: str, transitions: int | None, gap: float, waits_from_now, follower
+) -> None:
     lead, source, clock = follower
     await lead._follow_once()
     missing_at = clock.t
