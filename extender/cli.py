@@ -617,6 +617,7 @@ async def serve(args: argparse.Namespace) -> int:
         PlacementGate(args.placement_wait),
         is_leader=is_leader,
         leading_in=leadership.leading_in if leadership is not None and not args.read_only else lambda: None,
+        refresh_leadership=leadership.poll_if_missing if leadership is not None and not args.read_only else None,
         timeout=args.bind_timeout,
         features=features,
         binding_timeout=args.binding_timeout,

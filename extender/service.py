@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from allocator.allocation import Allocator, Outcome
@@ -360,10 +360,11 @@ class Service:
         hears that this pod's bind is decided: later filters must not wait for it.
         """
         try:
-            if not self.is_leader() and not self.binder.leads_soon():
+            deadline = time.monotonic() + self.binder.timeout
+            if not self.is_leader() and not await self.binder.leadership_by(deadline):
                 return plain(REASON_NOT_BOUND, "not leader")
             self._check_ready()
-            return await self.binder.bind(args)
+            return await self.binder.bind(args, deadline=deadline)
         finally:
             self.placements.decided(args.pod_uid)
             self.scores.decided(args.pod_uid)
@@ -385,6 +386,7 @@ def build_service(
     *,
     is_leader: Callable[[], bool] = lambda: True,
     leading_in: Callable[[], float | None] = lambda: None,
+    refresh_leadership: Callable[[], Awaitable[None]] | None = None,
     placement_wait: float = DEFAULT_PLACEMENT_WAIT,
     bind_timeout: float = DEFAULT_BIND_TIMEOUT,
     features: Features = DEFAULT_FEATURES,
@@ -402,6 +404,7 @@ def build_service(
         gate,
         is_leader=is_leader,
         leading_in=leading_in,
+        refresh_leadership=refresh_leadership,
         timeout=bind_timeout,
         features=features,
         binding_timeout=binding_timeout,

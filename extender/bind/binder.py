@@ -77,6 +77,7 @@ class Binder:
         *,
         is_leader: Callable[[], bool],
         leading_in: Callable[[], float | None] = lambda: None,
+        refresh_leadership: Callable[[], Awaitable[None]] | None = None,
         timeout: float = DEFAULT_BIND_TIMEOUT,
         features: Features = DEFAULT_FEATURES,
         binding_timeout: float = 600.0,
@@ -89,7 +90,8 @@ class Binder:
         self.metrics = metrics
         self.gate = gate
         self.is_leader = is_leader
-        self.leading_in = leading_in  # seconds until a hand-over wait ends (tracker/apiserver/leadership.py), else None
+        self.leading_in = leading_in  # seconds until a fresh Lease's wait ends (tracker/apiserver/leadership.py), else None
+        self.refresh_leadership = refresh_leadership  # read the Lease now if the last read found none
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         background = BackgroundTasks()
@@ -100,12 +102,15 @@ class Binder:
 
     # ------------------------------------------------------------------ entry point
 
-    async def bind(self, args: BindingArgs) -> Failure | None:
-        """None when the pod is bound, else why not (the scheduler retries the pod with backoff)."""
+    async def bind(self, args: BindingArgs, *, deadline: float | None = None) -> Failure | None:
+        """None when the pod is bound, else why not (the scheduler retries the pod with backoff).
+
+        `deadline` (time.monotonic()): when the caller's request started counting, else now + timeout.
+        """
         uid = args.pod_uid
         try:
-            deadline = time.monotonic() + self.timeout
-            if not self.is_leader() and not await self._leadership_by(deadline):
+            deadline = deadline if deadline is not None else time.monotonic() + self.timeout
+            if not self.is_leader() and not await self.leadership_by(deadline):
                 self.metrics.binds.labels("not_leader").inc()
                 return plain(REASON_NOT_BOUND, "not leader")
             try:
@@ -122,20 +127,31 @@ class Binder:
         finally:
             self.gate.decided(uid)
 
-    def leads_soon(self) -> bool:
-        """Whether a hand-over wait ends early enough for a /bind arriving now to wait for it (and then bind)."""
-        left = self.leading_in()
-        return left is not None and left <= self.timeout - LEADERSHIP_RESERVE
+    async def leadership_by(self, deadline: float) -> bool:
+        """Whether this process leads in time for a bind due by `deadline`, having waited for it if it will.
 
-    async def _leadership_by(self, deadline: float) -> bool:
-        """Wait out a hand-over that ends in time for this bind, then ask again (a poll meanwhile may have seen the Lease move on).
-
-        Our scheduler leads as soon as it holds the Lease; without this its
-        first binds would fail as "not leader" for the few seconds the
-        sidecar waits for the previous holder's to stop, each one a
-        FailedScheduling and a retry with backoff.
+        A scheduler that creates its Lease leads at once, while its sidecar
+        learns of it at its next read and then waits a little more for any
+        earlier holder's sidecar to stop (tracker/apiserver/leadership.py).
+        Without this, the first binds of a fresh start fail as "not leader",
+        each a FailedScheduling and a retry with backoff. So when the last
+        read found no Lease, read it now; if a fresh Lease's wait ends in
+        time (leaving LEADERSHIP_RESERVE for the bind), wait for it, then ask
+        again (a read meanwhile may have seen the Lease move on).
         """
         left = self.leading_in()
+        if left is None and self.refresh_leadership is not None:
+            budget = deadline - LEADERSHIP_RESERVE - time.monotonic()
+            if budget <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.refresh_leadership(), budget)
+            except Exception as e:  # a read that failed or took too long: not leading, as before
+                log.info("reading the followed Lease for a bind failed", extra={"err": str(e) or type(e).__name__})
+                return False
+            if self.is_leader():
+                return True
+            left = self.leading_in()
         if left is None or time.monotonic() + left > deadline - LEADERSHIP_RESERVE:
             return False
         await asyncio.sleep(left)

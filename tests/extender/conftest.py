@@ -27,12 +27,27 @@ class DemoService:
         self.problems: list[Problem] = []
         self.leading = True
         self.hand_over_ends: float | None = None  # time.monotonic() at which a hand-over wait ends (leading only after)
+        # What a Lease read asked for by a bind finds: (leading, seconds of the fresh Lease's wait); None: nothing new.
+        self.on_read: tuple[bool, float] | None = None
+        self.reads = 0
         cel = CelEnvironment()
         self.state = ClusterState(cel, on_problem=self.problems.append)
         self.source = ManifestSource(directory, watch=False)
         self.service = build_service(
-            self.state, self.source, Allocator(cel), Metrics(), is_leader=self._is_leader, leading_in=self._leading_in
+            self.state,
+            self.source,
+            Allocator(cel),
+            Metrics(),
+            is_leader=self._is_leader,
+            leading_in=self._leading_in,
+            refresh_leadership=self._read_lease,
         )
+
+    async def _read_lease(self) -> None:
+        self.reads += 1
+        if self.on_read is not None:
+            self.leading, wait = self.on_read
+            self.hand_over_ends = time.monotonic() + wait
 
     def _is_leader(self) -> bool:
         return self.leading and (self.hand_over_ends is None or time.monotonic() >= self.hand_over_ends)

@@ -78,3 +78,29 @@ async def test_a_bind_that_waited_for_a_hand_over_refuses_if_the_lease_moved_on_
     assert refusal is not None and refusal.message == "not leader"
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
     assert claim is not None and not (claim.get("status") or {}).get("allocation")
+
+
+@pytest.mark.parametrize(
+    ("case", "on_read", "bound"),
+    [
+        # Our scheduler created its Lease and bound before the sidecar's next periodic read: the bind reads it.
+        ("fresh-lease-found-by-the-binds-read", (True, 0.2), True),
+        ("still-no-lease", None, False),
+        ("another-holder", (False, 0.0), False),
+    ],
+)
+async def test_a_bind_while_not_leading_reads_the_lease_first(case: str, on_read, bound: bool, demo_service) -> None:
+    demo = await demo_service()
+    svc = demo.service
+    demo.leading = False
+    demo.on_read = on_read
+    refusal = await svc.bind(BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a"))
+    assert demo.reads >= 1, case
+    claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
+    assert claim is not None
+    if bound:
+        assert refusal is None, case
+        assert claim["status"]["allocation"]["devices"]["results"]
+    else:
+        assert refusal is not None and refusal.message == "not leader", case
+        assert not (claim.get("status") or {}).get("allocation")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -262,7 +263,10 @@ async def test_a_lease_that_appears_after_a_poll_found_none(
     else:
         expected_from = asked + waits_from_now
     left = lead.leading_in()
-    assert (left or 0.0) == pytest.approx(max(0.0, expected_from - asked)), case
+    if waits_from_now == "delay":
+        assert left is None, "a hand-over from another holder is not waited for by binds"
+    else:
+        assert (left or 0.0) == pytest.approx(max(0.0, expected_from - asked)), case
     assert lead.is_leader() is (expected_from <= asked)
     if expected_from > asked:
         clock.t = expected_from - 0.01
@@ -277,3 +281,43 @@ async def test_leading_in_is_none_for_a_sidecar_whose_scheduler_does_not_hold_th
     source.spec = spec("other_1", acquired_ago=0)
     await lead._follow_once()
     assert lead.leading_in() is None and not lead.is_leader()
+
+
+class CountingLeaseSource(LeaseSource):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def request(self, method: str, path: str, **kw: Any) -> tuple[int, bytes]:
+        self.reads += 1
+        return await super().request(method, path, **kw)
+
+
+async def test_a_bind_reads_the_lease_at_once_only_while_the_last_read_found_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our scheduler creates its Lease and binds before the next periodic read: the bind's read finds it."""
+    clock = Clock()
+    monkeypatch.setattr(leadership.time, "monotonic", clock)
+    source = CountingLeaseSource()
+    lead = Leadership(source, mode="follow", namespace="kube-system", name="kube-scheduler", identity="me", hostname="me")
+    await lead._follow_once()  # no Lease yet
+    missing_at = clock.t
+    clock.t += 1.0
+    source.spec = created("me_8", transitions=0)
+    await asyncio.gather(lead.poll_if_missing(), lead.poll_if_missing(), lead.poll_if_missing())
+    assert source.reads == 2, "concurrent binds share one read"
+    assert lead.leading_in() == pytest.approx(missing_at + lead.takeover_delay - clock.t)
+    await lead.poll_if_missing()
+    assert source.reads == 2, "the last read found the Lease: binds do not read it again"
+
+
+async def test_reads_asked_for_by_binds_are_spaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(leadership.time, "monotonic", clock)
+    source = CountingLeaseSource()
+    lead = Leadership(source, mode="follow", namespace="kube-system", name="kube-scheduler", identity="me", hostname="me")
+    await lead._follow_once()
+    await lead.poll_if_missing()
+    assert source.reads == 1, "right after a read: not again"
+    clock.t += leadership.ON_DEMAND_INTERVAL
+    await lead.poll_if_missing()
+    assert source.reads == 2

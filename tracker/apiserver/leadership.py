@@ -40,6 +40,7 @@ RETRY_PERIOD = 2.0
 # only after that window plus TAKEOVER_MARGIN (writes in flight, watch delivery).
 FOLLOW_VALIDITY_POLLS = 2.0
 TAKEOVER_MARGIN = 1.0
+ON_DEMAND_INTERVAL = 0.25  # seconds: the least time between Lease reads asked for by binds (poll_if_missing)
 
 
 def _now() -> datetime:
@@ -193,6 +194,9 @@ class Leadership:
         self._leader = False
         self._valid_until = 0.0
         self._active_from = 0.0  # follow mode: allocate only from here (the hand-over wait)
+        self._fresh_wait = False  # follow mode: that wait is a fresh Lease's (binds may wait it out)
+        self._poll_lock = asyncio.Lock()  # one Lease read at a time: the periodic one or one asked for by a bind
+        self._asked_at = 0.0  # when the last Lease read was sent
         self._last_holder: str | None = None  # follow mode: the holder seen at the previous poll
         self._last_missing_at: float | None = None  # follow mode: when the previous poll found no Lease (None: it found one)
         # Follow mode: why no scheduler leads with the followed Lease (None: someone renews it).
@@ -227,17 +231,36 @@ class Leadership:
         return self._leader and self._active_from <= now < self._valid_until
 
     def leading_in(self) -> float | None:
-        """Seconds until this sidecar may allocate, while it waits out a hand-over it will lead after; else None.
+        """Seconds until this sidecar may allocate, while it waits after its scheduler created a fresh Lease; else None.
 
         A /bind that arrives in that wait may wait for it within its own
         deadline (extender/bind/binder.py) rather than fail as "not leader":
         it still asks `is_leader` afterwards, so a poll that saw the Lease
-        move on in the meantime still refuses it.
+        move on in the meantime still refuses it. A hand-over from another
+        holder is not waited for: those binds answer "not leader" at once.
         """
-        if not self._leader:
+        if not self._leader or not self._fresh_wait:
             return None
         left = self._active_from - time.monotonic()
         return left if left > 0 else None
+
+    async def poll_if_missing(self) -> None:
+        """Read the Lease now if the last read found none (a bind is asking; our scheduler may have just created it).
+
+        Concurrent callers share one read, and a read less than
+        ON_DEMAND_INTERVAL after the last one is not repeated, so binds
+        that arrive while no Lease exists cost the API server a read per
+        that interval at most.
+        """
+        if self.mode != "follow" or self._last_missing_at is None:
+            return
+        if self._poll_lock.locked():
+            async with self._poll_lock:
+                return
+        if time.monotonic() - self._asked_at < ON_DEMAND_INTERVAL:
+            return
+        async with self._poll_lock:
+            await self._follow_once()
 
     def _set(self, leader: bool, why: str, *, asked_at: float | None = None) -> None:
         if leader != self._leader:
@@ -253,7 +276,8 @@ class Leadership:
         while True:
             try:
                 if self.mode == "follow":
-                    await self._follow_once()
+                    async with self._poll_lock:
+                        await self._follow_once()
                 else:
                     await self._elect_once()
             except asyncio.CancelledError:
@@ -302,7 +326,7 @@ class Leadership:
             self._report(None)
 
     async def _follow_once(self) -> None:
-        asked_at = time.monotonic()
+        asked_at = self._asked_at = time.monotonic()
         _, lease = await self._get_lease()
         self._check_renewed(lease, asked_at)
         previous, self._last_holder = self._last_holder, None
@@ -324,6 +348,7 @@ class Leadership:
             recent = acquired is not None and (_now() - acquired).total_seconds() < self.takeover_delay
             handed_over = holder != previous if previous is not None else recent
             self._active_from = asked_at + self.takeover_delay if handed_over else 0.0
+            self._fresh_wait = False
             if missing_at is not None and spec.get("leaseTransitions") == 0:
                 # The previous poll found no Lease, and this one has had no holder but ours
                 # (client-go counts every change of holder): whoever led with an earlier Lease
@@ -332,6 +357,7 @@ class Leadership:
                 # from that poll, not a whole delay from this one.
                 handed_over = missing_at + self.takeover_delay > asked_at
                 self._active_from = missing_at + self.takeover_delay if handed_over else 0.0
+                self._fresh_wait = handed_over
             if handed_over:
                 log.info(
                     "lease handed over to our scheduler; allocating after the previous holder's sidecar stops",
