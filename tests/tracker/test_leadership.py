@@ -321,3 +321,31 @@ async def test_reads_asked_for_by_binds_are_spaced(monkeypatch: pytest.MonkeyPat
     clock.t += leadership.ON_DEMAND_INTERVAL
     await lead.poll_if_missing()
     assert source.reads == 2
+
+
+@pytest.mark.parametrize(
+    ("case", "renewed_ago", "before", "after", "fresh"),
+    [
+        # The old scheduler stopped long ago; ours takes the expired Lease: one change of holder since the read.
+        ("expired-long-ago-taken-by-ours", 60.0, 3, 4, True),
+        ("expired-only-just (within the clocks' allowance)", 15.5, 3, 4, False),
+        ("changed-holder-twice-since", 60.0, 3, 5, False),
+        ("held-and-live-at-the-read", 1.0, 3, 4, False),
+    ],
+)
+async def test_our_scheduler_takes_a_lease_nobody_held_at_the_last_read(
+    case: str, renewed_ago: float, before: int, after: int, fresh: bool, follower
+) -> None:
+    lead, source, clock = follower
+    source.spec = {**spec("old_1", renewed_ago=renewed_ago), "leaseTransitions": before}
+    await lead._follow_once()
+    read_at = clock.t
+    assert not lead.is_leader()
+    clock.t += 2.0
+    source.spec = created("me_9", transitions=after)
+    await lead._follow_once()
+    if fresh:
+        assert lead.leading_in() == pytest.approx(read_at + lead.takeover_delay - clock.t), case
+    else:
+        assert lead.leading_in() is None, case
+        assert not lead.is_leader(), "the whole hand-over wait"

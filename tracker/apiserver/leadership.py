@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +198,9 @@ class Leadership:
         self._poll_lock = asyncio.Lock()  # one Lease read at a time: the periodic one or one asked for by a bind
         self._asked_at = 0.0  # when the last Lease read was sent
         self._last_holder: str | None = None  # follow mode: the holder seen at the previous poll
-        self._last_missing_at: float | None = None  # follow mode: when the previous poll found no Lease (None: it found one)
+        # Follow mode: when the previous read found no live holder (no Lease, or one long expired), with the
+        # Lease's leaseTransitions then (-1: no Lease); None: it found a live holder.
+        self._last_unheld: tuple[float, int] | None = None
         # Follow mode: why no scheduler leads with the followed Lease (None: someone renews it).
         self.lease_problem: str | None = None
         self._missing_since: float | None = None
@@ -245,14 +247,14 @@ class Leadership:
         return left if left > 0 else None
 
     async def poll_if_missing(self) -> None:
-        """Read the Lease now if the last read found none (a bind is asking; our scheduler may have just created it).
+        """Read the Lease now if the last read found no live holder (a bind is asking; our scheduler may have just taken it).
 
         Concurrent callers share one read, and a read less than
         ON_DEMAND_INTERVAL after the last one is not repeated, so binds
         that arrive while no Lease exists cost the API server a read per
         that interval at most.
         """
-        if self.mode != "follow" or self._last_missing_at is None:
+        if self.mode != "follow" or self._last_unheld is None:
             return
         if self._poll_lock.locked():
             async with self._poll_lock:
@@ -330,15 +332,18 @@ class Leadership:
         _, lease = await self._get_lease()
         self._check_renewed(lease, asked_at)
         previous, self._last_holder = self._last_holder, None
-        missing_at, self._last_missing_at = self._last_missing_at, None
+        unheld, self._last_unheld = self._last_unheld, None
         if lease is None:
-            self._last_missing_at = asked_at
+            self._last_unheld = (asked_at, -1)
             self._set(False, "scheduler lease not found")
             return
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         self._last_holder = holder
+        transitions = spec.get("leaseTransitions")
         if not holder.startswith(f"{self.hostname}_") or lease_expired(spec, _now()):
+            if isinstance(transitions, int) and lease_expired(spec, _now() - timedelta(seconds=TAKEOVER_MARGIN)):
+                self._last_unheld = (asked_at, transitions)  # expired for longer than the clocks may differ
             self._set(False, f"lease held by {holder or 'nobody'}")
             return
         if not self._leader:
@@ -349,12 +354,14 @@ class Leadership:
             handed_over = holder != previous if previous is not None else recent
             self._active_from = asked_at + self.takeover_delay if handed_over else 0.0
             self._fresh_wait = False
-            if missing_at is not None and spec.get("leaseTransitions") == 0:
-                # The previous poll found no Lease, and this one has had no holder but ours
-                # (client-go counts every change of holder): whoever led with an earlier Lease
-                # last saw it before that poll, so its sidecar stopped by then + follow_validity.
-                # So a fresh start (the scheduler creates the Lease and leads at once) waits
-                # from that poll, not a whole delay from this one.
+            if unheld is not None and isinstance(transitions, int) and transitions == unheld[1] + 1:
+                # The previous read found no live holder (no Lease, or one expired for longer
+                # than the clocks may differ), and the Lease has changed holder exactly once
+                # since, to ours (client-go counts every change of holder; a Lease it creates
+                # has 0). Whoever led before last saw a live Lease before that read, so its
+                # sidecar stopped by then + follow_validity: a fresh start (our scheduler takes
+                # a free Lease and leads at once) waits from that read, not a whole delay from this one.
+                missing_at = unheld[0]
                 handed_over = missing_at + self.takeover_delay > asked_at
                 self._active_from = missing_at + self.takeover_delay if handed_over else 0.0
                 self._fresh_wait = handed_over
