@@ -324,20 +324,22 @@ async def test_reads_asked_for_by_binds_are_spaced(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize(
-    ("case", "renewed_ago", "before", "after", "fresh"),
+    ("case", "holder", "duration", "renewed_ago", "before", "after", "fresh"),
     [
         # The old scheduler stopped long ago; ours takes the expired Lease: one change of holder since the read.
-        ("expired-long-ago-taken-by-ours", 60.0, 3, 4, True),
-        ("expired-only-just (within the clocks' allowance)", 15.5, 3, 4, False),
-        ("changed-holder-twice-since", 60.0, 3, 5, False),
-        ("held-and-live-at-the-read", 1.0, 3, 4, False),
+        ("expired-long-ago-taken-by-ours", "old_1", 15, 60.0, 3, 4, True),
+        # kube-scheduler released it on exit (holder "", 1 s) shortly before: free since then, counted on our clock.
+        ("released-just-before", "", 1, 2.5, 3, 4, True),
+        ("expired-only-just (within the clocks' allowance)", "old_1", 15, 15.5, 3, 4, False),
+        ("changed-holder-twice-since", "old_1", 15, 60.0, 3, 5, False),
+        ("held-and-live-at-the-read", "old_1", 15, 1.0, 3, 4, False),
     ],
 )
 async def test_our_scheduler_takes_a_lease_nobody_held_at_the_last_read(
-    case: str, renewed_ago: float, before: int, after: int, fresh: bool, follower
+    case: str, holder: str, duration: int, renewed_ago: float, before: int, after: int, fresh: bool, follower
 ) -> None:
     lead, source, clock = follower
-    source.spec = {**spec("old_1", renewed_ago=renewed_ago), "leaseTransitions": before}
+    source.spec = {**spec(holder, renewed_ago=renewed_ago), "leaseTransitions": before, "leaseDurationSeconds": duration}
     await lead._follow_once()
     read_at = clock.t
     assert not lead.is_leader()
@@ -345,7 +347,11 @@ async def test_our_scheduler_takes_a_lease_nobody_held_at_the_last_read(
     source.spec = created("me_9", transitions=after)
     await lead._follow_once()
     if fresh:
-        assert lead.leading_in() == pytest.approx(read_at + lead.takeover_delay - clock.t), case
+        # Free since its term ended (plus the clocks' allowance): whoever led stopped by then + the validity window.
+        free_since = read_at - (renewed_ago - duration) + leadership.TAKEOVER_MARGIN
+        left = free_since + lead.takeover_delay - clock.t
+        assert (lead.leading_in() or 0.0) == pytest.approx(max(0.0, left), abs=0.01), case
+        assert lead.is_leader() is (left <= 0), case
     else:
         assert lead.leading_in() is None, case
         assert not lead.is_leader(), "the whole hand-over wait"

@@ -162,6 +162,15 @@ def refuse_in_tree_allocator(path: str) -> None:
         )
 
 
+def _expired_for(spec: dict[str, Any], now: datetime) -> float:
+    """Seconds since an expired Lease's term ended (renewTime + leaseDurationSeconds); 0 when it has no time."""
+    renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+    if renew is None:
+        return 0.0
+    duration = float(spec.get("leaseDurationSeconds") or LEASE_DURATION)
+    return max(0.0, (now - renew).total_seconds() - duration)
+
+
 def lease_expired(spec: dict[str, Any], now: datetime) -> bool:
     renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
     duration = spec.get("leaseDurationSeconds") or LEASE_DURATION
@@ -198,8 +207,8 @@ class Leadership:
         self._poll_lock = asyncio.Lock()  # one Lease read at a time: the periodic one or one asked for by a bind
         self._asked_at = 0.0  # when the last Lease read was sent
         self._last_holder: str | None = None  # follow mode: the holder seen at the previous poll
-        # Follow mode: when the previous read found no live holder (no Lease, or one long expired), with the
-        # Lease's leaseTransitions then (-1: no Lease); None: it found a live holder.
+        # Follow mode: the previous read found no live holder (no Lease, or one long expired): since when for
+        # sure (time.monotonic()), and the Lease's leaseTransitions then (-1: no Lease); None: it found a live holder.
         self._last_unheld: tuple[float, int] | None = None
         # Follow mode: why no scheduler leads with the followed Lease (None: someone renews it).
         self.lease_problem: str | None = None
@@ -342,8 +351,11 @@ class Leadership:
         self._last_holder = holder
         transitions = spec.get("leaseTransitions")
         if not holder.startswith(f"{self.hostname}_") or lease_expired(spec, _now()):
-            if isinstance(transitions, int) and lease_expired(spec, _now() - timedelta(seconds=TAKEOVER_MARGIN)):
-                self._last_unheld = (asked_at, transitions)  # expired for longer than the clocks may differ
+            now = _now()
+            if isinstance(transitions, int) and lease_expired(spec, now - timedelta(seconds=TAKEOVER_MARGIN)):
+                # Expired (or released) for longer than the clocks may differ: free since its expiry,
+                # counted on our clock with that allowance.
+                self._last_unheld = (asked_at - _expired_for(spec, now) + TAKEOVER_MARGIN, transitions)
             self._set(False, f"lease held by {holder or 'nobody'}")
             return
         if not self._leader:
@@ -358,9 +370,10 @@ class Leadership:
                 # The previous read found no live holder (no Lease, or one expired for longer
                 # than the clocks may differ), and the Lease has changed holder exactly once
                 # since, to ours (client-go counts every change of holder; a Lease it creates
-                # has 0). Whoever led before last saw a live Lease before that read, so its
-                # sidecar stopped by then + follow_validity: a fresh start (our scheduler takes
-                # a free Lease and leads at once) waits from that read, not a whole delay from this one.
+                # has 0). Whoever led before last saw a live Lease before it was free (that read
+                # for a missing Lease, its expiry for an expired or released one), so its sidecar
+                # stopped by then + follow_validity: a fresh start (our scheduler takes a free
+                # Lease and leads at once) waits from then, not a whole delay from this read.
                 missing_at = unheld[0]
                 handed_over = missing_at + self.takeover_delay > asked_at
                 self._active_from = missing_at + self.takeover_delay if handed_over else 0.0
