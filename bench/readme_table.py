@@ -174,12 +174,28 @@ def memory_5k() -> tuple[str, str, str]:
     )
 
 
+def real_control_plane() -> tuple[str, str, str]:
+    """The extender behind a real kube-scheduler and kube-apiserver 1.36 at 5000x8 (bench/real_control_plane.py)."""
+    d = _load("real-control-plane-5000x8-merged")
+    start, end = d["machine_at_start"], d["machine_at_end"]
+    return (
+        "[real control plane](bench/results/real-control-plane-5000x8.md): kube-apiserver, kube-controller-manager and "
+        f"kube-scheduler 1.36.2 on loopback, the model's `{d['workload']}` objects written as their owners write them, "
+        f"{d['pods']:,} pods with claims created before the scheduler starts",
+        f"peak RSS (VmHWM) and CPU of the extender process, everything on the same {_cores({'machine': start})} "
+        f"(load average {start['loadavg_1_5_15'][0]:g} -> {end['loadavg_1_5_15'][0]:g})",
+        f"{d['bound']:,} of {d['pods']:,} bound at {d['pods_per_s_from_start']:g} pods/s; peak RSS "
+        f"{d['at_end']['peak_rss_mib']:g} MiB (target 256); {d['extender_cpu_ms_per_pod_bound']:g} ms of CPU per pod bound",
+    )
+
+
 ROWS: list[Callable[[], tuple[str, str, str]]] = [
     scheduling,
     reflector,
     cel,
     kube_scheduler_model,
     memory_5k,
+    real_control_plane,
     workloads,
     volume_filter,
     cel_hostile,
