@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from allocator.allocated_state import AllocatedState
+from allocator.allocation import Allocator, Outcome
 from allocator.device_view import DeviceView, SliceView
 from allocator.failures import Failure
 from allocator.parse import ValidationError
@@ -271,6 +272,22 @@ class ClusterState:
     def change_seq(self) -> int:
         """The sequence number the next change will get."""
         return self._changes.seq
+
+    def allocate_on(self, allocator: Allocator[Any], node: Node, claims: Sequence[ResourceClaim], *, timestamp: str = "") -> Outcome:
+        """`claims` (one pod's) allocated by `allocator` on `node` as this state sees it: the slices reachable from it,
+        the classes, the devices allocated or in flight, each device's patched view. The one way /filter's verdicts,
+        /bind's decision and the tests ask."""
+        queries = self.queries
+        return allocator.allocate(
+            node,
+            claims,
+            queries.slices_for_node(node.name),
+            self.classes,
+            self.allocated_state,
+            self.device,
+            timestamp=timestamp,
+            pool_slices=queries.pool_slices,
+        )
 
     def changed_nodes_since(self, seq: int) -> list[str | None] | None:
         """Nodes changed at or after `seq`; None when every node may have (or the log no longer reaches back)."""

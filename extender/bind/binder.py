@@ -290,16 +290,7 @@ class Binder:
             raise BindFailed(deleted.prefixed(REASON_NOT_BOUND, f"cannot bind pod {pod.key} to {node_name}: "))
         node = self.state.node(node_name) or Node(node_name)
         claims, extended = self._extended_claim(pod, claims, node)
-        outcome = self.allocator.allocate(
-            node,
-            claims,
-            self.state.queries.slices_for_node(node_name),
-            self.state.classes,
-            self.state.allocated_state,
-            self.state.device,
-            timestamp=rfc3339(),
-            pool_slices=self.state.queries.pool_slices,
-        )
+        outcome = self.state.allocate_on(self.allocator, node, claims, timestamp=rfc3339())
         if outcome.failure is not None:
             self.metrics.binds.labels("unschedulable").inc()
             raise BindFailed(outcome.failure.prefixed(REASON_NOT_BOUND, f"cannot bind pod {pod.key} to {node_name}: "))

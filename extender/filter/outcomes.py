@@ -229,16 +229,7 @@ class OutcomeCache:
         return group
 
     def _compute(self, node: Node, claims: Sequence[ResourceClaim]) -> Outcome:
-        state = self.state
-        outcome = self.allocator.allocate(
-            node,
-            claims,
-            state.queries.slices_for_node(node.name),
-            state.classes,
-            state.allocated_state,
-            state.device,
-            pool_slices=state.queries.pool_slices,
-        )
+        outcome = self.state.allocate_on(self.allocator, node, claims)
         self.on_computed(outcome)
         return outcome
 

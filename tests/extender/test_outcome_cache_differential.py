@@ -226,15 +226,7 @@ class World:
             assert problem is None
             want_passed, want_failed, fresh = [], {}, []
             for n in NODES:
-                outcome = self.reference.allocate(
-                    state.nodes[n],
-                    claims,
-                    state.queries.slices_for_node(n),
-                    state.classes,
-                    state.allocated_state,
-                    state.device,
-                    pool_slices=state.queries.pool_slices,
-                )
+                outcome = state.allocate_on(self.reference, state.nodes[n], claims)
                 if outcome.ok:
                     want_passed.append(n)
                 else:
@@ -297,15 +289,7 @@ async def test_an_allocation_on_one_node_drops_verdicts_of_every_node_sharing_it
     passed, _ = await world.service.filter(parse_extender_args(orjson.dumps({"Pod": raw_pod, "NodeNames": ["n0", "n1"]})))
     assert passed == ["n0", "n1"]
     key = "default/c1"
-    outcome = world.reference.allocate(
-        world.state.nodes["n1"],
-        [world.state.claims[key]],
-        world.state.queries.slices_for_node("n1"),
-        world.state.classes,
-        world.state.allocated_state,
-        world.state.device,
-        pool_slices=world.state.queries.pool_slices,
-    )
+    outcome = world.state.allocate_on(world.reference, world.state.nodes["n1"], [world.state.claims[key]])
     assert outcome.ok and outcome.allocations[key].results[0].device == "pb0"
     world.put(
         ev.RESOURCE_CLAIM,

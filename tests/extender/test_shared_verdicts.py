@@ -174,15 +174,7 @@ class Twins:
         """The claim allocated on `node` as a fresh allocation there picks (its status written, as after a bind)."""
         key = f"default/{claim_name}"
         c = self.state.claims[key]
-        outcome = Allocator(self.cel).allocate(
-            self.state.nodes[node],
-            [c],
-            self.state.queries.slices_for_node(node),
-            self.state.classes,
-            self.state.allocated_state,
-            self.state.device,
-            pool_slices=self.state.queries.pool_slices,
-        )
+        outcome = self.state.allocate_on(Allocator(self.cel), self.state.nodes[node], [c])
         assert outcome.ok, outcome.failure
         raw = self.sent[(ev.RESOURCE_CLAIM, key)]
         self.put({**raw, "status": {"allocation": outcome.allocations[key].to_api()}})
@@ -213,15 +205,7 @@ class Twins:
             want_passed, want_failed, fresh = [], {}, []
             request_nodes = RequestNodes(state, items)
             for n in NODES:
-                outcome = reference.allocate(
-                    request_nodes.resolve([n])[0][0],
-                    claims,
-                    state.queries.slices_for_node(n),
-                    state.classes,
-                    state.allocated_state,
-                    state.device,
-                    pool_slices=state.queries.pool_slices,
-                )
+                outcome = state.allocate_on(reference, request_nodes.resolve([n])[0][0], claims)
                 if outcome.failure is None:
                     want_passed.append(n)
                 else:
