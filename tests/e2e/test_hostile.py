@@ -43,8 +43,12 @@ def _yaml_docs(docs: list[dict[str, Any]]) -> str:
     return "\n---\n".join(json.dumps(d) for d in docs)  # JSON is YAML
 
 
-def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str, str]) -> list[str]:
-    """Nodes with one node-local slice of `devices` GPUs each, a GPU class, and one claim per selector."""
+def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str, str], unique: bool = False) -> list[str]:
+    """Nodes with one node-local slice of `devices` GPUs each, a GPU class, and one claim per selector.
+
+    `unique`: each device carries a `uuid` of its own, as real drivers publish, so no two nodes are
+    alike and each computes its own verdict (alike fresh nodes share one: extender/filter/shapes.py).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     names = [f"node-{i}" for i in range(nodes)]
     docs: list[dict[str, Any]] = [
@@ -59,7 +63,11 @@ def write_cluster(directory: Path, *, nodes: int, devices: int, claims: dict[str
         docs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}})
     (directory / "base.yaml").write_text(_yaml_docs(docs))
     for n in names:
-        (directory / f"slice-{n}.yaml").write_text(_yaml_docs([gpu_slice(n, devices, model="a100", index=True)]))
+        published = gpu_slice(n, devices, model="a100", index=True)
+        if unique:
+            for d in published["spec"]["devices"]:
+                d.setdefault("attributes", {})["uuid"] = {"string": f"{n}-{d['name']}"}
+        (directory / f"slice-{n}.yaml").write_text(_yaml_docs([published]))
     claim_docs = [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -157,7 +165,7 @@ def test_filter_budget_answers_an_error_while_probes_stay_fast(tmp_path: Path) -
     far past the 1 s budget however fast the machine): /filter stops at its budget with an Error
     naming the claim and the expression, never a partial node list, while /readyz on both ports
     keeps answering at once."""
-    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE})
+    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE}, unique=True)
     ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "1")
     try:
         ext.wait_ready()
@@ -188,7 +196,7 @@ def test_stuck_loop_fails_livez_and_recovers(tmp_path: Path) -> None:
     """A /filter holds the loop for exactly its time budget (4 s): the slow selector over 1,024
     devices is ~20 s of work, so the budget, not the machine's speed, says how long. /livez and
     /readyz (both ports) fail past --livez-stall-threshold (1 s), and pass again once the loop turns."""
-    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE})
+    nodes = write_cluster(tmp_path / "c", nodes=8, devices=128, claims={"heavy": HEAVY_NOWHERE}, unique=True)
     ext, probe = probe_extender("--source", str(tmp_path / "c"), "--filter-timeout", "4", "--livez-stall-threshold", "1")
     try:
         ext.wait_ready()
