@@ -53,7 +53,7 @@ from typing import Any
 
 from bench.common import RESULTS
 from bench.workloads import env
-from bench.workloads.partitions import partitions
+from bench.workloads.partitions import partitions, partitions_5k
 from bench.workloads.plots import plots
 from bench.workloads.report import loadavg, machine, markdown
 from bench.workloads.runs import Config
@@ -71,6 +71,7 @@ WORKLOADS: dict[str, Callable[[Config, Path], dict[str, Any]]] = {
     "TaintChurn": taint_churn,
     "SliceEvents": slice_events,
     "Partitions": partitions,
+    "Partitions5k": partitions_5k,
 }
 
 

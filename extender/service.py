@@ -44,6 +44,7 @@ from extender.prioritize.scores import DEFAULT_NODE_PLACEMENT, Scores
 from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from tracker import events as ev
+from tracker.foreground import Foreground
 from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
 
@@ -104,6 +105,11 @@ class Service:
     @property
     def ready(self) -> bool:
         return self.state.ready
+
+    @property
+    def foreground(self) -> Foreground:
+        """Where the HTTP edge counts the verbs in flight (any thread): the state's background work waits for quiet."""
+        return self.state.foreground
 
     def not_ready(self) -> str | None:
         """Why verbs cannot be answered yet (the initial state of some kinds is missing), or None."""

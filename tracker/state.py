@@ -52,6 +52,7 @@ from allocator.types import (
 )
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus
+from tracker.foreground import Foreground
 from tracker.ledger import AllocationLedger, Reservation
 from tracker.pod_status import PodStatus
 from tracker.resources import REQUIRED_KINDS
@@ -111,8 +112,16 @@ class ClusterState:
         self._problems = ProblemReporter(on_problem, self._uid_of)
         self._ledger = AllocationLedger(self._device_changed, lookup=self._published_consumption, on_duplicate=self._duplicate_share)
         self._store = ObjectStore(self._ledger, self._changes, self._problems.report)
+        # The scheduler's verbs in flight (counted by the extender's routes): the CEL warm-up waits for a quiet moment.
+        self.foreground = Foreground()
         self._views = DeviceViews(
-            cel, self._ledger, self._changes, self._problems.report, release=self._tell_listeners, started=lambda: bool(self._synced)
+            cel,
+            self._ledger,
+            self._changes,
+            self._problems.report,
+            release=self._tell_listeners,
+            started=lambda: bool(self._synced),
+            foreground=self.foreground,
         )
         self._parts = (self._store, self._views)
         s, v = self._store, self._views

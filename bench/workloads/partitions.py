@@ -13,7 +13,17 @@ from kubesim.objects import GPU_GI, PARTITIONS_GI, node_slice, partitioned_slice
 
 
 def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
-    """500 nodes x 8 GPUs x 7 partitions drawing on per-GPU shared counters, beside the same 56 devices per node without counters.
+    """The Partitions workload at 500 nodes (see `partitions_at`)."""
+    return partitions_at(cfg, tmp, 500, "Partitions")
+
+
+def partitions_5k(cfg: Config, tmp: Path) -> dict[str, Any]:
+    """The same workload at 5,000 nodes: /filter is sent 5,000 names (percentageOfNodesToScore: 100)."""
+    return partitions_at(cfg, tmp, 5000, "Partitions5k")
+
+
+def partitions_at(cfg: Config, tmp: Path, nodes: int, label: str) -> dict[str, Any]:
+    """`nodes` nodes x 8 GPUs x 7 partitions drawing on per-GPU shared counters, beside the same 56 devices per node without counters.
 
     Both clusters take the same measured pods (one device each, from one
     template) with the same driver in the same run; the partitioned one must
@@ -25,7 +35,7 @@ def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
     pass, as Scale5k does, and the p99 is given both over every pod and
     after the first pass (what a running workload of the shape sees).
     """
-    nodes, gpus = 500, 8
+    gpus = 8
     per_node = gpus * len(PARTITIONS_GI)
     measured = cfg.n(1000, 200)
     names = [node_name(i) for i in range(nodes)]
@@ -41,7 +51,7 @@ def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
         },
         "targets": [],
     }
-    print(f"  Partitions: {nodes} nodes x {gpus} GPUs x {len(PARTITIONS_GI)} partitions, {measured} pods", flush=True)
+    print(f"  {label}: {nodes:,} nodes x {gpus} GPUs x {len(PARTITIONS_GI)} partitions, {measured} pods", flush=True)
     for variant in ("plain", "partitioned"):
         objs = base_objects(0, 0)
         for i in range(nodes):
@@ -55,7 +65,7 @@ def partitions(cfg: Config, tmp: Path) -> dict[str, Any]:
         for pc in pcs:
             objs += pc.objects()
         pods = [pc.pod() for pc in pcs]
-        out[variant] = run_modes(cfg, tmp, f"Partitions-{variant}", objs, pods, names)
+        out[variant] = run_modes(cfg, tmp, f"{label}-{variant}", objs, pods, names)
     cold = -(-nodes // DEFAULT_OFFER_NODES)
     out["workload"]["first_pass_pods"] = cold
     for variant in ("plain", "partitioned"):

@@ -103,13 +103,13 @@ def _throughput(w: dict[str, Any]) -> list[str]:
             if mode in r:
                 rows.append(_row(name, mode, r[mode], r[mode]["ratio_to_noop"]))
         rows.append(_row(name, "no-op (after)", r["noop_after"]))
-    r = w.get("Partitions")
-    if r:
-        for variant in ("plain", "partitioned"):
+    for name in ("Partitions", "Partitions5k"):
+        r = w.get(name)
+        for variant in ("plain", "partitioned") if r else ():
             for mode in ("source", "cluster"):
                 if mode in r.get(variant, {}):
                     ratio = r[variant][mode].get("ratio_to_plain", "")
-                    rows.append(_row(f"Partitions, {variant}", mode, r[variant][mode], f"{ratio} (x plain)" if ratio else ""))
+                    rows.append(_row(f"{name}, {variant}", mode, r[variant][mode], f"{ratio} (x plain)" if ratio else ""))
     r = w.get("SteadyState")
     if r:
         for mode in ("source", "cluster"):

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from fastapi import FastAPI, Request, Response
 from starlette.requests import ClientDisconnect
@@ -40,11 +40,32 @@ class Verb(Generic[A]):
     quick: Callable[[A], bytes | None] | None = None
 
 
-def verb_route(verb: Verb[A], limits: Limits, bridge: LoopBridge, metrics: Metrics) -> Callable[[Request], Awaitable[Response]]:
-    """The route of one verb: read and parse here (the HTTP thread), decide on the main loop."""
+class InFlight(Protocol):
+    """Where the verbs in flight are counted (the state's tracker/foreground.py, through the service)."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def verb_route(
+    verb: Verb[A], limits: Limits, bridge: LoopBridge, metrics: Metrics, foreground: InFlight
+) -> Callable[[Request], Awaitable[Response]]:
+    """The route of one verb: read and parse here (the HTTP thread), decide on the main loop.
+
+    From its first byte to its answer the verb counts in `foreground`, so the
+    state's optional background work waits (tracker/foreground.py).
+    """
     name = verb.name
 
     async def route(request: Request) -> Response:
+        foreground.begin()
+        try:
+            return await counted(request)
+        finally:
+            foreground.end()
+
+    async def counted(request: Request) -> Response:
         start = time.perf_counter()
         try:
             body = await read_body(request, limits)
@@ -168,11 +189,11 @@ Route = Callable[[Request], Awaitable[Response]]
 
 def add_verb_routes(app: FastAPI, service: Service, bridge: LoopBridge, limits: Limits, *, filter_budget: float | None) -> dict[str, Route]:
     """The three POST routes, registered on `app`; returned by path for the app's direct dispatch (extender/app.py)."""
-    metrics = service.metrics
+    metrics, foreground = service.metrics, service.foreground
     routes: dict[str, Route] = {
-        "/filter": verb_route(filter_verb(service, filter_budget), limits, bridge, metrics),
-        "/prioritize": verb_route(prioritize_verb(service), limits, bridge, metrics),
-        "/bind": verb_route(bind_verb(service, bridge), limits, bridge, metrics),
+        "/filter": verb_route(filter_verb(service, filter_budget), limits, bridge, metrics, foreground),
+        "/prioritize": verb_route(prioritize_verb(service), limits, bridge, metrics, foreground),
+        "/bind": verb_route(bind_verb(service, bridge), limits, bridge, metrics, foreground),
     }
     for path, route in routes.items():
         app.add_api_route(path, route, methods=["POST"])

@@ -138,7 +138,7 @@ async def test_a_one_off_shape_starts_no_prefetch(start: Start) -> None:
 async def test_a_prefetched_verdict_is_computed_again_after_a_bind_on_its_node(
     start: Start, monkeypatch: pytest.MonkeyPatch, bound_node: str, slices_before_bind: int | None
 ) -> None:
-    monkeypatch.setattr(prefetch_module, "WARMUP_SLICE_SECONDS", 0.0)  # one step of nodes per slice: the interleaving is ours
+    monkeypatch.setattr(prefetch_module, "PREFETCH_SLICE_SECONDS", 0.0)  # one step of nodes per slice: the interleaving is ours
     service = await start(dict.fromkeys(NODES, 1))
     await _filter_decided(service, "p1")
     await _filter_decided(service, "p2")
@@ -217,7 +217,7 @@ async def test_a_failing_prefetch_is_logged_and_leaves_the_verbs_alone(start: St
 
 
 async def test_the_prefetch_stops_when_its_shape_leaves_the_cache(start: Start, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefetch_module, "WARMUP_SLICE_SECONDS", 0.0)  # one step of nodes per slice
+    monkeypatch.setattr(prefetch_module, "PREFETCH_SLICE_SECONDS", 0.0)  # one step of nodes per slice
     service = await start(dict.fromkeys(NODES, 2))
     await _filter_decided(service, "p1")
     await _filter_decided(service, "p2")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -436,6 +437,42 @@ async def test_views_with_costly_selectors_are_finished_in_the_background(
         await asyncio.sleep(0)
     assert s.ready
     assert heard.count(held) == (3 if held == ev.RESOURCE_SLICE else 1), heard
+    for i in range(3):
+        for device in ("g0", "g1"):
+            assert taint_keys(s, f"p{i}", device) == ["example.com/rule:NoSchedule"], (i, device)
+
+
+async def test_views_recomputed_in_the_background_do_not_wait_for_quiet_between_verbs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CEL warm-up waits for a quiet moment between the scheduler's verbs (tracker/foreground.py); the views
+    a rule asks for do not: with a verb in flight the whole time and the warm-up already waiting, a rule's views
+    are finished and its event told, long before the warm-up's longest deferral."""
+    from tracker.views import recompute
+
+    monkeypatch.setattr(recompute, "WARM_SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(recompute, "SLICE_HANDLER_SECONDS", 0.0)
+    s = ClusterState(CelEnvironment())
+    monkeypatch.setattr(s.foreground, "_max_defer", 3600.0)
+    s.foreground.begin()  # never ended
+    heard: list[str] = []
+    s.subscribe(lambda e: heard.append(e.kind))
+    gpu_class = {"metadata": {"name": "gpu"}, "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{D}"'}}]}}
+    s.apply(ev.ObjectEvent("ADDED", ev.DEVICE_CLASS, ev.GROUP_RESOURCE, "gpu", gpu_class))
+    for i in range(3):
+        s.apply(ev.ObjectEvent("ADDED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, f"s{i}", slice_obj(f"s{i}", f"p{i}", [gpu("g0"), gpu("g1")])))
+    for kind, group in sorted(s.required):
+        s.mark_synced(kind, group)
+    for _ in range(200):  # the views of the slices (no rule yet) are done; the warm-up is left, waiting
+        if s.ready:
+            break
+        await asyncio.sleep(0)
+    assert s.ready
+    await asyncio.sleep(0.05)  # the background task has started the warm-up, which waits for quiet
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "warm-selectors"], "the warm-up waits for quiet"
+    add_rule(s, rule("r", SELECTOR))
+    deadline = time.monotonic() + 30
+    while ev.DEVICE_TAINT_RULE not in heard and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    assert ev.DEVICE_TAINT_RULE in heard, "the rule's event was held while the warm-up waited for quiet"
     for i in range(3):
         for device in ("g0", "g1"):
             assert taint_keys(s, f"p{i}", device) == ["example.com/rule:NoSchedule"], (i, device)

@@ -147,3 +147,28 @@ async def test_two_step_work_runs_after_the_slice_in_progress(monkeypatch: pytes
     await asyncio.gather(*warming)
     assert slices > row.arrives_in_slice + 2, "the warm-up had more slices to run"
     assert started_after == [row.arrives_in_slice], f"the verb waited for {started_after[0] - row.arrives_in_slice} more slice(s)"
+
+
+async def test_the_warm_up_waits_while_a_verb_is_in_flight_and_runs_once_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up warm-up's slices wait while the scheduler's verbs come (tracker/foreground.py), then run."""
+    slices = 0
+    original = SelectorWarmup._warm_slice
+
+    def counted(self: SelectorWarmup, *args: Any, **kwargs: Any) -> int:
+        nonlocal slices
+        slices += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SelectorWarmup, "_warm_slice", counted)
+    state = _listed(PER_SLICE * 4)
+    monkeypatch.setattr(state.foreground, "_max_defer", 3600.0)
+    state.foreground.begin()
+    for kind, group in state.required:
+        state.mark_synced(kind, group)
+    warming = [t for t in asyncio.all_tasks() if t.get_name() == "warm-selectors"]
+    assert warming
+    await asyncio.sleep(0.1)
+    assert slices == 0 and not any(t.done() for t in warming), "the warm-up ran while a verb was in flight"
+    state.foreground.end()
+    await asyncio.wait_for(asyncio.gather(*warming), 30)
+    assert slices > 0

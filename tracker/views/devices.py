@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from allocator.device_view import DeviceView, SliceView
 from allocator.types import DeviceClass, DeviceID, DeviceTaintRule, ResourceSlice, ResourceSlicePatch
 from tracker import events as ev
+from tracker.foreground import Foreground
 from tracker.ledger import AllocationLedger
 from tracker.store import ChangeLog, Problem
 from tracker.views.builder import CelVersions, DeviceObjects, ViewBuilder
@@ -59,8 +60,12 @@ class DeviceViews:
         *,
         release: Callable[[ev.ObjectEvent], None],
         started: Callable[[], bool],
+        foreground: Foreground | None = None,
     ) -> None:
-        """`release` tells the listeners of an event held back (see `hold_back`); `started`: some kind has its initial state."""
+        """`release` tells the listeners of an event held back (see `hold_back`); `started`: some kind has its initial state.
+
+        The CEL warm-up waits for `foreground`'s quiet moments (tracker/foreground.py).
+        """
         self.cel = cel
         objects = DeviceObjects()
         self.classes: dict[str, DeviceClass] = objects.classes
@@ -84,7 +89,7 @@ class DeviceViews:
         self.slice_views: dict[str, SliceView] = builder.slice_views
         self.devices: dict[DeviceID, DeviceView] = builder.devices
         self._nodes = NodeChanges(changes, ledger, index, objects.slices, builder.devices)
-        self._recompute = Recompute(cel, builder, index, objects.classes, release=release)
+        self._recompute = Recompute(cel, builder, index, objects.classes, release=release, foreground=foreground)
         self.queries = DeviceQueries(objects, builder, index, ledger)  # the read queries, handed out as they are
         slice_intake = SliceIntake(objects.slices, versions, index, builder, self._recompute, self._nodes, raw_devices)
         selector_intake = SelectorIntake(

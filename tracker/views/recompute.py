@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from allocator.device_view import DeviceView
 from allocator.types import DeviceClass, DeviceID, ResourceSlice
 from tracker import events as ev
+from tracker.foreground import Foreground
 from tracker.views.builder import Budget, ViewBuilder
 from tracker.views.index import SliceIndex
 from tracker.views.warmup import WARMUP_SLICE_SECONDS, SelectorWarmup
@@ -51,13 +52,14 @@ class Recompute:
         classes: Mapping[str, DeviceClass],
         *,
         release: Callable[[ev.ObjectEvent], None],
+        foreground: Foreground | None = None,
     ) -> None:
-        """`release` tells the listeners of an event held back (see `hold_back`)."""
+        """`release` tells the listeners of an event held back (see `hold_back`); the warm-up waits for `foreground`'s quiet."""
         self._builder = builder
         self._index = index
         self._classes = classes
         self._release = release
-        self._warmup = SelectorWarmup(cel, builder.devices.get)
+        self._warmup = SelectorWarmup(cel, builder.devices.get, foreground)
         self._task: asyncio.Task[None] | None = None
         # Devices whose views a rule, patch or class change asked to recompute, by slice (name ->
         # device names), done in slices of time on the loop (their selectors may be costly), and

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from allocator.cel.lib.budget import DeadlineExceeded, set_deadline
 from allocator.device_view import DeviceView
 from allocator.types import DeviceClass, DeviceID
+from tracker.foreground import Foreground
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -59,9 +60,12 @@ async def pass_turns() -> None:
 class SelectorWarmup:
     """A queue of (devices, classes) to evaluate, drained in slices of work."""
 
-    def __init__(self, cel: SelectorEngine[Any], current: Callable[[DeviceID], DeviceView | None]) -> None:
+    def __init__(
+        self, cel: SelectorEngine[Any], current: Callable[[DeviceID], DeviceView | None], foreground: Foreground | None = None
+    ) -> None:
         self._cel = cel
         self._current = current  # the device's view now: a queued one replaced since is skipped
+        self._foreground = foreground if foreground is not None else Foreground()  # each slice waits for a quiet moment
         self._queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
         self._unfrozen = 0  # devices warmed by the queue since its last gc.freeze()
 
@@ -77,11 +81,19 @@ class SelectorWarmup:
         self._queue.append((devices, classes))
 
     async def drain_one(self, slice_seconds: float, interrupted: Callable[[], bool]) -> None:
-        """Warm the oldest queued work, yielding to the loop after every slice; what `interrupted` stops goes back first."""
+        """Warm the oldest queued work, yielding to the loop after every slice; what `interrupted` stops goes back first.
+
+        Each slice waits for a quiet moment between the scheduler's verbs
+        (tracker/foreground.py): the cache it fills is /filter's to fill when
+        the scheduler does not pause.
+        """
         devices, classes = self._queue.popleft()
         compiled = self._compiled(classes)
         start = 0
         while start < len(devices) and not interrupted():
+            await self._foreground.quiet(interrupted)
+            if interrupted():
+                break
             stop = self._warm_slice(devices, compiled, start, time.monotonic() + slice_seconds)
             self._unfrozen += stop - start
             start = stop
