@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from allocator.device_view import DeviceView, SliceView
+from allocator.tolerations import blocks_allocation
 from allocator.types import (
     EFFECT_NO_EXECUTE,
     EFFECT_NO_SCHEDULE,
@@ -115,6 +116,9 @@ class ViewBuilder:
         self.slice_digests: dict[str, tuple[bytes, tuple[DeviceID, ...]]] = {}
         self.devices: dict[DeviceID, DeviceView] = {}
         self.no_execute: set[DeviceID] = set()  # devices whose view carries a NoExecute taint
+        # Devices whose view carries a taint that blocks allocation (NoSchedule, NoExecute): kept here so that
+        # /metrics counts the tainted devices without a pass over every view (~0.36 s at 280,000 devices).
+        self.blocked: set[DeviceID] = set()
 
     def context(self) -> SelectorContext:
         def report(kind: str, group: str, name: str, message: str) -> None:
@@ -128,10 +132,15 @@ class ViewBuilder:
             self.no_execute.add(view.id)
         else:
             self.no_execute.discard(view.id)
+        if any(blocks_allocation(t) for t in view.taints):
+            self.blocked.add(view.id)
+        else:
+            self.blocked.discard(view.id)
 
     def drop_device(self, did: DeviceID) -> None:
         self.devices.pop(did, None)
         self.no_execute.discard(did)
+        self.blocked.discard(did)
 
     def _candidates(self, did: DeviceID) -> tuple[list[ResourceSlicePatch], list[DeviceTaintRule]]:
         rules, patches = self._objects.rules, self._objects.patches
