@@ -85,7 +85,7 @@ def _endpoints() -> list[str]:
     from extender.app import create_app
     from extender.metrics import Metrics
 
-    stub: Any = SimpleNamespace(metrics=Metrics(), state=None)
+    stub: Any = SimpleNamespace(metrics=Metrics(), state=None, foreground=None)
     full = {r.path: sorted(r.methods or ()) for r in create_app(stub).routes}  # type: ignore[attr-defined]
     probes = {r.path for r in create_app(stub, probes_only=True).routes}  # type: ignore[attr-defined]
     missing = sorted(set(full) - set(ENDPOINTS))
