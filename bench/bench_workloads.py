@@ -55,7 +55,7 @@ from bench.common import RESULTS
 from bench.workloads import env
 from bench.workloads.partitions import partitions, partitions_5k
 from bench.workloads.plots import plots
-from bench.workloads.report import loadavg, machine, markdown
+from bench.workloads.report import loadavg, machine, markdown, steal_seconds
 from bench.workloads.runs import Config
 from bench.workloads.scale5k import scale5k
 from bench.workloads.slice_events import slice_events
@@ -139,10 +139,13 @@ def _run(cfg: Config, names: list[str]) -> dict[str, Any]:
     try:
         for name in names:
             print(f"== workload {name}", flush=True)
-            t = time.perf_counter()
+            t, stolen = time.perf_counter(), steal_seconds()
             result["workloads"][name] = WORKLOADS[name](cfg, tmp)
             result["workloads"][name]["seconds"] = round(time.perf_counter() - t, 1)
             result["workloads"][name]["loadavg_after"] = loadavg()
+            after = steal_seconds()
+            if stolen is not None and after is not None:
+                result["workloads"][name]["cpu_steal_s"] = round(after - stolen, 2)
             print(f"== workload {name} done in {time.perf_counter() - t:.0f} s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
