@@ -172,3 +172,52 @@ async def test_the_warm_up_waits_while_a_verb_is_in_flight_and_runs_once_quiet(m
     state.foreground.end()
     await asyncio.wait_for(asyncio.gather(*warming), 30)
     assert slices > 0
+
+
+async def test_activations_filter_builds_while_the_warm_up_waits_are_frozen_by_its_next_slice(
+    unfrozen: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a scheduler that never pauses the warm-up runs one slice per longest deferral, and /filter
+    builds most activations itself: they count towards the next freeze, as the warm-up's own do.
+
+    Counted in slices, not time: each slice warms one device, the freeze is due every 90 activations,
+    and /filter has built 100 before the first slice; the warm-up alone would need 90 slices.
+    """
+    from tracker.views import warmup
+
+    monkeypatch.setattr(recompute, "WARMUP_SLICE_SECONDS", 0.0)  # a slice is one device
+    monkeypatch.setattr(warmup, "GC_FREEZE_EVERY", 90)
+    slices = 0
+    frozen_after: list[int] = []
+    original_slice, original_freeze = SelectorWarmup._warm_slice, SelectorWarmup._freeze
+
+    def counted(self: SelectorWarmup, *args: Any, **kwargs: Any) -> int:
+        nonlocal slices
+        slices += 1
+        return original_slice(self, *args, **kwargs)
+
+    def freeze(self: SelectorWarmup) -> None:
+        frozen_after.append(slices)
+        original_freeze(self)
+
+    monkeypatch.setattr(SelectorWarmup, "_warm_slice", counted)
+    monkeypatch.setattr(SelectorWarmup, "_freeze", freeze)
+    cel = CelEnvironment()
+    state = ClusterState(cel)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for o in _objects(PER_SLICE * 20):
+        groups.setdefault((o["kind"], o["apiVersion"].rpartition("/")[0]), []).append(o)
+    for (kind, group), items in groups.items():
+        state.replace(kind, group, items)
+    monkeypatch.setattr(state.foreground, "_max_defer", 0.01)
+    state.foreground.begin()  # never ended
+    selector = cel.compile(f'device.driver == "{D}"')
+    for view in list(state.devices.values())[-100:]:  # as /filter evaluates the devices it looks at
+        cel.evaluate(selector, view)
+    for kind, group in state.required:
+        state.mark_synced(kind, group)  # queues the warm-up, which waits for quiet
+    for _ in range(3000):
+        if frozen_after or slices >= 10:
+            break
+        await asyncio.sleep(0.001)
+    assert frozen_after and frozen_after[0] <= 2, f"frozen after slices {frozen_after} ({slices} run)"

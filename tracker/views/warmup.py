@@ -35,7 +35,10 @@ WARM_EVALUATION_SECONDS = 0.1
 # ~280,000 of them after the reflector's gc.freeze(), and full collections over them took ~1 s on
 # /filter's clock. So they are frozen out of the collector's scans (gc.freeze(), as the reflector
 # freezes its lists) every GC_FREEZE_EVERY devices of a long warm-up, and when the queue is empty
-# after at least GC_FREEZE_DEVICES (a slice update's few devices are not worth it).
+# after at least GC_FREEZE_DEVICES (a slice update's few devices are not worth it). While the
+# scheduler's verbs keep the warm-up waiting (tracker/foreground.py), /filter builds the activations
+# itself: they count too (the engine's cached activations since the last freeze), so that they are
+# frozen at the same pace by the slices the warm-up still runs.
 GC_FREEZE_DEVICES = 1000
 GC_FREEZE_EVERY = 10_000
 
@@ -68,6 +71,7 @@ class SelectorWarmup:
         self._foreground = foreground if foreground is not None else Foreground()  # each slice waits for a quiet moment
         self._queue: deque[tuple[tuple[DeviceView, ...], tuple[DeviceClass, ...]]] = deque()
         self._unfrozen = 0  # devices warmed by the queue since its last gc.freeze()
+        self._frozen_at = self._activations()  # the engine's cached activations at the last gc.freeze()
 
     @property
     def pending(self) -> bool:
@@ -97,18 +101,29 @@ class SelectorWarmup:
             stop = self._warm_slice(devices, compiled, start, time.monotonic() + slice_seconds)
             self._unfrozen += stop - start
             start = stop
-            if self._unfrozen >= GC_FREEZE_EVERY:
+            if self._built() >= GC_FREEZE_EVERY:
                 self._freeze()
             await pass_turns()
         if start < len(devices):
             self._queue.appendleft((devices[start:], classes))  # views first
-        elif not self._queue and self._unfrozen >= GC_FREEZE_DEVICES:
+        elif not self._queue and self._built() >= GC_FREEZE_DEVICES:
             self._freeze()
 
     def _freeze(self) -> None:
         """The activations built so far live as long as their devices: no full collection need scan them."""
         self._unfrozen = 0
+        self._frozen_at = self._activations()
         gc.freeze()
+
+    def _activations(self) -> int:
+        stats = self._cel.stats
+        return stats.get("cached_activations", 0) if isinstance(stats, dict) else 0
+
+    def _built(self) -> int:
+        """Activations built since the last freeze: by this queue, or by /filter's own evaluations meanwhile."""
+        now = self._activations()
+        self._frozen_at = min(self._frozen_at, now)  # some were evicted: count from the smaller cache
+        return max(self._unfrozen, now - self._frozen_at)
 
     def _compiled(self, classes: Iterable[DeviceClass]) -> list[Any]:
         compiled = []
