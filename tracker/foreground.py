@@ -6,8 +6,8 @@ between verbs regardless of them, it made every verb that arrived during a
 slice wait for its end, and took the CPU the scheduler and the API server
 needed while pods were being scheduled: on 500 nodes x 8 GPUs x 7
 partitions, with the load generator on the same two cores, /filter's p99
-was 10-12 ms with the warm-up running beside the first pods and 6.5-7.6 ms
-without it (docs/design.md#background-work-waits-for-quiet).
+over 200 pods was 11.9 ms with the warm-up running beside the first pods and
+7.0-7.6 ms without it (docs/design.md#background-work-waits-for-quiet).
 
 So such work asks `quiet()` before each slice: it goes on once no verb is
 in flight and none has ended for QUIET_GAP_SECONDS, and in any case after
