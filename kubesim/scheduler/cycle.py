@@ -44,6 +44,9 @@ class KubeSchedulerModel:
         self.assumed: dict[str, str] = {}  # pod key -> node, until the informer sees it bound
         self.bound_at: dict[str, float] = {}
         self.bound_node: dict[str, str] = {}
+        # Bound pods whose claim allocations the claim informer may not show yet: the Pod and ResourceClaim
+        # watches are separate streams, so a binding can arrive before the allocation written ahead of it.
+        self.allocation_unseen: set[str] = set()
         self.last_rejection: dict[str, str] = {}
         self.rejected_pods: set[str] = set()
         self.rejected_with_claims: set[str] = set()  # rejected while every claim of the pod existed
@@ -92,6 +95,8 @@ class KubeSchedulerModel:
                 self.bound_at.setdefault(k, now())
                 self.bound_node[k] = new["spec"]["nodeName"]  # type: ignore[index]  # assigned_new: the pod has a spec
                 self.assumed.pop(k, None)
+                if pod_devices(new):  # type: ignore[arg-type]  # assigned_new: new is a pod
+                    self.allocation_unseen.add(k)
                 self.queue.forget(k)
                 self.stats.requeue_events["Pod/AssignedPodAdd"] += 1
                 self.queue.move_all("AssignedPodAdd")
@@ -239,16 +244,22 @@ class KubeSchedulerModel:
         self.rejected_pods.add(p.key)
         if self._claims_exist(pod):
             self.rejected_with_claims.add(p.key)
-        in_binding = sum(
-            pod_devices(self.informers["Pod"].cache.get(k) or {})
-            for k in self.assumed
-            if not claim_allocated(self.informers["ResourceClaim"].cache, self.informers["Pod"].cache.get(k) or {})
-        )
-        if self.oracle.free(in_binding) >= pod_devices(pod):
+        if self.oracle.free(self._devices_not_yet_allocated()) >= pod_devices(pod):
             self.stats.rejections_of_pods_that_fit += 1
             self.stats.fit_rejection_reasons[short_reason(first)] += 1
         message = f"0/{n} nodes are available: " + ", ".join(f"{c} {r}" for r, c in sorted(reasons.items()))
         self._failure(p, True, message)
+
+    def _devices_not_yet_allocated(self) -> int:
+        """Devices of pods in binding or bound whose claims the claim informer does not yet show allocated."""
+        pods, claims = self.informers["Pod"].cache, self.informers["ResourceClaim"].cache
+        for k in list(self.allocation_unseen):
+            q = pods.get(k)
+            if q is None or claim_allocated(claims, q):
+                self.allocation_unseen.discard(k)
+        return sum(
+            pod_devices(q) for k in {*self.assumed, *self.allocation_unseen} if (q := pods.get(k)) and not claim_allocated(claims, q)
+        )
 
     def _claims_exist(self, pod: dict[str, Any]) -> bool:
         ns = pod["metadata"]["namespace"]

@@ -228,3 +228,28 @@ async def _shared_claims_being_deleted() -> None:
     finally:
         ext.stop()
         api.stop()
+
+
+def test_fit_yardstick_holds_a_bound_pods_device_until_the_claim_watch_shows_its_allocation() -> None:
+    """The model's Pod and ResourceClaim watches are separate streams, so a binding can arrive before the
+    allocation the extender wrote ahead of it; until the allocation arrives, that pod's device is not free
+    (else a correct rejection of a competing pod counts as a rejection of a pod that fits)."""
+    from kubesim.scheduler import KubeSchedulerModel
+    from kubesim.scheduler.api import Api
+
+    model = KubeSchedulerModel(Api("http://unused"), "http://unused", SchedulerConfig(seed=1))
+    pods, claims = model.informers["Pod"].cache, model.informers["ResourceClaim"].cache
+    pending = pod("a", claims={"gpu": "claim-a"}, scheduler="dra-scheduler")
+    bound = pod("a", claims={"gpu": "claim-a"}, scheduler="dra-scheduler", node_name="n1")
+    claim: dict[str, Any] = {"metadata": {"name": "claim-a", "namespace": "default"}, "status": {}}
+    claims["default/claim-a"] = claim
+    pods["default/a"] = pending
+    model.assumed["default/a"] = "n1"
+    assert model._devices_not_yet_allocated() == 1, "assumed, not yet bound"
+    pods["default/a"] = bound
+    model._on_pod("MODIFIED", pending, bound)
+    assert "default/a" not in model.assumed
+    assert model._devices_not_yet_allocated() == 1, "bound, the allocation not yet seen"
+    claim["status"] = {"allocation": {"devices": {"results": [{"driver": "d", "pool": "n1", "device": "gpu-0", "request": "gpu"}]}}}
+    assert model._devices_not_yet_allocated() == 0, "the allocation seen: counted by the oracle's allocated devices instead"
+    assert not model.allocation_unseen
