@@ -149,6 +149,7 @@ def run(n: int) -> dict[str, Any]:
                 run_s, _ = _best(repeats, lambda: [sel.run(a.act) for a in acts])  # noqa: B023
             else:
                 for a in acts:
+                    assert a.act is not None, "every device's activation was built above"
                     a.interp = Activation(functions=INTERP_FUNCTIONS, vars={"device": a.act.device})
                 run_s, _ = _best(repeats, lambda: [sel.run(a.interp) for a in acts])  # noqa: B023
 

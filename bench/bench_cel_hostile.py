@@ -37,6 +37,7 @@ class _Device:
 
 def run(repeats: int) -> dict[str, Any]:
     from allocator.cel import CelEnvironment
+    from allocator.cel.engine import CelCompileError
     from allocator.cel.lib.regex import clear_cache as clear_regex_cache
 
     rows = []
@@ -46,7 +47,7 @@ def run(repeats: int) -> dict[str, Any]:
         for case in CASES:
             try:
                 selector = env.compile(case.expression)
-            except ValueError as e:
+            except CelCompileError as e:
                 rows.append({"backend": backend, "case": case.name, "worst_ms": 0.0, "outcome": f"does not compile: {e.reason}"})
                 continue
             worst = 0.0

@@ -405,7 +405,7 @@ def slice_update_rates(slices: int = 5000, devices: int = 8, events: int = 3000,
 
     out: dict[str, Any] = {"slices": slices, "devices_per_slice": devices, "events": events}
     for what in ("taint", "generation", "full"):
-        best = None
+        best: float | None = None
         for r in range(repeat):
             lines = []
             for e in range(events):
@@ -419,6 +419,7 @@ def slice_update_rates(slices: int = 5000, devices: int = 8, events: int = 3000,
                 state.apply(ev.ObjectEvent("MODIFIED", ev.RESOURCE_SLICE, ev.GROUP_RESOURCE, obj["metadata"]["name"], obj))
             took = time.perf_counter() - t
             best = took if best is None else min(best, took)
+        assert best is not None, "repeat >= 1"
         out[what] = {"events_per_s": round(events / best), "us_per_event": round(best / events * 1e6, 1)}
     gc.unfreeze()
     return out
@@ -432,7 +433,7 @@ def run(slices: int, devices: int, pods: int, n_slice_updates: int, n_claim_upda
     n_claim_updates = min(n_claim_updates, n_claims)
     tmp = Path(tempfile.mkdtemp(prefix="dra-bench-reflector-"))
     api_proc, api, kubeconfig = start_fake_api(tmp)
-    ext: subprocess.Popen | None = None
+    ext: subprocess.Popen[bytes] | None = None
     result: dict[str, Any] = {
         "machine": machine(),
         "workload": {

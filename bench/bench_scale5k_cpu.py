@@ -141,7 +141,7 @@ async def build(
     gc.collect()
     state = ClusterState(CelEnvironment())
     if whole_lists:  # each list held whole, then replaced (as before the lists were streamed)
-        state.streams_initial_lists = False  # type: ignore[misc]
+        state.streams_initial_lists = False
     tracemalloc.start(frames)
     rv: dict[tuple[str, str], str] = {}
     for kind, group in kinds + [k for k in state.required if k not in kinds]:

@@ -26,6 +26,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -38,7 +39,7 @@ DRIVER = "gpu.example.com"
 
 
 def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_pools: int) -> None:
-    docs: list[dict] = [
+    docs: list[dict[str, Any]] = [
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
@@ -51,7 +52,7 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
         docs.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"zone": f"z{i % 4}"}}})
         devs = []
         for j in range(devices):
-            d = {
+            d: dict[str, Any] = {
                 "name": f"gpu-{j}",
                 "attributes": {"model": {"string": "a100" if j % 2 else "h100"}, "numa": {"int": j % 2}},
                 "capacity": {"memory": {"value": "80Gi"}},
@@ -109,7 +110,7 @@ def write_cluster(directory: Path, nodes: int, devices: int, pods: int, tainted_
         yaml.safe_dump_all(docs, f, sort_keys=False)
 
 
-def pod_body(p: int, node_names: list[str]) -> dict:
+def pod_body(p: int, node_names: list[str]) -> dict[str, Any]:
     return {
         "Pod": {
             "metadata": {"name": f"pod-{p}", "namespace": "default", "uid": f"uid-{p}"},
@@ -121,7 +122,7 @@ def pod_body(p: int, node_names: list[str]) -> dict:
     }
 
 
-def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict:
+def run(nodes: int, devices: int, pods: int, tainted_pools: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="dra-bench-"))
     try:
         print(f"writing cluster: {nodes} nodes x {devices} devices, {pods} pods", flush=True)

@@ -24,7 +24,8 @@ BEGIN, END = "<!-- bench-table -->", "<!-- /bench-table -->"
 
 
 def _load(name: str) -> dict[str, Any]:
-    return json.loads((RESULTS / f"{name}.json").read_text())
+    loaded: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text())
+    return loaded
 
 
 def _cores(data: dict[str, Any]) -> str:
@@ -240,7 +241,7 @@ def readme_block(text: str) -> str:
     found = re.findall(rf"{re.escape(BEGIN)}\n(.*?){re.escape(END)}", text, re.S)
     if len(found) != 1:
         raise SystemExit(f"README.md needs exactly one {BEGIN} ... {END} block")
-    return found[0]
+    return str(found[0])
 
 
 def main(argv: list[str]) -> int:

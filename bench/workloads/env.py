@@ -48,9 +48,9 @@ class Env:
         self.tmp = tmp / f"{label}-{mode}"
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.objects = objects
-        self.api_proc: subprocess.Popen | None = None
+        self.api_proc: subprocess.Popen[str] | None = None
         self.api_url = ""
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.client: httpx.Client | None = None
         self.port = 0
         self.api: httpx.Client | None = None
@@ -87,10 +87,11 @@ class Env:
                 )
             args = ["--source", str(directory)]
         else:
-            self.api_proc, self.api_url, kubeconfig = start_fake_api(self.tmp, module="bench.fakeapi_frozen")  # freezes its heap on SIGUSR1
+            api_proc, self.api_url, kubeconfig = start_fake_api(self.tmp, module="bench.fakeapi_frozen")  # freezes its heap on SIGUSR1
+            self.api_proc = api_proc
             self.api = httpx.Client(base_url=self.api_url, timeout=120, headers={"Content-Type": "application/json"})
             seed(self.api, self.objects)
-            self.api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
+            api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
             args = ["--kubeconfig", str(kubeconfig), "--standalone"]
         self.seed_s = time.perf_counter() - t
         self.objects = []  # not needed any more (memory of the bench client)
@@ -181,7 +182,7 @@ class Env:
             stop_process(self.api_proc)
 
 
-def start_noop(tmp: Path) -> tuple[subprocess.Popen, str]:
+def start_noop(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     log = tmp / "noop.log"
     proc = subprocess.Popen(

@@ -28,7 +28,7 @@ def loadavg() -> list[float]:
 
 
 def machine() -> dict[str, Any]:
-    from bench.bench_reflector import machine as m
+    from kubesim.measure import machine as m
 
     return m()
 
@@ -119,7 +119,9 @@ def _throughput(w: dict[str, Any]) -> list[str]:
         rows.append(_row(name, "no-op (after)", r["noop_after"]))
     for name in ("Partitions", "Partitions5k"):
         r = w.get(name)
-        for variant in ("plain", "partitioned") if r else ():
+        if not r:
+            continue
+        for variant in ("plain", "partitioned"):
             for mode in ("source", "cluster"):
                 if mode in r.get(variant, {}):
                     ratio = r[variant][mode].get("ratio_to_plain", "")

@@ -207,27 +207,29 @@ def watch_burst(env: Env, devices: int, claims: list[PodClaim], *, slices: int, 
 
             await asyncio.gather(*(worker() for _ in range(32)))
 
+    assert env.proc is not None, "the extender runs"
+    pid = env.proc.pid
     asyncio.run(push())
     pushed = time.perf_counter() - t0
     want = before + len(jobs)
     peak_during = 0.0
     while time.perf_counter() - t0 < 600:
-        peak_during = max(peak_during, proc_status_mb(env.proc.pid, "VmRSS"))  # type: ignore[union-attr]
+        peak_during = max(peak_during, proc_status_mb(pid, "VmRSS"))
         if tracker_events(env) >= want:
             break
         time.sleep(0.2)
     applied = time.perf_counter() - t0
     print(
-        f"    watch burst: {len(jobs)} writes in {pushed:.1f} s, applied after {applied:.1f} s; peak RSS {proc_status_mb(env.proc.pid, 'VmHWM'):.0f} MB",
+        f"    watch burst: {len(jobs)} writes in {pushed:.1f} s, applied after {applied:.1f} s; peak RSS {proc_status_mb(pid, 'VmHWM'):.0f} MB",
         flush=True,
-    )  # type: ignore[union-attr]
+    )
     return {
         "writes": len(jobs),
         "push_s": round(pushed, 2),
         "applied_s": round(applied, 2),
-        "rss_mb_after": round(proc_status_mb(env.proc.pid, "VmRSS"), 1),
-        "peak_rss_mb": round(proc_status_mb(env.proc.pid, "VmHWM"), 1),
-    }  # type: ignore[union-attr]
+        "rss_mb_after": round(proc_status_mb(pid, "VmRSS"), 1),
+        "peak_rss_mb": round(proc_status_mb(pid, "VmHWM"), 1),
+    }
 
 
 def tracker_events(env: Env) -> float:

@@ -122,7 +122,7 @@ def rule_cost_in_process(nodes: int, devices: int, events: int) -> dict[str, Any
     assert problem is None, problem
     sig = cache.signature(claims)
     names = [node_name(i) for i in range(min(nodes, 500))]
-    node_objs = [(state.nodes.get(n), None) for n in names]
+    node_objs = [(state.nodes[n], None) for n in names]
     cache.verdicts(sig, claims, node_objs)  # warm
     add, delete, after = [], [], []
     rv = 10_000_000
