@@ -95,7 +95,7 @@ class KubeSchedulerModel:
                 self.bound_at.setdefault(k, now())
                 self.bound_node[k] = new["spec"]["nodeName"]  # type: ignore[index]  # assigned_new: the pod has a spec
                 self.assumed.pop(k, None)
-                if pod_devices(new):  # type: ignore[arg-type]  # assigned_new: new is a pod
+                if new is not None and pod_devices(new):
                     self.allocation_unseen.add(k)
                 self.queue.forget(k)
                 self.stats.requeue_events["Pod/AssignedPodAdd"] += 1
