@@ -204,7 +204,7 @@ def memory_5k() -> tuple[str, str, str]:
 
 def real_control_plane() -> tuple[str, str, str]:
     """The extender behind a real kube-scheduler and kube-apiserver 1.36 at 5000x8 (bench/real_control_plane.py)."""
-    d = _load("real-control-plane-5000x8-merged")
+    d = _load("real-control-plane-5000x8-quiet-gate")
     start, end = d["machine_at_start"], d["machine_at_end"]
     return (
         "[real control plane](bench/results/real-control-plane-5000x8.md): kube-apiserver, kube-controller-manager and "
