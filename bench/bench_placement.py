@@ -58,7 +58,7 @@ import httpx
 import orjson
 
 from bench.common import RESULTS
-from kubesim.measure import machine, pct
+from kubesim.measure import loadavg, machine, pct
 from kubesim.objects import GPU_GI, PARTITIONS_GI, device_class, node_slice, partitioned_slices
 from kubesim.processes import free_port, start_fake_api, start_server, stop_process
 from kubesim.processes import seed as seed_objects
@@ -298,9 +298,9 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
         ]
         ext_proc, client = start_server([*cmd, "--node-placement", policy], port, tmp / "extender.log", timeout=300)
         client.close()
-        load_before = _loadavg()
+        load_before = loadavg()
         phases = asyncio.run(_drive(api_url, f"http://127.0.0.1:{port}", nodes, seed, settle))
-        return {"policy": policy, "phases": phases, "loadavg_before": load_before, "loadavg_after": _loadavg()}
+        return {"policy": policy, "phases": phases, "loadavg_before": load_before, "loadavg_after": loadavg()}
     finally:
         if ext_proc is not None:
             stop_process(ext_proc)
@@ -367,13 +367,6 @@ def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
         return asyncio.run(run(tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _loadavg() -> list[float]:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return []
 
 
 def markdown(report: dict[str, Any]) -> str:

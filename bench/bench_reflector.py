@@ -45,7 +45,7 @@ import orjson
 
 from bench.common import RESULTS
 from kubesim import objects
-from kubesim.measure import Cpu, machine, pct, proc_status_mb
+from kubesim.measure import Cpu, loadavg, machine, pct, proc_status_mb
 from kubesim.objects import device_class, node_slice
 from kubesim.processes import free_port, seed, start_extender, start_fake_api, stop_process
 
@@ -713,9 +713,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=32)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    load_before = _loadavg()
+    load_before = loadavg()
     result = run(args.slices, args.devices, args.pods, args.slice_updates, args.claim_updates, args.parallel)
-    result["machine"]["loadavg"] = {"before": load_before, "after": _loadavg()}
+    result["machine"]["loadavg"] = {"before": load_before, "after": loadavg()}
     result["notes"] = notes(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reflector.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -742,13 +742,6 @@ FINDINGS = [
     "devices (~30 %), the patched views and taint rules, the CEL activation of each new device version for the "
     "class warm-up, and GC.",
 ]
-
-
-def _loadavg() -> list[float]:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return []
 
 
 def notes(r: dict[str, Any]) -> list[str]:

@@ -55,12 +55,13 @@ from bench.common import RESULTS
 from bench.workloads import env
 from bench.workloads.partitions import partitions, partitions_5k
 from bench.workloads.plots import plots
-from bench.workloads.report import loadavg, machine, markdown, steal_seconds
+from bench.workloads.report import markdown
 from bench.workloads.runs import Config
 from bench.workloads.scale5k import scale5k
 from bench.workloads.slice_events import slice_events
 from bench.workloads.taint_churn import taint_churn
 from bench.workloads.template import first_available, scheduling_with_template, steady_state, toleration
+from kubesim.measure import loadavg, machine, steal_seconds
 
 WORKLOADS: dict[str, Callable[[Config, Path], dict[str, Any]]] = {
     "SchedulingWithResourceClaimTemplate": scheduling_with_template,

@@ -38,6 +38,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages ([] if unreadable)."""
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return []
+
+
+def steal_seconds() -> float | None:
+    """CPU time the hypervisor gave to other guests, summed over this machine's CPUs (/proc/stat); None off Linux.
+
+    On a shared VM a run whose every latency is higher than its neighbours' (same code, same load average) is
+    often one that lost CPU this way: the difference over a run is recorded with it.
+    """
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def machine() -> dict[str, Any]:
     """Cores, CPU model, Python and platform, plus the load average: results on a shared machine need it."""
     model = ""

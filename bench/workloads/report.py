@@ -2,35 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
-
-
-def steal_seconds() -> float | None:
-    """CPU time the hypervisor gave to other guests, summed over this machine's CPUs (/proc/stat); None off Linux.
-
-    On a shared VM a run whose every latency is higher than its neighbours' (same code, same load average) is
-    often one that lost CPU this way: the difference over a run is recorded with it.
-    """
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def loadavg() -> list[float]:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return []
-
-
-def machine() -> dict[str, Any]:
-    from kubesim.measure import machine as m
-
-    return m()
 
 
 def _lat(r: dict[str, Any], verb: str) -> str:
