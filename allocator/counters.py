@@ -83,6 +83,18 @@ def larger_consumption(recorded: tuple[CounterConsumption, ...], now: tuple[Coun
     return tuple(CounterConsumption(set_name, counters) for set_name, counters in merged.items())
 
 
+def exceeds(recorded: tuple[CounterConsumption, ...], now: tuple[CounterConsumption, ...]) -> bool:
+    """Whether `recorded` takes more of some counter than `now` does (negatives as zero): a held device's
+    slice now says it consumes less than it was charged."""
+    is_now = _sums(now)
+    return any(v > is_now.get(key, 0) for key, v in _sums(recorded).items())
+
+
+def describe_consumption(consumption: tuple[CounterConsumption, ...]) -> str:
+    """`gpu-0/memory 20Gi, gpu-0/cores 2`: a device's consumption per counter, for messages ("" for none)."""
+    return ", ".join(f"{s}/{name} {format_quantity(v)}" for (s, name), v in sorted(_sums(consumption).items()))
+
+
 def _subtract(tally: Tally, consumption: tuple[CounterConsumption, ...]) -> None:
     for use in consumption:
         left = tally.get(use.counter_set)

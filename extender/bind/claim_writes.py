@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from allocator.counter_record import COUNTERS_ANNOTATION, format_counter_record
 from allocator.extended_resources import RequestMapping, claim_manifest
 from allocator.failures import REASON_NOT_BOUND, Failure, plain
 from allocator.parse import parse_resource_claim
@@ -147,7 +148,7 @@ class ClaimWrites:
             written.append(record)
         version = held.resource_version
         if allocation is not None:
-            version = await self._protect(ns, name, held, record)
+            version = await self._protect(ns, name, held, record, self._counter_record(allocation))
             devices = frozenset(r.device_id for r in allocation.results)
             record.allocated = devices  # before the write: one that times out may still land
             self.foreign.expect(claim.key, devices)
@@ -168,14 +169,36 @@ class ClaimWrites:
         record.reserved = True
         self.apply(raw)
 
-    async def _protect(self, ns: str, name: str, held: ClaimStatus, record: Written) -> str:
-        """The delete-protection finalizer before an allocation; returns the resourceVersion to write against next."""
+    def _counter_record(self, allocation: AllocationResult) -> str:
+        """The annotation recording what the allocation's devices are charged of their counters ("" if none are).
+
+        The figures are the ledger's (the decision reserved the devices, so each is recorded): what the
+        pool is charged for them now, read back after a restart (allocator/counter_record.py).
+        """
+        charged = {}
+        for r in allocation.results:
+            consumption = None if r.admin_access else self.state.recorded_counters(r.device_id)
+            if consumption:
+                charged[r.device_id] = consumption
+        return format_counter_record(allocation.allocation_timestamp, charged) if charged else ""
+
+    async def _protect(self, ns: str, name: str, held: ClaimStatus, record: Written, counters: str) -> str:
+        """Before an allocation, in one metadata write: the delete-protection finalizer and the counter record.
+
+        Written before the allocation, so an allocation of ours never lands without its record; a record
+        whose allocation then fails names another allocationTimestamp and is ignored. Returns the
+        resourceVersion to write against next.
+        """
         finalizers = list(held.finalizers)
-        if DELETE_PROTECTION_FINALIZER in finalizers:
+        metadata: dict[str, Any] = {"resourceVersion": held.resource_version}
+        if DELETE_PROTECTION_FINALIZER not in finalizers:
+            metadata["finalizers"] = [*finalizers, DELETE_PROTECTION_FINALIZER]
+        if counters:
+            metadata["annotations"] = {COUNTERS_ANNOTATION: counters}
+        if len(metadata) == 1:
             return held.resource_version
-        patch = {"metadata": {"resourceVersion": held.resource_version, "finalizers": [*finalizers, DELETE_PROTECTION_FINALIZER]}}
-        raw = await self.source.patch_claim(ns, name, patch)
-        record.finalizer_added = True
+        raw = await self.source.patch_claim(ns, name, {"metadata": metadata})
+        record.finalizer_added = "finalizers" in metadata
         self.apply(raw)
         return parse_claim_status(raw).resource_version
 
