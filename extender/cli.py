@@ -433,12 +433,10 @@ def _bind_sockets(listen: tuple[str, int], probe: tuple[str, int] | None) -> lis
 def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metrics, events: EventRecorder | None) -> ClusterState:
     """The tracker's state, counting its events and logging device changes; a faulty object is counted, logged and told (events None: --read-only, not told)."""
     from extender.logs import device_change_logger
-    from tracker.state import DUPLICATE_SHARE_ID, ClusterState
+    from tracker.state import ClusterState
 
     def on_problem(problem: Problem) -> None:
-        metrics.object_problems.labels(problem.kind).inc()
-        if problem.reason == DUPLICATE_SHARE_ID:
-            metrics.duplicate_share_ids.inc()
+        metrics.object_problem(problem.kind, problem.reason)
         log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
         if events is not None:
             events.problem(problem)
