@@ -222,7 +222,7 @@ class AllocationLedger:
             if recorded is not None and did not in self._recorded:
                 self._charge(did, recorded)
             self._hold(did)
-            if record is None:
+            if record is None and self._recorded.get(did) != ():  # () consumes no counter: nothing to record
                 self._unrecorded.setdefault(did, set()).add(claim_key)
                 self._tell_unrecorded(did)
             if r.share_id is None:
@@ -306,6 +306,7 @@ class AllocationLedger:
 
     def _charge(self, did: DeviceID, claimed: tuple[CounterConsumption, ...]) -> None:
         """A claim's record of `did`: the device's record becomes the larger of both (with the slice's if never seen)."""
+        held = did in self._recorded
         had = self._recorded.get(did)
         now = self._lookup(did) if had is None else None
         base = claimed if had is None else larger_consumption(had, claimed)
@@ -313,6 +314,8 @@ class AllocationLedger:
             base = larger_consumption(base, now)
         if base is not had:
             self._record(did, base)
+            if held:
+                self._on_change(did)  # a held device charged more: the verdicts that counted it go
 
     def _tell_lowered(self, did: DeviceID, now: tuple[CounterConsumption, ...]) -> None:
         recorded = self._recorded.get(did)
