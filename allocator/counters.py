@@ -15,7 +15,8 @@ kube-scheduler 1.36's in-tree plugin would say it does:
 Deliberate differences (docs/design.md, "Counters and shares as allocated"):
 
 - An allocated device is charged what it consumed when it was allocated
-  (the allocated state's record), and the maximum of that and what its
+  (the allocated state's record, kept on the claim across restarts:
+  allocator/counter_record.py), and the maximum of that and what its
   current slice says per counter; upstream reads the current slices only, so
   a pool republished without an allocated device frees its counters.
 - A held device whose consumption was never seen (not in the current slices,
