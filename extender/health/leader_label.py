@@ -85,3 +85,8 @@ class LeaderLabel:
             if self.labelled:  # stopping: the Service stops sending deliveries here at once
                 self.is_leader = lambda: False
                 await asyncio.shield(self.step())
+                if self.labelled:
+                    log.error(
+                        "stopping with the health leader label still on the own pod: deliveries may reach it until it is gone",
+                        extra={"object": self.pod, "label": LABEL},
+                    )
