@@ -97,7 +97,7 @@ class Binder:
         background = BackgroundTasks()
         self.owners = PodOwners()  # a pod's claims: bound by its /bind or deallocated, never both at once
         self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, is_leader), timeout)
-        self.undo = BindUndo(source, self.claims, background, self._release)
+        self.undo = BindUndo(source, self.claims, background, self._release, is_leader)
         self.binding = BindingWait(state, source, self.claims, metrics, background, self.owners, timeout=binding_timeout)
 
     # ------------------------------------------------------------------ entry point
