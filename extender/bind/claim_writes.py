@@ -42,6 +42,12 @@ class BindFailed(Exception):
         super().__init__(self.failure.message)
 
 
+class NotLeading(SourceError):
+    """Leadership ended during a bind, before one of its writes: the write is not sent; the undo checks again."""
+
+    status = 0
+
+
 @dataclass(slots=True)
 class Written:
     """What one bind changed on one claim, so exactly that can be taken back."""
@@ -111,11 +117,23 @@ class ForeignAllocations:
 class ClaimWrites:
     """Reads, writes and re-reads the claims of one bind; the state hears of every write's result."""
 
-    def __init__(self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float) -> None:
+    def __init__(
+        self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float, is_leader: Callable[[], bool]
+    ) -> None:
         self.state = state
         self.source = source
         self.foreign = foreign
         self.timeout = timeout  # the bind budget, named in messages
+        self.is_leader = is_leader
+
+    def leading(self, key: str) -> None:
+        """Raise NotLeading unless this process leads: asked right before each write, so an ex-leader never writes.
+
+        The lead is counted from before its renewal was sent (tracker/apiserver/leadership.py), so a write
+        that starts while this holds starts inside the lease; the undo that follows a refusal checks again.
+        """
+        if not self.is_leader():
+            raise NotLeading(f"not leader: leadership ended before writing claim {key}")
 
     def apply(self, raw: dict[str, Any]) -> None:
         """A claim as the API server returned it, into the state at once, not only when the watch brings it.
@@ -147,6 +165,7 @@ class ClaimWrites:
             record = Written(claim.key)
             written.append(record)
         version = held.resource_version
+        self.leading(claim.key)
         if allocation is not None:
             version = await self._protect(ns, name, held, record, self._counter_record(allocation))
             devices = frozenset(r.device_id for r in allocation.results)
@@ -157,6 +176,7 @@ class ClaimWrites:
                 "status": {"allocation": allocation.to_api(), "reservedFor": [*reserved, reservation]},
             }
             try:
+                self.leading(claim.key)
                 raw = await self.source.patch_claim(ns, name, patch, status=True)
             except BaseException:
                 self.foreign.withdraw(claim.key, devices)
@@ -165,6 +185,7 @@ class ClaimWrites:
             self.apply(raw)
             return
         patch = {"metadata": {"resourceVersion": version}, "status": {"reservedFor": [*reserved, reservation]}}
+        self.leading(claim.key)
         raw = await self.source.patch_claim(ns, name, patch, status=True)
         record.reserved = True
         self.apply(raw)
@@ -208,12 +229,14 @@ class ClaimWrites:
             return
         kept = [f for f in held.finalizers if f != DELETE_PROTECTION_FINALIZER]
         patch = {"metadata": {"resourceVersion": held.resource_version, "finalizers": kept or None}}
+        self.leading(f"{held.namespace}/{held.name}")
         self.apply(await self.source.patch_claim(held.namespace, held.name, patch))
 
     async def create_extended(self, pod: Pod, extended: Extended, written: list[Written]) -> ResourceClaim:
         """Create the pod's extended-resource claim (generateName), after deleting a stale one."""
         ns = pod.meta.namespace
         stale = extended.stale
+        self.leading(f"{ns}/{pod.meta.name} (its extended-resource claim)")
         if stale is not None:
             with contextlib.suppress(SourceError):
                 await self.source.delete_claim(ns, stale.meta.name, stale.meta.uid)

@@ -149,3 +149,49 @@ async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> 
             assert not cluster.state.inflight, "the in-flight devices are released all the same"
         finally:
             await cluster.stop()
+
+
+def _leadership_ends_at(leading: list[bool], subresource: str) -> Callable[[RequestInfo], Any]:
+    """The Lease is lost while one claim write is on its way; the write itself lands."""
+
+    def react(info: RequestInfo) -> Any:
+        if info.method == "PATCH" and info.resource == "resourceclaims" and (info.subresource or "") == subresource:
+            leading[0] = False
+        return None
+
+    return react
+
+
+@pytest.mark.parametrize(
+    ("ends_at", "landed"),
+    [
+        pytest.param("", [("PATCH", "resourceclaims")], id="during the finalizer write: no allocation, no Binding"),
+        pytest.param(
+            "status", [("PATCH", "resourceclaims"), ("PATCH", "resourceclaims/status")], id="during the allocation write: no Binding"
+        ),
+    ],
+)
+async def test_a_bind_stops_writing_when_leadership_ends(tmp_path: Path, ends_at: str, landed: list[tuple[str, str]]) -> None:
+    """Each of a bind's writes asks whether this process still leads: an ex-leader never writes after its lead ended."""
+    leading = [True]
+    async with FakeApiServer() as api:
+        api.create(gpu_class())
+        api.create(node("n1", hostname=True))
+        api.create(node_slice("n1", 1))
+        api.create(claim("c1"))
+        pod = api.create(pod_with_claim("p1", "c1"))
+        cluster = ApiCluster(api, tmp_path, is_leader=lambda: leading[0])
+        try:
+            await cluster.start()
+            await cluster.caught_up()
+            api.add_reactor(_leadership_ends_at(leading, ends_at))
+            api.clear_requests()
+            answer = await cluster.bind(pod, "n1")
+            assert answer and "not leader" in str(answer) and not leading[0], answer
+            writes = [
+                (r.method, r.resource) for r in api.requests if r.method != "GET" and r.resource.startswith(("resourceclaims", "pods"))
+            ]
+            assert writes == landed, f"an ex-leader wrote {writes[len(landed) :]}"
+            assert not cluster.state.inflight, "the in-flight devices are released all the same"
+        finally:
+            await cluster.stop()
