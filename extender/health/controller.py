@@ -99,7 +99,7 @@ class HealthController:
         self.waiting: dict[tuple[str, str], tuple[str, ...]] = {}
         self.unmatched: dict[tuple[str, str], Unmatched] = {}
         self.last_signal: dict[tuple[str, str], float] = {}
-        self.status = PolicyStatus(source, self.clock)
+        self.status = PolicyStatus(source, self.clock, lambda name: self.policies.objects.get(name))
         self._failed = False
         self._error = ""  # the last write error of a pass
         self.failing: str | None = None  # the last pass's write error while writes fail: deliveries get 503
@@ -256,7 +256,7 @@ class HealthController:
         self.states.clear()
         self.written.clear()
         self._same.clear()
-        self.status.written.clear()
+        self.status.forget()
         self.dirty.clear()
         self.failing = None
 

@@ -1,6 +1,8 @@
 """What a DeviceHealthPolicy shows: its status subresource and its Events.
 
-A condition keeps its lastTransitionTime while its status holds. A policy's
+A condition keeps its lastTransitionTime while its status holds, across
+restarts and leader changes: the time is read back from the policy object
+the informer holds, as upstream's meta.SetStatusCondition does. A policy's
 status is written only when it changed, by one task per policy, off the
 delivery's path (a failure is retried by the controller's next pass); an
 invalid policy is warned about once per generation; Events are best effort.
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -53,11 +55,13 @@ class Unmatched:
 class PolicyStatus:
     """The policies' status subresources and Events, as the leader writes them."""
 
-    def __init__(self, source: Writes, clock: Clock) -> None:
+    def __init__(self, source: Writes, clock: Clock, current: Callable[[str], Mapping[str, Any] | None] = lambda _name: None) -> None:
         self.source = source
         self.clock = clock
+        self.current = current  # policy name -> the object as the informer last saw it
         self.written: dict[str, dict[str, Any]] = {}  # policy -> the status the API has
-        self._transitions: dict[tuple[str, str], tuple[str, str]] = {}  # (policy, condition) -> (status, time)
+        # (policy, condition) -> (status, time) this leadership wrote: the informer may not have it back yet.
+        self._transitions: dict[tuple[str, str], tuple[str, str]] = {}
         self._warned: set[tuple[str, int]] = set()
         self._events: set[asyncio.Task[None]] = set()
         self._pending: dict[str, dict[str, Any]] = {}
@@ -98,9 +102,23 @@ class PolicyStatus:
             name, {"observedGeneration": gen, "conditions": [self._condition(name, "Ready", "False", "Invalid", str(err))]}
         )
 
+    def forget(self) -> None:
+        """Leadership ended: what this process wrote may be overwritten by the next leader; read the objects back."""
+        self.written.clear()
+        self._transitions.clear()
+
+    def _observed(self, policy: str, type_: str) -> tuple[str, str] | None:
+        """The condition's (status, lastTransitionTime) on the policy object, if it has one."""
+        obj = self.current(policy)
+        conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+        for c in conditions:
+            if isinstance(c, dict) and c.get("type") == type_ and isinstance(c.get("lastTransitionTime"), str):
+                return str(c.get("status")), c["lastTransitionTime"]
+        return None
+
     def _condition(self, policy: str, type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
-        prev = self._transitions.get((policy, type_))
-        since = prev[1] if prev is not None and prev[0] == status else format_time(self.clock.now())
+        prev = self._transitions.get((policy, type_)) or self._observed(policy, type_)
+        since = prev[1] if prev is not None and prev[0] == status and prev[1] else format_time(self.clock.now())
         self._transitions[(policy, type_)] = (status, since)
         return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
 
