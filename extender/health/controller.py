@@ -29,6 +29,7 @@ from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
 from extender.health.alerts import Delivery
+from extender.health.failures import WriteFailures
 from extender.health.ladder import DeviceState
 from extender.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError, Rule, parse_policy
 from extender.health.resolver import Unresolved, device_key, resolve
@@ -99,10 +100,8 @@ class HealthController:
         self.waiting: dict[tuple[str, str], tuple[str, ...]] = {}
         self.unmatched: dict[tuple[str, str], Unmatched] = {}
         self.last_signal: dict[tuple[str, str], float] = {}
-        self.status = PolicyStatus(source, self.clock, lambda name: self.policies.objects.get(name))
-        self._failed = False
-        self._error = ""  # the last write error of a pass
-        self.failing: str | None = None  # the last pass's write error while writes fail: deliveries get 503
+        self.failures = WriteFailures(retry)  # per object, with backoff; and whether the API server is down
+        self.status = PolicyStatus(source, self.clock, lambda name: self.policies.objects.get(name), self.failures)
         self.dirty: set[tuple[str, str]] = set()  # policy rules whose devices deliveries changed, to write
         self._pins: dict[str, bool] = {}  # rule key -> pinned, as the tracker's events last said
         self._full = True  # a tracker or policy change: the next pass looks at every rule
@@ -258,7 +257,12 @@ class HealthController:
         self._same.clear()
         self.status.forget()
         self.dirty.clear()
-        self.failing = None
+        self.failures.clear()
+
+    @property
+    def failing(self) -> str | None:
+        """The write error while the API server as a whole cannot be written: deliveries get 503 (failures.py)."""
+        return self.failures.down
 
     async def _load(self) -> None:
         """Every rule we own, listed fresh from the API (not the tracker's cache, which may lag a hand-over)."""
@@ -466,7 +470,6 @@ class HealthController:
                 return now + self.retry
         policies = self.valid_policies()
         times: list[float] = []
-        self._failed = False
         for policy in policies:
             for rule in policy.rules:
                 ident = (policy.name, rule.name)
@@ -481,19 +484,20 @@ class HealthController:
                 nxt = await self._reconcile_rule(policy, rule, now)
                 if nxt is not None:
                     times.append(nxt)
-            self.status.write(policy.name, self.status.render(policy, self.states, self.unmatched, self.waiting, self.last_signal))
+            self.status.write(
+                policy.name, self.status.render(policy, self.states, self.unmatched, self.waiting, self.last_signal), policy.uid
+            )
         if only is None:
             await self._remove_orphans(policies)
             self._forget_devices_without_state()
         for name in sorted(self.policies.objects):
             err = self.policy_error(name)
             if err is not None:
-                failed = await self.status.invalid(name, self.policies.objects[name], err)
-                if failed is not None:
-                    self._failed, self._error = True, failed
-        if self._failed:
-            times.append(now + self.retry)
-        self.failing = self._error if self._failed else None
+                await self.status.invalid(name, self.policies.objects[name], err)
+        self.failures.look()
+        retry = self.failures.next_at(now)
+        if retry is not None:
+            times.append(retry)
         return min(times) if times else None
 
     def _fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
@@ -540,11 +544,16 @@ class HealthController:
             async with sem:
                 await coro
 
-        jobs = [self._clear(policy, rule, key, states[key]) for key in d.cleared]
+        jobs = []
+        for key in d.cleared:
+            if self.failures.due(self._name(policy, rule, key), now):
+                jobs.append(self._clear(policy, rule, key, states[key]))
+            else:
+                d.states.setdefault(key, states[key])  # its delete failed before: still there, tried again when due
         jobs += [
             self._put(policy, rule, key, st, key in d.escalated)
             for key, st in d.states.items()
-            if not self._unchanged(policy, rule, key, st)
+            if not self._unchanged(policy, rule, key, st) and self.failures.due(self._name(policy, rule, key), now)
         ]
         await asyncio.gather(*(bounded(j) for j in jobs))
         await self._guard(policy, rule, d.waiting)
@@ -606,9 +615,9 @@ class HealthController:
                         policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0][2]} -> {effect} ({st.cause})"
                     )
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed, self._error = True, str(e)
-            log.warning("health rule write failed", extra={"object": name, "err": str(e)})
+            self._write_failed(policy, name, e)
             return
+        self.failures.succeeded(name)
         self.written[name] = (taint, annotation)
         self._same[name] = (st, taint)
         log.info("health rule written", extra={"object": name, "device": str(did), "effect": effect, "step": st.step})
@@ -633,12 +642,21 @@ class HealthController:
         except NotFound:
             pass
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed, self._error = True, str(e)
+            self._write_failed(policy, name, e)
             self.states.setdefault((policy.name, rule.name), {}).setdefault(key, st)  # still there: try again (unless fired anew)
-            log.warning("health rule delete failed", extra={"object": name, "err": str(e)})
             return
         self._forget_rule(name, (policy.name, rule.name, key))
         self.status.event(policy, "Normal", "DeviceCleared", f"{did} ({node}): {rule.name} cleared after {rule.clear_after:g}s resolved")
+
+    def _write_failed(self, policy: Policy, name: str, err: BaseException) -> None:
+        """A rule write failed: retried with backoff; its policy's status says so, and an Event once per streak."""
+        f = self.failures.failed(name, policy.name, f"DeviceTaintRule {name}", err, self.clock.now())
+        log.warning(
+            "health rule write failed",
+            extra={"object": name, "policy": policy.name, "err": str(err), "attempts": f.attempts, "retry_at": format_time(f.next_at)},
+        )
+        if f.attempts == 1:
+            self.status.event(policy, "Warning", "RuleWriteFailed", f"DeviceTaintRule {name}: {err}")
 
     async def _guard(self, policy: Policy, rule: Rule, waiting: tuple[str, ...]) -> None:
         ident = (policy.name, rule.name)
@@ -669,13 +687,17 @@ class HealthController:
             for key in list(self.states[ident]):
                 did = self.where[key][0]
                 name = rule_name(ident[0], ident[1], did)
+                if not self.failures.due(name, self.clock.now()):
+                    continue
                 try:
                     await write(self.source, "DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
                 except NotFound:
                     pass
                 except (SourceError, OSError, TimeoutError) as e:
-                    self._failed, self._error = True, str(e)
+                    f = self.failures.failed(name, ident[0], f"DeviceTaintRule {name}", e, self.clock.now())
+                    log.warning("orphaned health rule delete failed", extra={"object": name, "err": str(e), "attempts": f.attempts})
                     continue
+                self.failures.succeeded(name)
                 self._forget_rule(name, (*ident, key))
                 del self.states[ident][key]
             if not self.states[ident]:
@@ -686,6 +708,7 @@ class HealthController:
         self.written.pop(name, None)
         self._same.pop(name, None)
         self._names.pop(named, None)
+        self.failures.forget(name)
 
     def _forget_devices_without_state(self) -> None:
         """A device no rule has a state for is no longer placed (`where`): devices come and go with alerts.
