@@ -55,6 +55,14 @@ class HealthSource(Transport, Writes, Protocol):
     """What the controller needs of the API server (ApiSource provides it): requests, sends and Events."""
 
 
+class SelectorFailed(Exception):
+    """A rule's selector `index` failed at run time on a device (CEL's error)."""
+
+    def __init__(self, index: int, error: str) -> None:
+        super().__init__(error)
+        self.index, self.error = index, error
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What the receiver answers a delivery."""
@@ -105,7 +113,8 @@ class HealthController:
         self.dirty: set[tuple[str, str]] = set()  # policy rules whose devices deliveries changed, to write
         self._pins: dict[str, bool] = {}  # rule key -> pinned, as the tracker's events last said
         self._full = True  # a tracker or policy change: the next pass looks at every rule
-        self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
+        self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int], tuple[int, DeviceID, str] | None]] = {}
+        self._failing_selectors: dict[str, PolicyError] = {}  # policy -> its selector that fails at run time
         self._names: dict[tuple[str, str, str], str] = {}
         self._same: dict[str, tuple[DeviceState, Taint]] = {}  # rule name -> the state and taint `written` holds
         state.subscribe(self._tracker_event)
@@ -134,7 +143,7 @@ class HealthController:
                 self._changed()
 
     def valid_policies(self) -> list[Policy]:
-        """The policies that parse, in name order; a faulty one is warned about once per generation."""
+        """The policies that parse and whose selectors evaluate on the rules' devices, in name order."""
         out = []
         for name, obj in sorted(self.policies.objects.items()):
             rv = obj["metadata"].get("resourceVersion", "")
@@ -147,8 +156,28 @@ class HealthController:
                     parsed = e
                 self._parsed[name] = cached = (rv, parsed)
             if isinstance(cached[1], Policy):
-                out.append(cached[1])
+                failed = self._runtime_error(cached[1])
+                if failed is None:
+                    self._failing_selectors.pop(name, None)
+                    out.append(cached[1])
+                else:
+                    self._failing_selectors[name] = failed
+            else:
+                self._failing_selectors.pop(name, None)
         return out
+
+    def _runtime_error(self, policy: Policy) -> PolicyError | None:
+        """A selector that fails at run time on a device of its rule's driver makes the policy invalid, as upstream
+        DRA makes a claim's allocation fail rather than read the error as false (docs/health.md, Selectors)."""
+        for i, rule in enumerate(policy.rules):
+            failed = self._fleet_error(rule)
+            if failed is not None:
+                j, did, err = failed
+                return PolicyError(
+                    f"spec.rules[{i}].devices.selectors[{j}].cel.expression",
+                    f"{rule.selectors[j]!r} fails at run time on device {did}: {err}",
+                )
+        return None
 
     def _validate_cel(self, policy: Policy) -> None:
         for i, rule in enumerate(policy.rules):
@@ -160,7 +189,9 @@ class HealthController:
 
     def policy_error(self, name: str) -> PolicyError | None:
         cached = self._parsed.get(name)
-        return cached[1] if cached is not None and isinstance(cached[1], PolicyError) else None
+        if cached is not None and isinstance(cached[1], PolicyError):
+            return cached[1]
+        return self._failing_selectors.get(name)
 
     # ------------------------------------------------------------------ the loop
 
@@ -381,14 +412,19 @@ class HealthController:
         return outcome
 
     def _selected(self, rule: Rule, device: DeviceView) -> bool:
-        if device.id.driver != rule.driver:
+        """Whether the rule covers the device; a selector that fails on it does not (and makes its policy invalid)."""
+        try:
+            return device.id.driver == rule.driver and self._matches(rule, device)
+        except SelectorFailed:
             return False
-        for expr in rule.selectors:
+
+    def _matches(self, rule: Rule, device: DeviceView) -> bool:
+        for j, expr in enumerate(rule.selectors):
             try:
                 if not self.state.cel.evaluate(self.state.cel.compile(expr), device):
                     return False
-            except ValueError:
-                return False
+            except ValueError as e:
+                raise SelectorFailed(j, getattr(e, "reason", str(e))) from None
         return True
 
     # ------------------------------------------------------------------ driver taints
@@ -492,6 +528,7 @@ class HealthController:
             self._forget_devices_without_state()
         for name in sorted(self.policies.objects):
             err = self.policy_error(name)
+            self.metrics.health_invalid_policy.labels(name).set(0 if err is None else 1)
             if err is not None:
                 await self.status.invalid(name, self.policies.objects[name], err)
         self.failures.look()
@@ -502,22 +539,37 @@ class HealthController:
 
     def _fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
         """The rule's devices, cluster-wide and per node; recounted only when the tracker's state changed."""
+        cached = self._fleet_entry(rule)
+        return cached[1], cached[2]
+
+    def _fleet_error(self, rule: Rule) -> tuple[int, DeviceID, str] | None:
+        """The first selector (its index) that fails at run time on a device of the rule's driver, the device and the error."""
+        return self._fleet_entry(rule)[3]
+
+    def _fleet_entry(self, rule: Rule) -> tuple[int, int, dict[str, int], tuple[int, DeviceID, str] | None]:
         key = (rule.driver, rule.selectors)
         cached = self._fleets.get(key)
-        if cached is not None and cached[0] == self.state.generation:
-            return cached[1], cached[2]
-        total, per_node = self._count_fleet(rule)
-        self._fleets[key] = (self.state.generation, total, per_node)
-        return total, per_node
+        if cached is None or cached[0] != self.state.generation:
+            cached = self._fleets[key] = (self.state.generation, *self._count_fleet(rule))
+        return cached
 
-    def _count_fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
+    def _count_fleet(self, rule: Rule) -> tuple[int, dict[str, int], tuple[int, DeviceID, str] | None]:
         total, per_node = 0, dict[str, int]()
+        failed: tuple[int, DeviceID, str] | None = None
         for view in self.state.devices.values():
-            if view.id.driver == rule.driver and self._selected(rule, view):
-                total += 1
-                node = view.node_name or ""
-                per_node[node] = per_node.get(node, 0) + 1
-        return total, per_node
+            if view.id.driver != rule.driver:
+                continue
+            try:
+                if not self._matches(rule, view):
+                    continue
+            except SelectorFailed as e:
+                if failed is None or device_key(view.id) < device_key(failed[1]):  # the same one on every replica
+                    failed = (e.index, view.id, e.error)
+                continue
+            total += 1
+            node = view.node_name or ""
+            per_node[node] = per_node.get(node, 0) + 1
+        return total, per_node, failed
 
     async def _reconcile_rule(self, policy: Policy, rule: Rule, now: float) -> float | None:
         ident = (policy.name, rule.name)

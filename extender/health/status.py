@@ -20,7 +20,7 @@ from extender.eviction.clock import Clock, format_time
 from extender.health import ladder
 from extender.health.failures import WriteFailures
 from extender.health.ladder import DeviceState
-from extender.health.policy import GROUP, KIND, POLICIES, VERSION, Policy, PolicyError
+from extender.health.policy import DEFAULT_GUARD, GROUP, KIND, POLICIES, VERSION, Policy, PolicyError
 from tracker.source import NotFound, SourceError, status_error
 
 log = logging.getLogger("dra_extender.health")
@@ -166,6 +166,9 @@ class PolicyStatus:
                 entry["lastUnmatched"] = u.last
             if ident in last_signal:
                 entry["lastSignal"] = format_time(last_signal[ident])
+            guard_in_force = rule.guard_status()
+            if guard_in_force is not None:
+                entry["guard"] = guard_in_force
             rules.append(entry)
         guard = (
             self._condition(
@@ -179,7 +182,32 @@ class PolicyStatus:
             else self._condition(policy.name, "GuardTripped", "False", "WithinLimits", "No device is held by the guard.")
         )
         ready = self._condition(policy.name, "Ready", "True", "DryRun" if policy.dry_run else "Enforcing", f"mode {policy.mode}")
-        return {"observedGeneration": policy.generation, "conditions": [ready, guard, self._written(policy)], "rules": rules}
+        conditions = [ready, guard, self._guarded(policy), self._written(policy)]
+        return {"observedGeneration": policy.generation, "conditions": conditions, "rules": rules}
+
+    def _guarded(self, policy: Policy) -> dict[str, Any]:
+        """Guarded: False while a rule that can reach NoExecute has a guard with no limit (a Warning Event once per generation)."""
+        unlimited = [r.name for r in policy.rules if r.guard_origin == "unlimited"]
+        defaulted = [r.name for r in policy.rules if r.guard_origin == "default"]
+        if unlimited:
+            message = (
+                f"rule(s) {', '.join(unlimited)} set a guard with no limit: a mass failure can put every device "
+                "they cover at NoExecute at once"
+            )
+            if (policy.name, policy.generation, "unlimited") not in self._warned:
+                self._warned.add((policy.name, policy.generation, "unlimited"))
+                log.warning("DeviceHealthPolicy guard sets no limit", extra={"object": policy.name, "rules": ",".join(unlimited)})
+                self.event(policy, "Warning", "GuardUnlimited", message)
+            return self._condition(policy.name, "Guarded", "False", "GuardUnlimited", message)
+        if defaulted:
+            return self._condition(
+                policy.name,
+                "Guarded",
+                "True",
+                "DefaultGuard",
+                f"rule(s) {', '.join(defaulted)} set no guard and have the default: {DEFAULT_GUARD.describe()}",
+            )
+        return self._condition(policy.name, "Guarded", "True", "PolicyGuard", "Every rule that can reach NoExecute has its own guard.")
 
     def _written(self, policy: Policy) -> dict[str, Any]:
         """RulesWritten: False while the API server refuses a write of one of the policy's rules (retried with backoff)."""
