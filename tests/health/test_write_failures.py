@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from extender.health.failures import server_wide
 from extender.health.policy import GROUP
 from extender.health.rules import POLICY_LABEL
 from kubesim.fakeapi import RequestInfo
@@ -14,6 +15,7 @@ from kubesim.fakeapi.store import ApiError
 from kubesim.objects import node
 from tests.eviction.harness import CRD, T0, seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice, xid_rule
+from tracker.source import status_error
 
 XID_48 = xid_rule(name="xid-48", signal={"alert": {"matchLabels": {"alertname": "GPUXid", "xid": "48"}}}, steps=[{"effect": "NoSchedule"}])
 
@@ -114,3 +116,29 @@ async def test_deliveries_are_refused_only_while_the_api_server_as_a_whole_canno
         {"alerts": {"firing" if outage.answer == 503 else "repeat": 1}},
     )
     assert len(rule_names(cluster)) == 2
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    name: str
+    error: BaseException
+    server_wide: bool
+
+
+VERDICTS = [
+    Verdict("422: the schema refuses the object", status_error(422, b'{"message": "Too long"}', "patch"), False),
+    Verdict("404: the object is gone", status_error(404, b"{}", "patch"), False),
+    Verdict("409: a conflict on the object", status_error(409, b"{}", "patch"), False),
+    Verdict("400: a bad request for the object", status_error(400, b"{}", "patch"), False),
+    Verdict("500", status_error(500, b"{}", "patch"), True),
+    Verdict("503", status_error(503, b"{}", "patch"), True),
+    Verdict("429: throttled", status_error(429, b"{}", "patch"), True),
+    Verdict("403: our identity may not write", status_error(403, b"{}", "patch"), True),
+    Verdict("connection refused", ConnectionRefusedError(111, "Connection refused"), True),
+    Verdict("timeout", TimeoutError(), True),
+]
+
+
+@pytest.mark.parametrize("verdict", VERDICTS, ids=lambda v: v.name)
+def test_which_failures_say_the_api_server_cannot_be_written(verdict: Verdict) -> None:
+    assert server_wide(verdict.error) is verdict.server_wide
