@@ -207,6 +207,8 @@ class PolicyStatus:
                 "DefaultGuard",
                 f"rule(s) {', '.join(defaulted)} set no guard and have the default: {DEFAULT_GUARD.describe()}",
             )
+        if all(r.guard_origin == "unused" for r in policy.rules):
+            return self._condition(policy.name, "Guarded", "True", "NoNoExecute", "No rule of the policy reaches NoExecute.")
         return self._condition(policy.name, "Guarded", "True", "PolicyGuard", "Every rule that can reach NoExecute has its own guard.")
 
     def _written(self, policy: Policy) -> dict[str, Any]:
