@@ -256,6 +256,12 @@ class Metrics:
         self.health_guard_trips = Counter(
             "dra_extender_health_guard_trips", "Times a health rule's guard held a device below NoExecute.", ["policy", "rule"], registry=r
         )
+        self.health_invalid_policy = Gauge(
+            "dra_extender_health_invalid_policy",
+            "1 for a DeviceHealthPolicy the controller cannot act on (a faulty field, a selector that fails), else 0.",
+            ["policy"],
+            registry=r,
+        )
         self.health_deliveries = Histogram(
             "dra_extender_health_delivery_duration_seconds",
             "Alert webhook deliveries by HTTP status, from the body read to the answer.",

@@ -138,7 +138,7 @@ def rules_in(cluster: HealthCluster) -> list[str]:
 async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succeed_then_the_queue_drains(cluster: HealthCluster) -> None:
     seed(cluster.api, node("node-a"), uuid_slice(2), policy())
     await cluster.start()
-    cluster.api.set_faults(error_rate=1.0, error_status=500, verbs=("create",), paths=("devicetaintrules",))
+    cluster.api.set_faults(error_rate=1.0, error_status=500, verbs=("create", "patch", "update", "delete"))  # no write gets through
     # Accepted into memory at once; the loop's write then fails.
     assert await cluster.post(GOOD) == (200, {"alerts": {"firing": 1}})
     assert rules_in(cluster) == []
@@ -148,7 +148,7 @@ async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succ
         assert status == 503 and "API server write failed" in answer["error"], answer
         await cluster.advance(1.0)  # the loop retries the write, still refused
     cluster.api.clear_faults()
-    await cluster.advance(1.0)  # the retry gets through: the queue drains
+    await cluster.advance(4.0)  # the retry (with backoff) gets through: the queue drains
     assert rules_in(cluster) == ["gpu-0"]
     assert await cluster.post(second) == (200, {"alerts": {"firing": 1}})  # Alertmanager's retry
     assert rules_in(cluster) == ["gpu-0", "gpu-1"]
