@@ -26,6 +26,14 @@ from allocator.types import (
     qualify,
 )
 
+# Kubernetes 1.34's alpha DRAPartitionableDevices put `sharedCounters` beside the devices consuming them
+# (counter sets scoped to the slice); from 1.35 a slice has one or the other and counter sets are the pool's.
+# The allocator knows only the second model, so the first is refused by name rather than half-understood.
+ALPHA_1_34_SHAPE = (
+    "sharedCounters and devices in one slice is Kubernetes 1.34's alpha partitionable-devices shape, not supported: "
+    "only one of sharedCounters or devices is allowed (1.35+), so publish the counter sets and the devices in separate slices of the pool"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceDigest:
@@ -297,7 +305,7 @@ def parse_resource_slice(
     )
     shared_counters = _parse_shared_counters(r, spec.get("sharedCounters"), "spec.sharedCounters")
     if shared_counters and devices:
-        raise r.fail("spec", "only one of sharedCounters or devices is allowed")
+        raise r.fail("spec.sharedCounters", ALPHA_1_34_SHAPE)
     _check_unique(r, [cs.name for cs in shared_counters], "spec.sharedCounters", "counter set name")
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None
     node_selector = spec.get("nodeSelector")
