@@ -12,7 +12,6 @@ from allocator.types import (
     DeviceTaintSelector,
 )
 
-
 # Upstream's v1alpha3 of 1.33-1.34 had `deviceClassName` and CEL `selectors`; 1.35 removed both and
 # v1beta2 (1.36) and v1 never had them. The project's CRD keeps them.
 _UPSTREAM_GROUP = "resource.k8s.io"

@@ -114,7 +114,13 @@ ROWS = [
     Row("new slices beside the old, lowered to 0", beside_the_old, "0", "full"),
     Row("new slices beside the old, lowered to 1Gi", beside_the_old, "1Gi", "part-c"),
     Row("no allocationTimestamp (binding conditions off), lowered to 0", same_generation, "0", "full", NO_BINDING_CONDITIONS),
-    Row("no allocationTimestamp (binding conditions off), new generation, lowered to 1Gi", new_generation, "1Gi", "part-c", NO_BINDING_CONDITIONS),
+    Row(
+        "no allocationTimestamp (binding conditions off), new generation, lowered to 1Gi",
+        new_generation,
+        "1Gi",
+        "part-c",
+        NO_BINDING_CONDITIONS,
+    ),
 ]
 
 
