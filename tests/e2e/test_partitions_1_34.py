@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kubesim.objects import claim, device_class, node, pod
 from tests.e2e.harness import Extender, filter_args
 
 DRIVER = "gpu.example.com"
@@ -46,41 +47,12 @@ def _slice_1_34(name: str, node: str, slice_count: int, parts: tuple[tuple[str, 
 
 
 def _objects() -> list[dict[str, Any]]:
-    objs: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in ("one", "dup")]
-    objs.append(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": "partition"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        }
-    )
-    objs.append(_slice_1_34("one", "one", 1, PARTITIONS))
+    objs = [node("one"), node("dup"), device_class("partition", DRIVER), _slice_1_34("one", "one", 1, PARTITIONS)]
     objs += [_slice_1_34("dup-0", "dup", 2, PARTITIONS[1:2]), _slice_1_34("dup-1", "dup", 2, PARTITIONS[2:])]
-    for name, size in (("a", "40Gi"), ("b", None)):
-        exactly: dict[str, Any] = {"deviceClassName": "partition"}
-        if size:
-            exactly["selectors"] = [{"cel": {"expression": f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{size}")) >= 0'}}]
-        objs.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": f"claim-{name}", "namespace": "default"},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-            }
-        )
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"pod-{name}", "namespace": "default", "uid": f"uid-pod-{name}"},
-                "spec": {
-                    "schedulerName": "dra-scheduler",
-                    "containers": [{"name": "c", "image": "x"}],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": f"claim-{name}"}],
-                },
-            }
-        )
+    whole = {"selectors": [{"cel": {"expression": f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0'}}]}
+    for name, exactly in (("a", whole), ("b", None)):
+        objs.append(claim(f"claim-{name}", device_class="partition", exactly=exactly))
+        objs.append(pod(f"pod-{name}", claims={"gpu": f"claim-{name}"}, scheduler="dra-scheduler", meta={"uid": f"uid-pod-{name}"}))
     return objs
 
 
