@@ -9,7 +9,11 @@ adds the delete-protection finalizer, before the allocation itself), and the
 next process reads them back. The record names the allocation it belongs to
 by its `allocationTimestamp`: a record left by a bind that was undone, or
 under an allocation someone else wrote later, is not this allocation's and
-is ignored (docs/design.md, "Counters and shares as allocated").
+is ignored (docs/design.md, "Counters and shares as allocated"). Without
+binding conditions no `allocationTimestamp` is written (as in-tree), so the
+key is "": a stale record then matches a later allocation without one too,
+but only for devices that allocation holds, and a held device is charged the
+larger of record and slice, so a stale record can only over-reserve.
 
 Format (JSON): `{"allocationTimestamp": "...", "devices": [{"driver", "pool",
 "device", "consumesCounters": [<as in a ResourceSlice>]}]}`.

@@ -11,6 +11,12 @@ device consumes a counter set or counter that does not exist.
 One deliberate difference: upstream treats every slice with shared counters
 as relevant to every node; here a counter-set slice joins a node's pool only
 through that pool (docs/design.md, "Partitionable devices").
+
+Kubernetes 1.34's alpha shape, `sharedCounters` and the devices consuming
+them in one slice, is a device slice that also brings counter sets (its
+devices consume only those, checked at parsing). 1.34 scopes a counter set
+to its slice, here to the pool: equal while names do not repeat in a pool,
+and a pool where they do is invalid, saying so.
 """
 
 from __future__ import annotations
@@ -43,8 +49,13 @@ class Pool:
         return f"{self.driver}/{self.name}"
 
 
+def _counters_only(s: SliceView) -> bool:
+    """A counter-set slice (1.35+): in every node's view of its pool. A 1.34 slice with devices too is a device slice."""
+    return bool(s.shared_counters) and not s.devices
+
+
 def _relevant(s: SliceView, node: Node, features: Features) -> bool:
-    if s.shared_counters:
+    if _counters_only(s):
         return features.partitionable_devices
     if s.per_device_node_selection:
         return features.partitionable_devices and any(d.reachable_from(node) for d in s.devices)
@@ -85,7 +96,7 @@ def gather_pools(
             for s in same:
                 if id(s) in mine:
                     continue
-                if s.shared_counters and features.partitionable_devices:
+                if _counters_only(s) and features.partitionable_devices:
                     pool.slices.append(s)  # counter sets belong to every node's view of the pool
                 else:
                     others.append(s)
@@ -101,8 +112,8 @@ def gather_pools(
 
 def _build(pool: Pool, others: list[SliceView], features: Features) -> None:
     pool.slices.sort(key=lambda s: s.name)
-    counter_slices = [s for s in pool.slices if s.shared_counters] if features.partitionable_devices else []
-    pool.slices = [s for s in pool.slices if not s.shared_counters]
+    counter_slices = [s for s in (*pool.slices, *others) if s.shared_counters] if features.partitionable_devices else []
+    pool.slices = [s for s in pool.slices if not _counters_only(s)]
     seen: set[str] = set()
     for s in pool.slices:
         for d in s.devices:
@@ -116,6 +127,11 @@ def _build(pool: Pool, others: list[SliceView], features: Features) -> None:
         for cs in s.shared_counters:
             if cs.name in pool.counter_sets:
                 pool.invalid = f"duplicate counter set name {cs.name}"
+                if any(c.devices for c in counter_slices):
+                    pool.invalid += (
+                        " (Kubernetes 1.34 scopes a counter set to its slice, the extender to the pool:"
+                        " not supported, give each slice's counter sets their own names)"
+                    )
                 return
             pool.counter_sets[cs.name] = cs.counters
     for group in (pool.slices, others):

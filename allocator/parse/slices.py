@@ -251,6 +251,29 @@ def _parse_request_policy(r: _Reader, raw: Any, path: str, value: Quantity) -> C
     return CapacityRequestPolicy(default=default)
 
 
+def _check_own_counter_sets(r: _Reader, shared_counters: Sequence[CounterSet], devices: Sequence[Device]) -> None:
+    """Kubernetes 1.34's alpha shape: `sharedCounters` beside the devices, which consume only those sets.
+
+    From 1.35 a slice holds one or the other and a device may consume any counter set of its pool; a
+    slice with both is valid only as 1.34 validated it (a device naming a set of another slice there is
+    neither version's shape).
+    """
+    sets = {cs.name: cs.counters for cs in shared_counters}
+    for i, device in enumerate(devices):
+        for j, use in enumerate(device.consumes_counters):
+            path = f"spec.devices[{i}].consumesCounters[{j}]"
+            counters = sets.get(use.counter_set)
+            if counters is None:
+                raise r.fail(
+                    f"{path}.counterSet",
+                    f"{use.counter_set}: must reference a counterSet defined in the ResourceSlice sharedCounters "
+                    "(a slice with both sharedCounters and devices has Kubernetes 1.34's shape)",
+                )
+            for name in use.counters:
+                if name not in counters:
+                    raise r.fail(f"{path}.counters", f"{name}: must reference a counter defined in the ResourceSlice sharedCounters")
+
+
 def _check_unique(r: _Reader, names: Sequence[str], path: str, what: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -297,7 +320,7 @@ def parse_resource_slice(
     )
     shared_counters = _parse_shared_counters(r, spec.get("sharedCounters"), "spec.sharedCounters")
     if shared_counters and devices:
-        raise r.fail("spec", "only one of sharedCounters or devices is allowed")
+        _check_own_counter_sets(r, shared_counters, devices)
     _check_unique(r, [cs.name for cs in shared_counters], "spec.sharedCounters", "counter set name")
     node_name = r.string(spec.get("nodeName"), "spec.nodeName") or None
     node_selector = spec.get("nodeSelector")

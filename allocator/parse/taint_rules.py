@@ -12,6 +12,11 @@ from allocator.types import (
     DeviceTaintSelector,
 )
 
+# Upstream's v1alpha3 of 1.33-1.34 had `deviceClassName` and CEL `selectors`; 1.35 removed both and
+# v1beta2 (1.36) and v1 never had them. The project's CRD keeps them.
+_UPSTREAM_GROUP = "resource.k8s.io"
+_WITHOUT_CLASS_AND_SELECTORS = frozenset({"v1beta2", "v1"})
+
 
 def parse_device_taint_rule(raw: Mapping[str, Any], *, group: str, default_time: str = "") -> DeviceTaintRule:
     r = _Reader(_object_ref("DeviceTaintRule", raw))
@@ -21,6 +26,12 @@ def parse_device_taint_rule(raw: Mapping[str, Any], *, group: str, default_time:
     selector = None
     if spec.get("deviceSelector") is not None:
         s = r.mapping(spec.get("deviceSelector"), "spec.deviceSelector")
+        api_version = raw.get("apiVersion")
+        if group == _UPSTREAM_GROUP and isinstance(api_version, str) and api_version.partition("/")[2] in _WITHOUT_CLASS_AND_SELECTORS:
+            for name in ("deviceClassName", "selectors"):
+                if s.get(name) is not None:
+                    # The API server would drop it and taint more devices; honouring it would taint fewer.
+                    raise r.fail(f"spec.deviceSelector.{name}", f"not a field of {api_version} (only of v1alpha3 in Kubernetes 1.33-1.34)")
         selector = DeviceTaintSelector(
             driver=r.string(s.get("driver"), "spec.deviceSelector.driver") or None,
             pool=r.string(s.get("pool"), "spec.deviceSelector.pool") or None,

@@ -291,7 +291,10 @@ class Binder:
             raise BindFailed(deleted.prefixed(REASON_NOT_BOUND, f"cannot bind pod {pod.key} to {node_name}: "))
         node = self.state.node(node_name) or Node(node_name)
         claims, extended = self._extended_claim(pod, claims, node)
-        outcome = self.state.allocate_on(self.allocator, node, claims, timestamp=rfc3339())
+        # As in-tree: `allocationTimestamp` only with binding conditions (upstream writes it when
+        # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are both on; it bounds their wait).
+        timestamp = rfc3339() if self.features.binding_conditions else ""
+        outcome = self.state.allocate_on(self.allocator, node, claims, timestamp=timestamp)
         if outcome.failure is not None:
             self.metrics.binds.labels("unschedulable").inc()
             raise BindFailed(outcome.failure.prefixed(REASON_NOT_BOUND, f"cannot bind pod {pod.key} to {node_name}: "))

@@ -207,7 +207,8 @@ class ClaimWrites:
         """Before an allocation, in one metadata write: the delete-protection finalizer and the counter record.
 
         Written before the allocation, so an allocation of ours never lands without its record; a record
-        whose allocation then fails names another allocationTimestamp and is ignored. Returns the
+        whose allocation then fails names another allocationTimestamp and is ignored (both "" without
+        binding conditions: then it can only over-reserve, allocator/counter_record.py). Returns the
         resourceVersion to write against next.
         """
         finalizers = list(held.finalizers)

@@ -7,11 +7,14 @@ built from the fake API server) starts; pod B asks for `full` (40Gi; or
 `part-c`, 30Gi, where part-a now says 1Gi). Before records, B was bound
 (60Gi or 50Gi of 40Gi promised). Now the claim's record
 (written with A's allocation) keeps part-a charged 20Gi: B fits nowhere, and
-the lowered slice is reported on A's claim.
+the lowered slice is reported on A's claim. With binding conditions off no
+`allocationTimestamp` is written (as in-tree): the record's key is "" and it
+still holds (row 13 of issue 41).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 import pytest
 
 from allocator.counter_record import COUNTERS_ANNOTATION
+from allocator.features import DEFAULT_FEATURES, Features
 from kubesim.fakeapi import FakeApiServer
 from kubesim.objects import claim, node
 from tests.extender.api_cluster import DRIVER, ApiCluster, gpu_class, pod_with_claim, until
@@ -96,6 +100,10 @@ class Row:
     republish: Callable[[FakeApiServer, str], None]
     part_a: str
     b_wants: str  # the device B asks for: what fits the counter only if part-a is charged what the slice says now
+    features: Features = DEFAULT_FEATURES
+
+
+NO_BINDING_CONDITIONS = Features(binding_conditions=False)
 
 
 ROWS = [
@@ -105,6 +113,14 @@ ROWS = [
     Row("new generation, lowered to 1Gi", new_generation, "1Gi", "part-c"),
     Row("new slices beside the old, lowered to 0", beside_the_old, "0", "full"),
     Row("new slices beside the old, lowered to 1Gi", beside_the_old, "1Gi", "part-c"),
+    Row("no allocationTimestamp (binding conditions off), lowered to 0", same_generation, "0", "full", NO_BINDING_CONDITIONS),
+    Row(
+        "no allocationTimestamp (binding conditions off), new generation, lowered to 1Gi",
+        new_generation,
+        "1Gi",
+        "part-c",
+        NO_BINDING_CONDITIONS,
+    ),
 ]
 
 
@@ -143,11 +159,15 @@ async def test_a_lowered_partition_stays_charged_across_a_restart(cluster: ApiCl
     api.create(device_claim("b", row.b_wants))
     pod_a = api.create(pod_with_claim("a", "a"))
     pod_b = api.create(pod_with_claim("b", "b"))
+    cluster.service_args["features"] = row.features
     await cluster.start()
     await cluster.caught_up()
     assert await cluster.bind(pod_a, NODE) == ""
     held = api.get("resourceclaims", "default", "a", group=GROUP)
     assert held is not None and COUNTERS_ANNOTATION in held["metadata"]["annotations"]
+    stamped = "allocationTimestamp" in held["status"]["allocation"]
+    assert stamped == row.features.binding_conditions, f"{row.name}: allocationTimestamp only with binding conditions (as in-tree)"
+    assert (json.loads(held["metadata"]["annotations"][COUNTERS_ANNOTATION])["allocationTimestamp"] != "") == stamped
 
     await cluster.stop()  # the extender stops; the driver republishes meanwhile
     row.republish(api, row.part_a)
