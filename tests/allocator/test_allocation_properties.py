@@ -74,8 +74,11 @@ def scenario(draw: st.DrawFn) -> Scenario:
         counters = draw(st.sampled_from([None, None, {"mem": str(draw(st.integers(1, 6)))}]))
         devices = []
         for _ in range(draw(st.integers(0 if s else 1, 5))):
-            d = dev(f"d{idx}", {"idx": idx, "numa": draw(st.integers(0, 2))}, taints=draw(taints_st))
-            if counters is not None and draw(st.integers(0, 3)):  # a device of such a pool may consume nothing
+            consumes = counters is not None and draw(st.integers(0, 3)) > 0  # a device of such a pool may consume nothing
+            # A consuming device is untainted half the time: a rejected one's charge is kept (see Oracle).
+            taints = draw(taints_st) if not consumes or draw(st.booleans()) else []
+            d = dev(f"d{idx}", {"idx": idx, "numa": draw(st.integers(0, 2))}, taints=taints)
+            if consumes:
                 d["consumesCounters"] = [{"counterSet": "cs", "counters": {"mem": {"value": str(draw(st.integers(1, 3)))}}}]
             devices.append(d)
             idx += 1
@@ -95,7 +98,7 @@ def scenario(draw: st.DrawFn) -> Scenario:
             e["count"] = draw(st.integers(1, 3))
         requests.append({"name": f"r{r}", "exactly": e})
     constraints = []
-    if draw(st.booleans()):
+    if draw(st.sampled_from([False, False, True])):
         constraints.append({draw(st.sampled_from(["matchAttribute", "distinctAttribute"])): NUMA})
     claims = [claim("c0", *requests, constraints=constraints)]
     if draw(st.booleans()):
