@@ -321,3 +321,7 @@ def test_allocation_agrees_with_the_oracle(s: Scenario) -> None:
     assert len(set(verdicts.values())) == 1, f"the paths disagree: {verdicts}"
     if outcomes[FIRST_FIT].ok:
         assert _assignment(outcomes[FIRST_FIT]) == _assignment(outcomes[FULL_SEARCH]), "first fit and the full search pick differently"
+        if oracle.defined:
+            # Upstream's order: requests in pod order, devices in pool order, the first fit wins; the
+            # oracle enumerates in that order, so its first witness is the answer.
+            assert _assignment(outcomes[FIRST_FIT]) == witness, "not the first assignment in pool order"
