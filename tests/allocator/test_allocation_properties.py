@@ -88,9 +88,20 @@ def scenario(draw: st.DrawFn) -> Scenario:
         slices.append(view(slice_(f"s{s}", devices, pool=f"p{s}", count=count, generation=generation)))
         if counters is not None:
             slices.append(view(slice_(f"s{s}-counters", [], pool=f"p{s}", count=count, generation=generation, counters={"cs": counters})))
+    drawn = [t for sl in slices for d in sl.devices for t in d.taints]
     requests = []
     for r in range(draw(st.integers(1, 3))):
-        e = {"deviceClassName": draw(st.sampled_from(["gpu", "even"])), "tolerations": draw(tolerations_st)}
+        tolerations = draw(tolerations_st)
+        if drawn and draw(st.booleans()):  # half the requests tolerate a taint that is there, by key or by value
+            t = draw(st.sampled_from(drawn))
+            tolerations.append(
+                draw(
+                    st.sampled_from(
+                        [{"key": t.key, "operator": "Exists"}, {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}]
+                    )
+                )
+            )
+        e = {"deviceClassName": draw(st.sampled_from(["gpu", "even"])), "tolerations": tolerations}
         # One in six: All rarely fits beside other requests, and refusals alone prove little.
         if draw(st.sampled_from([False] * 5 + [True])):
             e["allocationMode"] = "All"
