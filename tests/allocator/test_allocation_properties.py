@@ -92,15 +92,15 @@ def scenario(draw: st.DrawFn) -> Scenario:
     requests = []
     for r in range(draw(st.integers(1, 3))):
         tolerations = draw(tolerations_st)
-        if drawn and draw(st.booleans()):  # half the requests tolerate a taint that is there, by key or by value
+        if drawn and draw(st.booleans()):  # half the requests name a taint that is there: by key, by value, or the other effect
             t = draw(st.sampled_from(drawn))
-            tolerations.append(
-                draw(
-                    st.sampled_from(
-                        [{"key": t.key, "operator": "Exists"}, {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}]
-                    )
-                )
-            )
+            other = "NoExecute" if t.effect == "NoSchedule" else "NoSchedule"
+            forms = [
+                {"key": t.key, "operator": "Exists"},
+                {"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect},
+                {"key": t.key, "operator": "Exists", "effect": other},  # tolerates nothing of this taint
+            ]
+            tolerations.append(draw(st.sampled_from(forms)))
         e = {"deviceClassName": draw(st.sampled_from(["gpu", "even"])), "tolerations": tolerations}
         # One in six: All rarely fits beside other requests, and refusals alone prove little.
         if draw(st.sampled_from([False] * 5 + [True])):
