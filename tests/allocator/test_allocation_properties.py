@@ -136,7 +136,8 @@ def _tolerates(toleration: DeviceToleration, t: DeviceTaint) -> bool:
 
 def _in_class(name: str, device: DeviceView) -> bool:
     """The two classes' CEL selectors, read as Python."""
-    return name == "gpu" or device.attributes[IDX] % 2 == 0  # type: ignore[operator]  # idx is drawn as an int
+    idx = device.attributes[IDX]
+    return name == "gpu" or (isinstance(idx, int) and idx % 2 == 0)
 
 
 def _consumption(d: DeviceView) -> dict[tuple[str, str], Fraction]:
