@@ -112,9 +112,13 @@ class Allocator(Generic[SelectorT]):
         search_budget: int = DEFAULT_SEARCH_BUDGET,
         features: Features = DEFAULT_FEATURES,
         device_placement: str = BINPACK,
+        first_fit: bool = True,
     ) -> None:
+        """`first_fit=False` sends a lone request through the full search too, which must answer the same
+        (the allocation table runs every row both ways)."""
         self.features = features
         self._spread = order_name(device_placement) == SPREAD  # allocator/device_order.py; off: upstream's first fit
+        self._first_fit = first_fit and not self._spread  # spread reorders the full candidate lists: no fast path
         self._budget = search_budget
         self._candidates = CandidateFinder(selectors, features)
 
@@ -199,7 +203,7 @@ class Allocator(Generic[SelectorT]):
     ) -> Outcome:
         avail: Availability = {}  # pool name -> counters left by allocated devices: the same for every tally of this call
         slots: list[Slot] = []
-        first = None if self._spread else self._candidates.first_fit(pending, node, pools, classes, state, avail)
+        first = self._candidates.first_fit(pending, node, pools, classes, state, avail) if self._first_fit else None
         if first is not None:
             slots.append(first)
         for ci, claim in enumerate(pending if first is None else ()):

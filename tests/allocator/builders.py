@@ -50,12 +50,15 @@ def slice_(
     node_selector: dict | None = None,
     all_nodes: bool = False,
     per_device: bool = False,
+    counters: dict[str, dict[str, str]] | None = None,
 ) -> ResourceSlice:
     spec: dict[str, Any] = {
         "driver": driver,
         "pool": {"name": pool or (node or name), "generation": generation, "resourceSliceCount": count},
         "devices": devices,
     }
+    if counters is not None:  # counter set -> counter -> quantity
+        spec["sharedCounters"] = [{"name": n, "counters": {k: {"value": v} for k, v in c.items()}} for n, c in counters.items()]
     if per_device:
         spec["perDeviceNodeSelection"] = True
     elif all_nodes:

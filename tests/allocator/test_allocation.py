@@ -1,4 +1,6 @@
-"""Allocation semantics (docs/design.md#allocation), one named row per case."""
+"""Allocation semantics (docs/design.md#allocation), one named row per case, each run through
+every path of the allocator (tests/allocator/paths.py): the same verdict on each, the same
+devices unless the path's order defines others."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from tests.allocator.builders import (
     taint,
     view,
 )
+from tests.allocator.paths import PATHS, SPREAD_ORDER, allocator_for
 
 GPU = device_class("gpu", f'device.driver == "{DRIVER}"')
 BIG = device_class("big", f'device.attributes["{DRIVER}"].model == "big"')
@@ -43,6 +46,7 @@ class Case:
     slices: list
     claims: list[ResourceClaim]
     want: dict[str, list[tuple[str, str]]] | None = None  # claim -> [(request, device)]
+    spread: dict[str, list[tuple[str, str]]] | None = None  # the picks under spread, where its order differs from `want`
     fail: str | None = None  # substring of the failure message
     code: str | None = None
     allocated: set[DeviceID] = field(default_factory=set)
@@ -61,6 +65,19 @@ def three(**kw):
         ],
         **kw,
     )
+
+
+def partitions(gpus: int, parts: int) -> list:
+    """`gpus` GPUs of 20Gi, each cut into `parts` partitions of 10Gi drawing on its own counter set: two slices of one pool."""
+    devices = [
+        dev(f"gpu-{g}-part-{p}", consumesCounters=[{"counterSet": f"gpu-{g}", "counters": {"memory": {"value": "10Gi"}}}])
+        for g in range(gpus)
+        for p in range(parts)
+    ]
+    return [
+        view(slice_("parts", devices, count=2)),
+        view(slice_("counters", [], count=2, counters={f"gpu-{g}": {"memory": "20Gi"} for g in range(gpus)})),
+    ]
 
 
 CASES = [
@@ -400,6 +417,35 @@ CASES = [
         fail="not enough left",
     ),
     Case(
+        "partition-first-fit-packs-spread-takes-untouched-gpu",
+        partitions(2, 2),
+        [claim("c", req("r"))],
+        allocated={did("gpu-0-part-0")},
+        want={"default/c": [("r", "gpu-0-part-1")]},
+        spread={"default/c": [("r", "gpu-1-part-0")]},
+    ),
+    Case(
+        "partitions-two-devices-by-each-order",
+        partitions(2, 2),
+        [claim("c", req("r", count=2))],
+        allocated={did("gpu-0-part-0")},
+        want={"default/c": [("r", "gpu-0-part-1"), ("r", "gpu-1-part-0")]},
+        spread={"default/c": [("r", "gpu-1-part-0"), ("r", "gpu-1-part-1")]},
+    ),
+    Case(
+        "partitions-counters-exhausted",
+        partitions(1, 3),
+        [claim("c", req("r", count=3))],
+        code=A.REASON_COUNTERS,
+    ),
+    Case(
+        "partition-on-a-full-gpu-refused",
+        partitions(1, 3),
+        [claim("c", req("r"))],
+        allocated={did("gpu-0-part-0"), did("gpu-0-part-1")},
+        fail="0 of 1 devices available: 2 allocated, 1 short of shared counters",
+    ),
+    Case(
         "selector-runtime-error-fails-node",
         [view(three())],
         [claim("c", req("r", selectors=[f'device.attributes["{DRIVER}"].missing == 1']))],
@@ -432,13 +478,21 @@ def allocator() -> Allocator:
     return Allocator(CelEnvironment())
 
 
+@pytest.fixture(scope="module")
+def allocators() -> dict[str, Allocator]:
+    cel = CelEnvironment()
+    return {path: allocator_for(path, cel) for path in PATHS}
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_allocation(case: Case, allocator: Allocator) -> None:
-    outcome = allocator.allocate(case.node, case.claims, case.slices, case.classes, case.allocated, case.lookup.get)
-    if case.want is not None:
+def test_allocation(case: Case, path: str, allocators: dict[str, Allocator]) -> None:
+    outcome = allocators[path].allocate(case.node, case.claims, case.slices, case.classes, case.allocated, case.lookup.get)
+    want = case.spread if path == SPREAD_ORDER and case.spread is not None else case.want
+    if want is not None:
         assert outcome.ok, outcome.failure
         got = {key: [(r.request, r.device) for r in result.results] for key, result in outcome.allocations.items()}
-        assert got == case.want
+        assert got == want
     else:
         assert not outcome.ok, f"expected a failure, got {outcome.allocations}"
         if case.fail:

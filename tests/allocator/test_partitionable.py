@@ -1,4 +1,5 @@
-"""Partitionable devices and consumable capacity: one row per upstream allocator case.
+"""Partitionable devices and consumable capacity: one row per upstream allocator case, run through
+every path of the allocator (tests/allocator/paths.py).
 
 Each row names the case of upstream's shared allocator test suite
 (`dynamic-resource-allocation/structured/internal/allocatortesting`) whose
@@ -14,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.device_view import SliceView
 from allocator.features import Features
@@ -22,6 +22,7 @@ from allocator.parse import parse_resource_slice
 from allocator.quantity import Quantity, parse_quantity
 from allocator.types import DeviceID, Node, NodeSelector
 from tests.allocator.builders import claim, device_class, exactly, first_available, req, view
+from tests.allocator.paths import PATHS, SPREAD_ORDER, allocator_for
 
 D = "driver-a"
 NODE1 = Node("node-1", {"region": "region-1"})
@@ -102,6 +103,7 @@ class Case:
     slices: list[dict]
     claims: list[Any]
     want: list[list[tuple]] | None  # per claim: (request, device[, consumed capacity {name: value}]); None: no fit
+    spread: list[list[tuple]] | None = None  # the picks under spread, where its order differs from `want`
     state: State = field(default_factory=State)
     features: Features = field(default_factory=Features)
     node: Node = NODE1
@@ -657,18 +659,20 @@ def _pool_slices(views: list[SliceView]):
     return lambda driver, pool: [v for v in views if v.driver == driver and v.pool == pool]
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_partitionable_and_consumable(case: Case) -> None:
+def test_partitionable_and_consumable(case: Case, path: str) -> None:
     views = [view(parse_resource_slice(s)) for s in case.slices]
-    allocator = Allocator(CelEnvironment(), features=case.features)
+    allocator = allocator_for(path, CelEnvironment(), case.features)
     out = allocator.allocate(case.node, case.claims, views, CLASSES, case.state, pool_slices=_pool_slices(views))
-    if case.want is None:
+    wants = case.spread if path == SPREAD_ORDER and case.spread is not None else case.want
+    if wants is None:
         assert not out.ok, f"expected no fit, got {out.allocations}"
         if case.fail:
             assert case.fail in out.failure.message, out.failure.message  # type: ignore[union-attr]
         return
     assert out.ok, out.failure
-    for claim_obj, want in zip(case.claims, case.want, strict=True):
+    for claim_obj, want in zip(case.claims, wants, strict=True):
         result = out.allocations[claim_obj.key]
         got = []
         for r in result.results:
