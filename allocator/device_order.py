@@ -6,7 +6,10 @@ first GPU with room before the next one is cut: binpack within the node.
 first the devices whose counter sets have the most left (an untouched GPU
 before a cut one), then shared devices whose shares consume the least;
 devices without counters or shares keep their order. Which devices fit is
-unchanged: only which of them a claim gets.
+unchanged: only which of them a claim gets. One stricter answer: spread
+takes the full pass for a lone request too, so a selector's runtime error on
+a device first fit would never have reached fails the node (docs/design.md,
+Allocation).
 """
 
 from __future__ import annotations
