@@ -28,7 +28,7 @@ from allocator.device_view import DeviceView
 from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
-from extender.health.alerts import Delivery
+from extender.health.alerts import Alert, Delivery
 from extender.health.ladder import DeviceState
 from extender.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError, Rule, parse_policy
 from extender.health.resolver import Unresolved, device_key, resolve
@@ -47,6 +47,7 @@ from tracker.state import ClusterState
 log = logging.getLogger("dra_extender.health")
 
 WRITERS = 64  # API writes in flight at once
+ALERTS_PER_SLICE = 500  # alerts of a delivery matched between two yields to the event loop (well under 50 ms)
 Taint = tuple[str, str, str]  # key, value, effect
 
 
@@ -60,6 +61,18 @@ class Answer:
 
     status: int
     body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One device's signals in one delivery, applied together (ladder.apply)."""
+
+    policy: Policy
+    rule: Rule
+    key: str
+    did: DeviceID
+    node: str
+    changes: list[tuple[str, str | None]]
 
 
 class HealthController:
@@ -305,69 +318,116 @@ class HealthController:
         if self.failing is not None:
             return Answer(503, {"error": f"API server write failed: {self.failing}: retry"})
         counts: dict[str, int] = {}
-        touched = self._apply_alerts(delivery, self.clock.now(), counts)
+        touched = await self._apply_alerts(delivery, self.clock.now(), counts)
         if touched:
             self.dirty |= touched
             self.wake.set()
         return Answer(200, {"alerts": counts})
 
-    def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
+    async def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
+        """Match every alert to its devices (yielding to the loop every ALERTS_PER_SLICE), then apply each device's at once.
+
+        Linear in the alerts: a device named by 20,000 alerts gets one new state, not 20,000 copies of a growing one
+        (docs/health.md, Bounded state). The states change in the last, synchronous part, so a pass of the loop
+        in between sees all of a device's signals of the delivery or none.
+        """
         policies = [p for p in self.valid_policies() if any(r.kind == "alert" for r in p.rules)]
         touched: set[tuple[str, str]] = set()
         by_policy: dict[tuple[str, str], int] = {}
-        for alert in delivery.alerts:
+        pending: dict[tuple[tuple[str, str], str], _Pending] = {}
+        found: dict[tuple[tuple[str, str], tuple[str, ...]], DeviceView | tuple[str, str]] = {}  # one resolution per naming labels
+        generation = self.state.generation
+
+        def count(policy: str, outcome: str, n: int = 1) -> None:
+            counts[outcome] = counts.get(outcome, 0) + n
+            by_policy[(policy, outcome)] = by_policy.get((policy, outcome), 0) + n
+
+        for i, alert in enumerate(delivery.alerts):
+            if i and not i % ALERTS_PER_SLICE:
+                await asyncio.sleep(0)  # /filter and the other verbs answer between slices
+                if self.state.generation != generation:
+                    found.clear()
+                    generation = self.state.generation
             matched = False
             for policy in policies:
                 for rule in policy.rules:
                     if rule.alert is None or not rule.alert.matches(alert.labels):
                         continue
                     matched = True
-                    outcome = self._apply_alert(policy, rule, alert.labels, alert.fingerprint, alert.firing, now, touched)
-                    counts[outcome] = counts.get(outcome, 0) + 1
-                    by_policy[(policy.name, outcome)] = by_policy.get((policy.name, outcome), 0) + 1
+                    outcome = self._match_alert(policy, rule, alert, now, touched, pending, found)
+                    if outcome is not None:
+                        count(policy.name, outcome)
             if not matched:
-                counts["no_rule"] = counts.get("no_rule", 0) + 1
-                by_policy[("", "no_rule")] = by_policy.get(("", "no_rule"), 0) + 1
+                count("", "no_rule")
+        for p in pending.values():
+            for outcome, n in self._apply_device(p, now, touched).items():
+                count(p.policy.name, outcome, n)
         for (name, outcome), n in by_policy.items():
             self.metrics.health_signals.labels(name, outcome).inc(n)
         return touched
 
-    def _apply_alert(
+    def _match_alert(
         self,
         policy: Policy,
         rule: Rule,
-        labels: Mapping[str, str],
-        fingerprint: str,
-        firing: bool,
+        alert: Alert,
         now: float,
         touched: set[tuple[str, str]],
-    ) -> str:
+        pending: dict[tuple[tuple[str, str], str], _Pending],
+        found: dict[tuple[tuple[str, str], tuple[str, ...]], DeviceView | tuple[str, str]],
+    ) -> str | None:
+        """The alert's device, its change queued in `pending`; or the outcome of an alert that names none."""
         ident = (policy.name, rule.name)
-        assert rule.device is not None  # an alert rule
-        found = resolve(self.state, rule.device, labels)
-        if isinstance(found, Unresolved):
+        m = rule.device
+        assert m is not None and rule.alert is not None  # an alert rule
+        labels = alert.labels
+        naming = tuple(labels.get(k, "") for k in (m.driver_label, m.node_label, m.pool_label, m.device_label, m.attribute_label))
+        device = found.get((ident, naming))
+        if device is None:
+            view = resolve(self.state, m, labels)
+            if isinstance(view, Unresolved):
+                device = (view.reason, "unmatched")
+            elif not self._selected(rule, view):
+                device = (f"device {view.id} is not among the rule's devices", "unselected")
+            else:
+                device = view
+            found[(ident, naming)] = device
+        if isinstance(device, tuple):
             touched.add(ident)  # its status reports the unmatched alert
-            return self._unmatched(ident, found.reason, labels, now)
-        if not self._selected(rule, found):
-            touched.add(ident)
-            return self._unmatched(ident, f"device {found.id} is not among the rule's devices", labels, now, outcome="unselected")
-        key = device_key(found.id)
-        self.where.setdefault(key, (found.id, found.node_name or ""))
+            return self._unmatched(ident, device[0], labels, now, outcome=device[1])
+        key = device_key(device.id)
+        p = pending.get((ident, key))
+        if p is None:
+            p = pending[(ident, key)] = _Pending(policy, rule, key, device.id, device.node_name or "", [])
+        if alert.firing:
+            cause = labels.get("alertname", "alert") + "".join(
+                f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
+            )
+            p.changes.append((alert.key, cause))
+        else:
+            p.changes.append((alert.key, None))
+        return None
+
+    def _apply_device(self, p: _Pending, now: float, touched: set[tuple[str, str]]) -> dict[str, int]:
+        """One device's signals of a delivery applied at once: outcome -> alerts."""
+        ident = (p.policy.name, p.rule.name)
+        self.where.setdefault(p.key, (p.did, p.node))
         states = self.states.setdefault(ident, {})
-        old = states.get(key)
-        assert rule.alert is not None  # an alert rule
-        cause = labels.get("alertname", "alert") + "".join(
-            f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
-        )
-        new = ladder.fire(old, "alert:" + fingerprint, now, cause) if firing else ladder.resolve(old, "alert:" + fingerprint, now)
-        if new is None or new == old:
-            if old is not None and not self._unchanged(policy, rule, key, old):
+        old = states.get(p.key)
+        new, done = ladder.apply(old, p.changes, now)
+        out: dict[str, int] = {}
+        for (_, cause), changed in zip(p.changes, done, strict=True):
+            outcome = "repeat" if not changed else "firing" if cause is not None else "resolved"
+            out[outcome] = out.get(outcome, 0) + 1
+        if new is old:
+            if old is not None and not self._unchanged(p.policy, p.rule, p.key, old):
                 touched.add(ident)  # a repeat of a device whose write failed before: retried with it
-            return "repeat"
+            return out
+        assert new is not None
         touched.add(ident)
-        states[key] = new
+        states[p.key] = new
         self.last_signal[ident] = now
-        return "firing" if firing else "resolved"
+        return out
 
     def _unmatched(self, ident: tuple[str, str], reason: str, labels: Mapping[str, str], now: float, outcome: str = "unmatched") -> str:
         u = self.unmatched.setdefault(ident, Unmatched())
