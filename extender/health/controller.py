@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,7 +47,9 @@ from tracker.state import ClusterState
 log = logging.getLogger("dra_extender.health")
 
 WRITERS = 64  # API writes in flight at once
-ALERTS_PER_SLICE = 500  # alerts of a delivery matched between two yields to the event loop (well under 50 ms)
+# Work between two turns of the event loop that answers the verbs (docs/health.md, Bounded state): a few milliseconds.
+ALERTS_PER_SLICE = 200  # alerts of a delivery matched, or signals applied
+WRITES_PER_TURN = 64  # devices one writer looks at (unchanged ones cost a comparison)
 Taint = tuple[str, str, str]  # key, value, effect
 
 
@@ -325,11 +327,11 @@ class HealthController:
         return Answer(200, {"alerts": counts})
 
     async def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
-        """Match every alert to its devices (yielding to the loop every ALERTS_PER_SLICE), then apply each device's at once.
+        """Match every alert to its devices, then apply each device's signals together; a turn of the loop every ALERTS_PER_SLICE.
 
-        Linear in the alerts: a device named by 20,000 alerts gets one new state, not 20,000 copies of a growing one
-        (docs/health.md, Bounded state). The states change in the last, synchronous part, so a pass of the loop
-        in between sees all of a device's signals of the delivery or none.
+        Linear in the alerts: a device named by 20,000 alerts gets a new state per slice of them, not one per alert
+        copying a growing state (docs/health.md, Bounded state). A pass of the loop between two slices sees the
+        device as if the delivery had come in parts, in order.
         """
         policies = [p for p in self.valid_policies() if any(r.kind == "alert" for r in p.rules)]
         touched: set[tuple[str, str]] = set()
@@ -359,9 +361,16 @@ class HealthController:
                         count(policy.name, outcome)
             if not matched:
                 count("", "no_rule")
+        applied = 0
         for p in pending.values():
-            for outcome, n in self._apply_device(p, now, touched).items():
-                count(p.policy.name, outcome, n)
+            for part in range(0, len(p.changes), ALERTS_PER_SLICE):
+                if applied >= ALERTS_PER_SLICE:
+                    await asyncio.sleep(0)
+                    applied = 0
+                changes = p.changes[part : part + ALERTS_PER_SLICE]
+                applied += len(changes)
+                for outcome, n in self._apply_device(p, changes, now, touched).items():
+                    count(p.policy.name, outcome, n)
         for (name, outcome), n in by_policy.items():
             self.metrics.health_signals.labels(name, outcome).inc(n)
         return touched
@@ -408,15 +417,17 @@ class HealthController:
             p.changes.append((alert.key, None))
         return None
 
-    def _apply_device(self, p: _Pending, now: float, touched: set[tuple[str, str]]) -> dict[str, int]:
-        """One device's signals of a delivery applied at once: outcome -> alerts."""
+    def _apply_device(
+        self, p: _Pending, changes: list[tuple[str, str | None]], now: float, touched: set[tuple[str, str]]
+    ) -> dict[str, int]:
+        """Signals of one device applied at once (synchronously: a pass sees them all or none): outcome -> alerts."""
         ident = (p.policy.name, p.rule.name)
         self.where.setdefault(p.key, (p.did, p.node))
-        states = self.states.setdefault(ident, {})
+        states = self.states.setdefault(ident, {})  # read again after every turn of the loop: a pass replaces it
         old = states.get(p.key)
-        new, done = ladder.apply(old, p.changes, now)
+        new, done = ladder.apply(old, changes, now)
         out: dict[str, int] = {}
-        for (_, cause), changed in zip(p.changes, done, strict=True):
+        for (_, cause), changed in zip(changes, done, strict=True):
             outcome = "repeat" if not changed else "firing" if cause is not None else "resolved"
             out[outcome] = out.get(outcome, 0) + 1
         if new is old:
@@ -594,19 +605,22 @@ class HealthController:
             pinned=pinned,
         )
         self.states[ident] = d.states
-        sem = asyncio.Semaphore(WRITERS)
+        escalated = set(d.escalated)
+        cleared = [(key, states[key]) for key in d.cleared]
+        todo = iter([*((key, None) for key, _ in cleared), *d.states.items()])
+        before = dict(cleared)
 
-        async def bounded(coro: Awaitable[None]) -> None:
-            async with sem:
-                await coro
+        async def writer() -> None:
+            """One of WRITERS: takes the next device, writes it if the API lacks it; a turn of the loop every WRITES_PER_TURN looks."""
+            for looked, (key, st) in enumerate(todo, 1):
+                if not looked % WRITES_PER_TURN:
+                    await asyncio.sleep(0)
+                if st is None:
+                    await self._clear(policy, rule, key, before[key])
+                elif not self._unchanged(policy, rule, key, st):
+                    await self._put(policy, rule, key, st, key in escalated)
 
-        jobs = [self._clear(policy, rule, key, states[key]) for key in d.cleared]
-        jobs += [
-            self._put(policy, rule, key, st, key in d.escalated)
-            for key, st in d.states.items()
-            if not self._unchanged(policy, rule, key, st)
-        ]
-        await asyncio.gather(*(bounded(j) for j in jobs))
+        await asyncio.gather(*(writer() for _ in range(min(WRITERS, len(d.states) + len(cleared)))))
         await self._guard(policy, rule, d.waiting)
         for effect in ("None", "NoSchedule", "NoExecute"):
             n = sum(1 for st in d.states.values() if ladder.effect_of(rule, st.step) == effect)
