@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import sys
 import threading
@@ -90,14 +91,27 @@ def main(argv: list[str]) -> int:
                 run(handle)
                 return
             before = where(handle)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             run(handle)
-            took = time.perf_counter() - start
+            took, cpu = time.perf_counter() - start, time.thread_time() - cpu
             if took > threshold:
                 with lock:
-                    holds.append((time.monotonic() - took, took, f"{before} -> {where(handle)}"))
+                    holds.append((time.monotonic() - took, took, f"cpu {cpu * 1000:.1f} ms: {before} -> {where(handle)}"))
 
         asyncio.events.Handle._run = timed  # type: ignore[method-assign]  # the probe of a benchmark, this process only
+        collecting: dict[str, float] = {}
+
+        def collections(phase: str, info: dict[str, Any]) -> None:
+            """Garbage collections over the threshold, whichever thread ran them: a pause of the whole process."""
+            if phase == "start":
+                collecting["at"] = time.perf_counter()
+                return
+            took = time.perf_counter() - collecting.pop("at", time.perf_counter())
+            if took > threshold:
+                with lock:
+                    holds.append((time.monotonic() - took, took, f"gc generation {info['generation']} ({info['collected']} collected)"))
+
+        gc.callbacks.append(collections)
 
     import extender.cli as cli
 

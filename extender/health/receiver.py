@@ -12,6 +12,7 @@ refusing writes) so that Alertmanager retries.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
@@ -102,7 +103,9 @@ class Receiver:
         except Refused as e:
             return refusal(e)
         try:
-            delivery = parse_delivery(body)
+            # In a worker thread: parsing 20,000 alerts takes a few hundred ms that the HTTP thread's loop,
+            # which also reads /filter's requests, must not be held for (docs/health.md, Bounded state).
+            delivery = await asyncio.to_thread(parse_delivery, body)
         except BadPayload as e:
             return json_response(orjson.dumps({"error": str(e), "field": e.field}), 400)
         answer: Answer = await self.bridge.call(lambda: self.controller.deliver(delivery))
