@@ -39,38 +39,16 @@ from typing import Any
 import httpx
 import orjson
 
+from bench.bench_health import TOKEN, body, objects
 from kubesim.measure import pct
-from kubesim.objects import node, uuid_slice
 from kubesim.processes import free_port, seed, start_fake_api, start_server, stop_process
 from tracker.timestamps import rfc3339
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DRIVER = "gpu.example.com"
-TOKEN = "bench-token"
 HOLD_LIMIT_MS = 50.0
 FILTER_LIMIT_MS = 100.0
 SIZES = (5_000, 10_000, 20_000)
 RULES = "/apis/resource.dra-extender.io/v1alpha1/devicetaintrules"
-
-
-def policy() -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.dra-extender.io/v1alpha1",
-        "kind": "DeviceHealthPolicy",
-        "metadata": {"name": "gpu-health"},
-        "spec": {
-            "rules": [
-                {
-                    "name": "xid-79",
-                    "signal": {"alert": {"matchLabels": {"alertname": "GPUXid"}}},
-                    "match": {"nodeLabel": "Hostname", "attribute": "uuid", "attributeLabel": "UUID"},
-                    "devices": {"driver": DRIVER},
-                    "taint": {"key": "health.example.com/xid"},
-                    "steps": [{"effect": "NoSchedule"}, {"effect": "NoExecute", "after": "1h"}],
-                }
-            ]
-        },
-    }
 
 
 def alert(n: int, gpu: int, fingerprint: str) -> dict[str, Any]:
@@ -83,10 +61,6 @@ def alert(n: int, gpu: int, fingerprint: str) -> dict[str, Any]:
         "endsAt": "0001-01-01T00:00:00Z",
         "fingerprint": fingerprint,
     }
-
-
-def body(alerts: list[dict[str, Any]]) -> bytes:
-    return orjson.dumps({"version": "4", "status": "firing", "receiver": "dra-extender", "alerts": alerts})
 
 
 def one_device(n: int, gpu: int, size: int) -> bytes:
@@ -184,7 +158,7 @@ async def run(nodes: int, sizes: tuple[int, ...] = SIZES, attribute: bool = Fals
     ext_proc = None
     try:
         with httpx.Client(base_url=url, timeout=120) as http:
-            seed(http, [o for n in range(nodes) for o in (node(f"node-{n:04d}"), uuid_slice(f"node-{n:04d}", DRIVER, 8))] + [policy()])
+            seed(http, objects(nodes))  # bench_health's cluster: N nodes of 8 GPUs, one policy with an alert rule
         api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
         port, alerts_port = free_port(), free_port()
         cmd = [sys.executable, "-m", "bench.loop_holds", "--out", str(holds), *(["--attribute"] if attribute else []), "--"]

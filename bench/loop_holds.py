@@ -34,7 +34,8 @@ def where(handle: asyncio.events.Handle) -> str:
     task = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]  # Handle's own field
     if not isinstance(task, asyncio.Task):
         return repr(handle)[:200]
-    chain, coro = [], task.get_coro()
+    chain: list[str] = []
+    coro: Any = task.get_coro()
     while coro is not None and len(chain) < 12:
         code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> int:
                 with lock:
                     holds.append((time.monotonic() - took, took, f"cpu {cpu * 1000:.1f} ms: {before} -> {where(handle)}"))
 
-        asyncio.events.Handle._run = timed  # type: ignore[method-assign]  # the probe of a benchmark, this process only
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign,assignment]  # the probe of a benchmark, this process only
         collecting: dict[str, float] = {}
 
         def collections(phase: str, info: dict[str, Any]) -> None:

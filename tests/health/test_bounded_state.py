@@ -23,7 +23,7 @@ from extender.health.rules import STATE, decode, encode_state, rule_name, rule_o
 from kubesim.objects import node
 from tests.eviction.harness import CRD, seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice, xid_rule
-from tests.health.test_ladder import make_rule, run
+from tests.health.test_ladder import make_rule, restart, run
 
 T0 = 1_764_633_600.123456  # a real clock's time: floats as long as they get
 STATE_LIMIT = 32 * 1024  # the most a rule's state annotation may take
@@ -234,20 +234,8 @@ def test_a_long_fingerprint_the_previous_version_kept_whole_still_resolves() -> 
 
 
 def through_annotation(state: DeviceState) -> DeviceState:
-    obj = rule_object(
-        policy="p",
-        policy_uid="u",
-        rule="r",
-        did=DeviceID("d", "n", "g"),
-        node="n",
-        key="k",
-        value="",
-        effect="None",
-        state=state,
-    )
-    owned = decode(obj)
-    assert owned is not None
-    return owned.state
+    """What a restart reads back."""
+    return restart({"n/gpu-0": state})["n/gpu-0"]
 
 
 # ---------------------------------------------------------------------- the storm as found, end to end
