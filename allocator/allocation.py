@@ -40,7 +40,7 @@ from allocator.features import DEFAULT_FEATURES, Features
 from allocator.node_selection import node_name_selector, node_selector_matches
 from allocator.pools import Pool, PoolSlices, gather_pools
 from allocator.search import Pick, Search
-from allocator.tolerations import untolerated_no_execute_taints
+from allocator.tolerations import allocated_tolerations, untolerated_no_execute_taints
 from allocator.types import (
     ALLOCATION_RESULTS_MAX_SIZE,
     MODE_ALL,
@@ -49,7 +49,6 @@ from allocator.types import (
     DeviceClass,
     DeviceID,
     DeviceRequestAllocationResult,
-    DeviceToleration,
     Node,
     NodeSelector,
     NodeSelectorRequirement,
@@ -243,8 +242,7 @@ class Allocator(Generic[SelectorT]):
             if device is None:
                 continue
             used.append(device)
-            tolerations = result.tolerations or _spec_tolerations(claim, result.request)
-            bad = untolerated_no_execute_taints(device.taints, tolerations)
+            bad = untolerated_no_execute_taints(device.taints, allocated_tolerations(claim, result))
             if bad:
                 return of_claim(
                     REASON_NO_EXECUTE,
@@ -302,20 +300,6 @@ def _with_invalid_pools(failure: Failure, pools: Sequence[Pool]) -> Failure:
     if not invalid:
         return failure
     return failure.prefixed(REASON_POOL_INVALID, f"invalid resource pools were encountered ({'; '.join(invalid)}); ")
-
-
-def _spec_tolerations(claim: ResourceClaim, result_request: str) -> tuple[DeviceToleration, ...]:
-    """A request's tolerations from the claim spec, for results written without them."""
-    parent, _, sub = result_request.partition("/")
-    for request in claim.requests:
-        if request.name != parent:
-            continue
-        if request.exactly is not None:
-            return request.exactly.tolerations
-        for s in request.first_available:
-            if s.name == sub:
-                return s.tolerations
-    return ()
 
 
 def _same_requirement(a: NodeSelectorRequirement, b: NodeSelectorRequirement) -> bool:

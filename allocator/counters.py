@@ -15,7 +15,8 @@ kube-scheduler 1.36's in-tree plugin would say it does:
 Deliberate differences (docs/design.md, "Counters and shares as allocated"):
 
 - An allocated device is charged what it consumed when it was allocated
-  (the allocated state's record), and the maximum of that and what its
+  (the allocated state's record, kept on the claim across restarts:
+  allocator/counter_record.py), and the maximum of that and what its
   current slice says per counter; upstream reads the current slices only, so
   a pool republished without an allocated device frees its counters.
 - A held device whose consumption was never seen (not in the current slices,
@@ -81,6 +82,18 @@ def larger_consumption(recorded: tuple[CounterConsumption, ...], now: tuple[Coun
         v = max(was.get(key, 0), is_now.get(key, 0))
         merged.setdefault(key[0], {})[key[1]] = Quantity(Fraction(v), format_quantity(v))
     return tuple(CounterConsumption(set_name, counters) for set_name, counters in merged.items())
+
+
+def exceeds(recorded: tuple[CounterConsumption, ...], now: tuple[CounterConsumption, ...]) -> bool:
+    """Whether `recorded` takes more of some counter than `now` does (negatives as zero): a held device's
+    slice now says it consumes less than it was charged."""
+    is_now = _sums(now)
+    return any(v > is_now.get(key, 0) for key, v in _sums(recorded).items())
+
+
+def describe_consumption(consumption: tuple[CounterConsumption, ...]) -> str:
+    """`gpu-0/memory 20Gi, gpu-0/cores 2`: a device's consumption per counter, for messages ("" for none)."""
+    return ", ".join(f"{s}/{name} {format_quantity(v)}" for (s, name), v in sorted(_sums(consumption).items()))
 
 
 def _subtract(tally: Tally, consumption: tuple[CounterConsumption, ...]) -> None:

@@ -1,14 +1,23 @@
-"""Device toleration matching, exactly as upstream's `resourceclaim.ToleratesTaint`.
+"""Device toleration matching, exactly as upstream's `resourceclaim.ToleratesTaint`,
+and which tolerations an allocated claim's request has.
 
-Kept in one module so the allocator, the eviction controller and the
-explain views cannot drift apart on what "tolerated" means.
+Kept in one module so the allocator (/filter, /bind), the eviction controller
+and `kubectl dra` cannot drift apart on what "tolerated" means.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from allocator.types import BLOCKING_EFFECTS, EFFECT_NO_EXECUTE, KNOWN_EFFECTS, DeviceTaint, DeviceToleration
+from allocator.types import (
+    BLOCKING_EFFECTS,
+    EFFECT_NO_EXECUTE,
+    KNOWN_EFFECTS,
+    DeviceRequestAllocationResult,
+    DeviceTaint,
+    DeviceToleration,
+    ResourceClaim,
+)
 
 
 def tolerates_taint(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
@@ -59,3 +68,33 @@ def untolerated_blocking_taints(taints: Sequence[DeviceTaint], tolerations: Sequ
 def untolerated_no_execute_taints(taints: Sequence[DeviceTaint], tolerations: Sequence[DeviceToleration]) -> list[DeviceTaint]:
     """NoExecute taints that would evict a pod using the device (no new pod may reserve it)."""
     return [t for t in taints if t.effect == EFFECT_NO_EXECUTE and not taint_tolerated(t, tolerations)]
+
+
+def request_tolerations(claim: ResourceClaim, request: str) -> tuple[DeviceToleration, ...]:
+    """The claim's own tolerations (spec + annotation, as parsed) of a request (`req` or `req/sub`)."""
+    parent, _, sub = request.partition("/")
+    for r in claim.requests:
+        if r.name != parent:
+            continue
+        if not sub:
+            return r.exactly.tolerations if r.exactly is not None else ()
+        for s in r.first_available:
+            if s.name == sub:
+                return s.tolerations
+    return ()
+
+
+def allocated_tolerations(claim: ResourceClaim, result: DeviceRequestAllocationResult) -> tuple[DeviceToleration, ...]:
+    """The tolerations an allocated claim's result has: the one rule for /filter, /bind, eviction and `kubectl dra`.
+
+    Upstream judges an allocated claim by the tolerations copied into its
+    results. Added to them: the request's own tolerations as the claim says
+    now, because the annotation stands in for the spec on API servers that
+    drop `tolerations` (results included) and stays mutable, so a toleration
+    added after allocation spares running pods and admits new ones alike
+    (docs/design.md, "Claim-annotation tolerations").
+    """
+    own = request_tolerations(claim, result.request)
+    if not own:
+        return result.tolerations
+    return result.tolerations + tuple(t for t in own if t not in result.tolerations)

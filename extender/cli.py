@@ -42,6 +42,10 @@ log = logging.getLogger("dra_extender")
 SWITCH_INTERVAL = 0.0005  # seconds; see serve()
 # The cyclic collector's thresholds (Python's default: 700, 10, 10); see serve() and docs/dependencies.md#pythons-garbage-collector.
 GC_THRESHOLDS = (10_000, 10, 10)
+LEADERSHIP_TASK = "leadership"
+# Each step of the shutdown (controllers, leadership, source) gets this long to finish its clean-up
+# writes: the three fit in a pod's default 30 s grace period with room for the HTTP thread.
+SHUTDOWN_STEP_SECONDS = 8.0
 
 
 class UsageError(Exception):
@@ -433,12 +437,10 @@ def _bind_sockets(listen: tuple[str, int], probe: tuple[str, int] | None) -> lis
 def _cluster_state(args: argparse.Namespace, cel: CelEnvironment, metrics: Metrics, events: EventRecorder | None) -> ClusterState:
     """The tracker's state, counting its events and logging device changes; a faulty object is counted, logged and told (events None: --read-only, not told)."""
     from extender.logs import device_change_logger
-    from tracker.state import DUPLICATE_SHARE_ID, ClusterState
+    from tracker.state import ClusterState
 
     def on_problem(problem: Problem) -> None:
-        metrics.object_problems.labels(problem.kind).inc()
-        if problem.reason == DUPLICATE_SHARE_ID:
-            metrics.duplicate_share_ids.inc()
+        metrics.object_problem(problem.kind, problem.reason)
         log.warning("faulty object", extra={"kind": problem.kind, "object": problem.name, "group": problem.group, "err": problem.message})
         if events is not None:
             events.problem(problem)
@@ -677,7 +679,7 @@ async def serve(args: argparse.Namespace) -> int:
     )
     background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [("heartbeat", bridge.heartbeat)]
     if leadership is not None:
-        background.append(("leadership", leadership.run))
+        background.append((LEADERSHIP_TASK, leadership.run))
     if requeuer is not None:
         background.append(("requeue", requeuer.run))
     if foreign is not None:
@@ -705,11 +707,33 @@ async def _run_until_stopped(
     code = _exit_code(done, stopper)
     log.info("shutting down")
     http.stop()
-    for t in (source_task, *extra_tasks):
-        t.cancel()
-    await asyncio.gather(*tasks, source_task, *extra_tasks, return_exceptions=True)
+    # In order, each while the API session is still open (the source closes it when it stops): the
+    # controllers (the health label comes off the pod), then leadership (the Lease is released only
+    # once nothing of this process writes any more), then the source.
+    leadership = [t for t in extra_tasks if t.get_name() == LEADERSHIP_TASK]
+    await _stop([t for t in extra_tasks if t not in leadership], done)
+    await _stop(leadership, done)
+    await _stop([source_task], done)
+    await asyncio.gather(*tasks, return_exceptions=True)
     stopper.cancel()
     return code
+
+
+async def _stop(tasks: list[asyncio.Task[Any]], done: set[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and wait for their clean-up (at most SHUTDOWN_STEP_SECONDS); what goes wrong on the way is logged."""
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_STEP_SECONDS)
+    for t in pending:
+        log.error("task did not stop in time; abandoned", extra={"task": t.get_name(), "timeout_s": SHUTDOWN_STEP_SECONDS})
+    for t in tasks:
+        if t in done or t in pending or t.cancelled():
+            continue  # what ended first was logged by _exit_code
+        exc = t.exception()
+        if exc is not None:
+            log.error("error while stopping", extra={"task": t.get_name()}, exc_info=exc)
 
 
 def _exit_code(done: set[asyncio.Task[Any]], stopper: asyncio.Task[Any]) -> int:

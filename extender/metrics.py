@@ -16,6 +16,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from tracker.state import COUNTERS_LOWERED, DUPLICATE_SHARE_ID
+
 # No `<name>_created` series beside every counter and histogram: they double the series count and
 # nothing in the dashboard or the docs reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client defines it without annotations
@@ -126,6 +128,12 @@ class Metrics:
         self.duplicate_share_ids = Counter(
             "dra_extender_duplicate_share_ids",
             "Claims whose allocation repeats a shareID another result uses on the same device (each counts as its own share).",
+            registry=r,
+        )
+        self.counters_lowered = Counter(
+            "dra_extender_counters_lowered",
+            "Held devices (per claim) whose ResourceSlice now says they consume less of their pool's counters than they "
+            "were allocated with; the allocation's figure stays charged until the claim is deallocated.",
             registry=r,
         )
 
@@ -248,6 +256,12 @@ class Metrics:
         self.health_guard_trips = Counter(
             "dra_extender_health_guard_trips", "Times a health rule's guard held a device below NoExecute.", ["policy", "rule"], registry=r
         )
+        self.health_invalid_policy = Gauge(
+            "dra_extender_health_invalid_policy",
+            "1 for a DeviceHealthPolicy the controller cannot act on (a faulty field, a selector that fails), else 0.",
+            ["policy"],
+            registry=r,
+        )
         self.health_deliveries = Histogram(
             "dra_extender_health_delivery_duration_seconds",
             "Alert webhook deliveries by HTTP status, from the body read to the answer.",
@@ -289,6 +303,14 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+
+    def object_problem(self, kind: str, reason: str) -> None:
+        """A faulty object reported (a Warning Event): counted by kind, and by the reasons that have their own metric."""
+        self.object_problems.labels(kind).inc()
+        if reason == DUPLICATE_SHARE_ID:
+            self.duplicate_share_ids.inc()
+        elif reason == COUNTERS_LOWERED:
+            self.counters_lowered.inc()
 
     def observe(self, verb: str, seconds: float, ok: bool) -> None:
         hist, good, bad = self._verb[verb]

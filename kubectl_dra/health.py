@@ -3,7 +3,9 @@
 Each failing device's ladder state lives in its rule's annotation
 (extender/health/rules.py), so this view needs nothing but the API: device,
 policy, rule, the effect it holds, since when, the cause, and when it clears
-(the hold-down after its last signal resolved, from the policy).
+(the hold-down after its last signal resolved, from the policy). Below the
+devices, each policy's rules with the guard in force, and the policies the
+controller cannot act on, marked invalid.
 """
 
 from __future__ import annotations
@@ -35,6 +37,39 @@ def _clears(policy: Policy | None, rule: str, owned: Owned) -> str:
     if r is None or owned.state.resolved_at is None:
         return "unknown"
     return format_time(owned.state.resolved_at + r.clear_after)
+
+
+def invalid(obj: dict[str, Any]) -> str | None:
+    """Why the controller cannot act on the policy: a faulty field here, or its Ready=False Invalid condition
+    (a selector that does not compile or fails at run time, which only the controller sees) for this generation."""
+    try:
+        parse_policy(obj)
+    except PolicyError as e:
+        return str(e)
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != (obj.get("metadata") or {}).get("generation"):
+        return None
+    for c in status.get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "False" and c.get("reason") == "Invalid":
+            return str(c.get("message") or "invalid")
+    return None
+
+
+def policy_rows(policies: dict[str, dict[str, Any]], only: str | None) -> list[list[str]]:
+    """POLICY, MODE, RULE, GUARD per rule; an invalid policy is one row saying why."""
+    out = []
+    for name, obj in sorted(policies.items()):
+        if only is not None and name != only:
+            continue
+        why = invalid(obj)
+        if why is not None:
+            out.append([name, "INVALID", "-", why])
+            continue
+        p = parse_policy(obj)
+        for r in p.rules:
+            guard = "- (no NoExecute step)" if r.guard_origin == "unused" else f"{r.guard_origin}: {r.guard.describe()}"
+            out.append([name, p.mode, r.name, guard])
+    return out
 
 
 def rows(policies: dict[str, dict[str, Any]], rules: list[dict[str, Any]], only: str | None) -> list[dict[str, Any]]:
@@ -79,27 +114,36 @@ async def cmd_health(cluster: Cluster, args: argparse.Namespace, out: Callable[[
     if args.policy is not None and args.policy not in policies:
         raise UsageError(f"DeviceHealthPolicy {args.policy!r} not found")
     devices = rows(policies, await cluster.list(OWN_RULES, label_selector=POLICY_LABEL), args.policy)
+    # An invalid policy named by --policy is an error: it holds what it held, and acts on nothing.
+    code = 1 if args.policy is not None and invalid(policies[args.policy]) is not None else 0
     if args.output in ("json", "yaml"):
         if args.policy is not None:
             p = policies[args.policy]
-            _dump(
-                {"policy": {"metadata": {"name": args.policy}, "spec": p.get("spec"), "status": p.get("status")}, "devices": devices},
-                args.output,
-                out,
-            )
+            doc: dict[str, Any] = {"policy": {"metadata": {"name": args.policy}, "spec": p.get("spec"), "status": p.get("status")}}
+            if code:
+                doc["invalid"] = invalid(p)
+            _dump({**doc, "devices": devices}, args.output, out)
         else:
             _dump(devices, args.output, out)
-        return 0
+        return code
     if args.output == "name":
         for r in devices:
             out(r["device"])
-        return 0
+        return code
+    bad = {name for name, obj in policies.items() if invalid(obj) is not None}
     if not devices:
         out("No devices held by a DeviceHealthPolicy.")
-        return 0
-    table = [["DEVICE", "NODE", "POLICY", "RULE", "STEP", "SINCE", "CAUSE", "CLEARS"]]
-    for r in devices:
-        step = r["step"] if r["step"] == r["effect"] else f"{r['step']} (dry run: {r['effect']})"
-        table.append([r["device"], r["node"] or "<none>", r["policy"], r["rule"], step, r["since"], r["cause"] or "<none>", r["clears"]])
-    _table(table, out)
-    return 0
+    else:
+        table = [["DEVICE", "NODE", "POLICY", "RULE", "STEP", "SINCE", "CAUSE", "CLEARS"]]
+        for r in devices:
+            step = r["step"] if r["step"] == r["effect"] else f"{r['step']} (dry run: {r['effect']})"
+            policy = f"{r['policy']} (INVALID)" if r["policy"] in bad else r["policy"]
+            table.append([r["device"], r["node"] or "<none>", policy, r["rule"], step, r["since"], r["cause"] or "<none>", r["clears"]])
+        _table(table, out)
+    guards = policy_rows(policies, args.policy)
+    if guards:
+        out("")
+        _table([["POLICY", "MODE", "RULE", "GUARD"], *guards], out)
+    if code:
+        out(f"DeviceHealthPolicy {args.policy!r} is invalid: {invalid(policies[args.policy])}")
+    return code

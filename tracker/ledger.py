@@ -11,11 +11,16 @@ the same shareID (a foreign allocator's fault) are two shares, reported, and
 never free each other's capacity. A negative consumedCapacity counts as zero.
 
 While a device is held (whole, in a share, or in flight) the ledger keeps
-what it consumed of its pool's counters, read from the device's slice when
-it was first held (or, if no slice had it then, the first time one does),
-raised per counter by any later version of the slice that says more, so a
-pool republished without it (or with another consumesCounters) cannot make
-its counters look free. The ledger answers the allocator's questions
+what it consumed of its pool's counters: what the claim's record says (the
+annotation /bind wrote with the allocation, allocator/counter_record.py,
+so the figure survives a restart and a leader change), else what the
+device's slice said when it was first held (or, if no slice had it then, the
+first time one does); raised per counter by any version of the slice that
+says more, so a pool republished without it (or with another
+consumesCounters) cannot make its counters look free. A slice that says a
+held device consumes less than recorded is told (`on_lowered`, once per
+device and figure); a claim without a record whose device consumes counters
+is told once (`on_unrecorded`): it is charged what the slice says. The ledger answers the allocator's questions
 (allocator.allocated_state): held whole, held at all, the capacity the
 shares consume together, and the counters a pool's held devices consume.
 """
@@ -27,7 +32,7 @@ from fractions import Fraction
 from types import MappingProxyType, TracebackType
 
 from allocator.allocated_state import Recorded
-from allocator.counters import larger_consumption
+from allocator.counters import exceeds, larger_consumption
 from allocator.quantity import Quantity, format_quantity
 from allocator.types import AllocationResult, CounterConsumption, DeviceID, DeviceRequestAllocationResult
 
@@ -36,6 +41,12 @@ ShareHold = tuple[str, Mapping[str, Quantity] | None]  # (claim key, consumed ca
 InflightShares = Mapping[tuple[DeviceID, str], ShareHold]
 # (claim key, share ID of the claim's results, the share's device) -> the claims sharing the ID on the device
 DuplicateReporter = Callable[[str, str, DeviceID, tuple[str, ...]], None]
+# (device, its holders, what it was charged, what its slice says now)
+LoweredReporter = Callable[[DeviceID, str, tuple[CounterConsumption, ...], tuple[CounterConsumption, ...]], None]
+# (claim key, one of its devices that consumes counters) for a claim allocated without a record
+UnrecordedReporter = Callable[[str, DeviceID], None]
+# The counters each device of a claim's allocation was charged, as the claim records them
+ClaimRecord = Mapping[DeviceID, tuple[CounterConsumption, ...]]
 
 
 class _Share:
@@ -78,7 +89,8 @@ class AllocationLedger:
 
     `lookup` answers what a published device consumes of its pool's counters
     (None: not published); `on_duplicate` hears of a shareID two results use on one
-    device, once per claim involved.
+    device, once per claim involved; `on_lowered` of a held device whose slice
+    says less than recorded; `on_unrecorded` of a claim without a record.
     """
 
     def __init__(
@@ -87,6 +99,8 @@ class AllocationLedger:
         *,
         lookup: Callable[[DeviceID], Recorded] = _nothing,
         on_duplicate: DuplicateReporter | None = None,
+        on_lowered: LoweredReporter | None = None,
+        on_unrecorded: UnrecordedReporter | None = None,
     ) -> None:
         self._allocated: dict[DeviceID, str] = {}  # device -> claim key, from claim statuses
         # device -> further claims whose status also holds it whole (two allocators at fault): the device stays
@@ -104,7 +118,14 @@ class AllocationLedger:
         # (driver, pool) -> its held devices that consume counters or whose consumption is unknown, and the unknown ones
         self._pools: dict[tuple[str, str], dict[DeviceID, Recorded]] = {}
         self._unknown: dict[tuple[str, str], set[DeviceID]] = {}
+        # held device -> the slice's figure last told as lower than the record (told once per figure)
+        self._lowered: dict[DeviceID, tuple[CounterConsumption, ...]] = {}
+        # held device -> the claims holding it without a record; the claims told so (until deallocated)
+        self._unrecorded: dict[DeviceID, set[str]] = {}
+        self._told_unrecorded: set[str] = set()
         self._on_change = on_change
+        self._on_lowered = on_lowered
+        self._on_unrecorded = on_unrecorded
         self._lookup = lookup
         self._on_duplicate = on_duplicate
         self._allocated_view = MappingProxyType(self._allocated)
@@ -162,18 +183,28 @@ class AllocationLedger:
 
     # ------------------------------------------------------------------ changes
 
-    def set_claim(self, claim_key: str, results: Iterable[DeviceRequestAllocationResult]) -> None:
+    def set_claim(self, claim_key: str, results: Iterable[DeviceRequestAllocationResult], record: ClaimRecord | None = None) -> None:
         """What the claim's status allocates now (nothing once deallocated or deleted); admin access takes nothing.
 
-        Devices the claim keeps keep their recorded counter consumption.
+        `record`: what the claim says its devices were charged (None: it has
+        no record); a recorded figure joins the device's record, per counter
+        the larger. Devices the claim keeps keep their recorded counter consumption.
         """
         old = self._claims.pop(claim_key, ())
         new = tuple(r for r in results if not r.admin_access)
         if new:
             self._claims[claim_key] = new
+        else:
+            self._told_unrecorded.discard(claim_key)
+        for did, consumption in (record or {}).items():
+            if did in self._recorded and any(r.device_id == did for r in new):
+                self._charge(did, consumption)
         if old == new:
+            self._check_recorded(record)
             return
         touched: set[DeviceID] = set()
+        for r in old:
+            self._forget_unrecorded(r.device_id, claim_key)
         for i, r in enumerate(old):
             did = r.device_id
             if r.share_id is None:
@@ -187,7 +218,13 @@ class AllocationLedger:
                         del self._shares[did]
         for i, r in enumerate(new):
             did = r.device_id
+            recorded = record.get(did) if record is not None else None
+            if recorded is not None and did not in self._recorded:
+                self._charge(did, recorded)
             self._hold(did)
+            if record is None and self._recorded.get(did) != ():  # () consumes no counter: nothing to record
+                self._unrecorded.setdefault(did, set()).add(claim_key)
+                self._tell_unrecorded(did)
             if r.share_id is None:
                 if self._allocated.setdefault(did, claim_key) != claim_key:
                     self._also_allocated.setdefault(did, set()).add(claim_key)
@@ -197,6 +234,14 @@ class AllocationLedger:
         for did in touched:
             self._settle(did)
         self._report_duplicates(claim_key, new)
+        self._check_recorded(record)
+
+    def _check_recorded(self, record: ClaimRecord | None) -> None:
+        """Tell of each recorded device whose slice now says less than it was charged."""
+        for did in record or {}:
+            published = self._lookup(did) if did in self._recorded else None
+            if published is not None:
+                self._tell_lowered(did, published)
 
     def reserve(self, devices: Mapping[DeviceID, str], shares: InflightShares | None = None) -> Reservation:
         """Hold `devices` (device -> claim key) and `shares` ((device, share ID) -> (claim key, capacity))
@@ -250,6 +295,7 @@ class AllocationLedger:
             larger = larger_consumption(recorded, consumes)
             if larger is not recorded:
                 self._record(did, larger)
+            self._tell_lowered(did, consumes)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -257,6 +303,45 @@ class AllocationLedger:
         """Record what `did` consumes of its pool's counters when it becomes held (kept until it is not)."""
         if did not in self._recorded:
             self._record(did, self._lookup(did))
+
+    def _charge(self, did: DeviceID, claimed: tuple[CounterConsumption, ...]) -> None:
+        """A claim's record of `did`: the device's record becomes the larger of both (with the slice's if never seen)."""
+        held = did in self._recorded
+        had = self._recorded.get(did)
+        now = self._lookup(did) if had is None else None
+        base = claimed if had is None else larger_consumption(had, claimed)
+        if now is not None:
+            base = larger_consumption(base, now)
+        if base is not had:
+            self._record(did, base)
+            if held:
+                self._on_change(did)  # a held device charged more: the verdicts that counted it go
+
+    def _tell_lowered(self, did: DeviceID, now: tuple[CounterConsumption, ...]) -> None:
+        recorded = self._recorded.get(did)
+        if recorded is None or self._on_lowered is None or self._lowered.get(did) == now:
+            return
+        if exceeds(recorded, now):
+            self._lowered[did] = now
+            self._on_lowered(did, self.holder(did) or "", recorded, now)
+        else:
+            self._lowered.pop(did, None)
+
+    def _tell_unrecorded(self, did: DeviceID) -> None:
+        """Claims without a record holding `did`, which consumes counters (or may: never seen): told once each."""
+        claims = self._unrecorded.get(did)
+        if not claims or self._on_unrecorded is None or not self._recorded.get(did):
+            return
+        for key in sorted(claims - self._told_unrecorded):
+            self._told_unrecorded.add(key)
+            self._on_unrecorded(key, did)
+
+    def _forget_unrecorded(self, did: DeviceID, claim_key: str) -> None:
+        claims = self._unrecorded.get(did)
+        if claims is not None:
+            claims.discard(claim_key)
+            if not claims:
+                del self._unrecorded[did]
 
     def _record(self, did: DeviceID, recorded: Recorded) -> None:
         self._recorded[did] = recorded
@@ -272,6 +357,8 @@ class AllocationLedger:
             self._pools.setdefault(key, {})[did] = recorded
         else:
             self._forget_in_pool(did)
+        if recorded and did in self._unrecorded:
+            self._tell_unrecorded(did)
 
     def _forget_in_pool(self, did: DeviceID) -> None:
         key = (did.driver, did.pool)
@@ -311,6 +398,7 @@ class AllocationLedger:
         self._recount(did)
         if not self._holds(did) and did in self._recorded:
             del self._recorded[did]
+            self._lowered.pop(did, None)
             self._forget_in_pool(did)
         self._on_change(did)
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from allocator.allocated_state import AllocatedState
 from allocator.allocation import Allocator, Outcome
+from allocator.counters import describe_consumption
 from allocator.device_view import DeviceView, SliceView
 from allocator.failures import Failure
 from allocator.parse import ValidationError
@@ -56,7 +57,15 @@ from tracker.foreground import Foreground
 from tracker.ledger import AllocationLedger, Reservation
 from tracker.pod_status import PodStatus
 from tracker.resources import REQUIRED_KINDS
-from tracker.store import CHANGE_LOG_MAX, POD_CLAIM_NAME_ANNOTATION, ChangeLog, ObjectStore, Problem, ProblemReporter
+from tracker.store import (
+    CHANGE_LOG_MAX,
+    COUNTER_RECORD_MALFORMED,
+    POD_CLAIM_NAME_ANNOTATION,
+    ChangeLog,
+    ObjectStore,
+    Problem,
+    ProblemReporter,
+)
 from tracker.views.devices import DeviceViews
 from tracker.views.queries import DeviceQueries
 from tracker.volumes import VolumeIndex
@@ -64,13 +73,23 @@ from tracker.volumes import VolumeIndex
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
 
-__all__ = ["CHANGE_LOG_MAX", "DUPLICATE_SHARE_ID", "POD_CLAIM_NAME_ANNOTATION", "REQUIRED_KINDS", "ClusterState", "Problem"]
+__all__ = [
+    "CHANGE_LOG_MAX",
+    "COUNTERS_LOWERED",
+    "COUNTER_RECORD_MALFORMED",
+    "DUPLICATE_SHARE_ID",
+    "POD_CLAIM_NAME_ANNOTATION",
+    "REQUIRED_KINDS",
+    "ClusterState",
+    "Problem",
+]
 
 log = logging.getLogger("dra_extender.tracker")
 
 Listener = Callable[[ev.ObjectEvent], None]
 
 DUPLICATE_SHARE_ID = "DuplicateShareID"  # the Warning Event's reason on a claim whose shareID another result repeats
+COUNTERS_LOWERED = "CountersLowered"  # ... on a claim holding a device whose slice now says it consumes less than charged
 
 
 class _Versions(Mapping[tuple[str, str], Mapping[str, str]]):
@@ -110,7 +129,13 @@ class ClusterState:
         self._versions: defaultdict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         self._changes = ChangeLog()
         self._problems = ProblemReporter(on_problem, self._uid_of)
-        self._ledger = AllocationLedger(self._device_changed, lookup=self._published_consumption, on_duplicate=self._duplicate_share)
+        self._ledger = AllocationLedger(
+            self._device_changed,
+            lookup=self._published_consumption,
+            on_duplicate=self._duplicate_share,
+            on_lowered=self._counters_lowered,
+            on_unrecorded=self._counters_unrecorded,
+        )
         self._store = ObjectStore(self._ledger, self._changes, self._problems.report)
         # The scheduler's verbs in flight (counted by the extender's routes): the CEL warm-up waits for a quiet moment.
         self.foreground = Foreground()
@@ -235,6 +260,34 @@ class ClusterState:
                 f"(claims {', '.join(claims)}); each is counted as its own share, only one allocator may manage a device pool",
                 reason=DUPLICATE_SHARE_ID,
             )
+        )
+
+    def _counters_lowered(
+        self, did: DeviceID, holders: str, recorded: tuple[CounterConsumption, ...], now: tuple[CounterConsumption, ...]
+    ) -> None:
+        """A held device's slice says it consumes less than it was charged: the charge stands; warn on each claim."""
+        was, is_now = describe_consumption(recorded), describe_consumption(now) or "nothing"
+        log.warning(
+            "slice lowers what a held device consumes of its counters: charged as recorded until deallocated",
+            extra={"device": str(did), "claims": holders, "recorded": was, "slice": is_now},
+        )
+        for claim_key in holders.split(", ") if holders else ():
+            self.report(
+                Problem(
+                    ev.RESOURCE_CLAIM,
+                    ev.GROUP_RESOURCE,
+                    claim_key,
+                    f"device {did}: its ResourceSlice now says it consumes {is_now} of its pool's counters, "
+                    f"less than the {was} it was allocated with; the pool stays charged {was} until the claim is deallocated",
+                    reason=COUNTERS_LOWERED,
+                )
+            )
+
+    def _counters_unrecorded(self, claim_key: str, did: DeviceID) -> None:
+        """Once per claim: allocated without a counter record (before records, or by another allocator)."""
+        log.info(
+            "claim has no counter record: its devices are charged what their slices say (a slice lowered since allocation is not seen)",
+            extra={"claim": claim_key, "device": str(did)},
         )
 
     def _uid_of(self, kind: str, group: str, name: str) -> str:
@@ -397,6 +450,10 @@ class ClusterState:
 
     def is_taken(self, did: DeviceID) -> bool:
         return self._ledger.is_taken(did)
+
+    def recorded_counters(self, did: DeviceID) -> tuple[CounterConsumption, ...] | None:
+        """What a held device is charged of its pool's counters (None: not held, or never seen)."""
+        return self._ledger.recorded_counters(did)
 
     def holder(self, did: DeviceID) -> str | None:
         """The claim(s) holding a device, allocated or in flight."""

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from allocator.counter_record import counter_record
 from allocator.extended_resources import EXTENDED_CLAIM_ANNOTATION
 from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, of_claim, plain
 from allocator.parse import parse_node, parse_pod, parse_resource_claim, parse_resource_claim_template
@@ -83,6 +84,7 @@ def _is_older(new: Mapping[str, Any], held: ResourceClaim) -> bool:
 
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+COUNTER_RECORD_MALFORMED = "MalformedCounterRecord"  # the Warning Event's reason on a claim whose counter record cannot be read
 
 
 def _generated_for(raw: Mapping[str, Any] | None) -> tuple[str, str] | None:
@@ -356,7 +358,22 @@ class ObjectStore:
                         "device is allocated to two claims: only one allocator may manage a device pool",
                         extra={"device": str(result.device_id), "claim": claim.key, "other": other},
                     )
-        self._ledger.set_claim(claim.key, claim.allocation.results if claim.allocation is not None else ())
+        if claim.allocation is None:
+            self._ledger.set_claim(claim.key, ())
+            return
+        record = counter_record(claim)
+        if record is not None and record.problem:
+            self._report(
+                Problem(
+                    ev.RESOURCE_CLAIM,
+                    ev.GROUP_RESOURCE,
+                    claim.key,
+                    f"malformed counter record, its devices are charged at least what their slices say: {record.problem}",
+                    claim.meta.uid,
+                    COUNTER_RECORD_MALFORMED,
+                )
+            )
+        self._ledger.set_claim(claim.key, claim.allocation.results, record.devices if record is not None else None)
 
     def _unindex_generated(self, key: str) -> None:
         owner, extended_owner = self._claim_owners.pop(key, (None, None))

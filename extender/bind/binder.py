@@ -37,7 +37,7 @@ from allocator.parse import ValidationError, parse_pod
 from allocator.pod_claims import being_deleted, may_use_dra
 from allocator.types import AllocationResult, Node, Pod, ResourceClaim
 from extender.bind.background import BackgroundTasks
-from extender.bind.claim_writes import BIND_ATTEMPTS, BindFailed, ClaimWrites, Extended, ForeignAllocations, Written
+from extender.bind.claim_writes import BIND_ATTEMPTS, BindFailed, ClaimWrites, Extended, ForeignAllocations, NotLeading, Written
 from extender.bind.conditions import Readiness
 from extender.bind.pod_owners import BINDING, PodOwners
 from extender.bind.undo import BindUndo
@@ -96,8 +96,8 @@ class Binder:
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         background = BackgroundTasks()
         self.owners = PodOwners()  # a pod's claims: bound by its /bind or deallocated, never both at once
-        self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, is_leader), timeout)
-        self.undo = BindUndo(source, self.claims, background, self._release)
+        self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, is_leader), timeout, is_leader)
+        self.undo = BindUndo(source, self.claims, background, self._release, is_leader)
         self.binding = BindingWait(state, source, self.claims, metrics, background, self.owners, timeout=binding_timeout)
 
     # ------------------------------------------------------------------ entry point
@@ -225,10 +225,11 @@ class Binder:
                 )
             except SourceError as e:
                 binding = isinstance(e, _BindingFailed)
-                self.metrics.binds.labels("binding_failed" if binding else "write_failed").inc()
+                label = "not_leader" if isinstance(e, NotLeading) else "binding_failed" if binding else "write_failed"
+                self.metrics.binds.labels(label).inc()
                 undos.append(await self.undo.within(deadline, pod, uid, args.node, written, hold))
-                what = "creating the Binding" if binding else "writing its claims"
-                return plain(REASON_NOT_BOUND, f"binding pod {pod.key} to {args.node}: {what}: {e.message}")
+                what = "" if isinstance(e, NotLeading) else "creating the Binding: " if binding else "writing its claims: "
+                return plain(REASON_NOT_BOUND, f"binding pod {pod.key} to {args.node}: {what}{e.message}")
             except BaseException:
                 undos.append(self.undo.in_background(pod, uid, args.node, written, hold))
                 raise
@@ -369,6 +370,8 @@ class Binder:
     # ------------------------------------------------------------------ the Binding
 
     async def _create_binding(self, args: BindingArgs, uid: str) -> None:
+        if not self.is_leader():  # each claim write asked first; so does the Binding
+            raise NotLeading(f"not leader: leadership ended before binding pod {args.pod_namespace}/{args.pod_name}")
         try:
             await self.source.bind_pod(args.pod_namespace, args.pod_name, uid, args.node)
         except SourceError as e:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from allocator.counter_record import COUNTERS_ANNOTATION, format_counter_record
 from allocator.extended_resources import RequestMapping, claim_manifest
 from allocator.failures import REASON_NOT_BOUND, Failure, plain
 from allocator.parse import parse_resource_claim
@@ -39,6 +40,12 @@ class BindFailed(Exception):
     def __init__(self, failure: Failure | str) -> None:
         self.failure = replace(failure, code=REASON_NOT_BOUND) if isinstance(failure, Failure) else plain(REASON_NOT_BOUND, failure)
         super().__init__(self.failure.message)
+
+
+class NotLeading(SourceError):
+    """Leadership ended during a bind, before one of its writes: the write is not sent; the undo checks again."""
+
+    status = 0
 
 
 @dataclass(slots=True)
@@ -110,11 +117,23 @@ class ForeignAllocations:
 class ClaimWrites:
     """Reads, writes and re-reads the claims of one bind; the state hears of every write's result."""
 
-    def __init__(self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float) -> None:
+    def __init__(
+        self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float, is_leader: Callable[[], bool]
+    ) -> None:
         self.state = state
         self.source = source
         self.foreign = foreign
         self.timeout = timeout  # the bind budget, named in messages
+        self.is_leader = is_leader
+
+    def leading(self, key: str) -> None:
+        """Raise NotLeading unless this process leads: asked right before each write, so an ex-leader never writes.
+
+        The lead is counted from before its renewal was sent (tracker/apiserver/leadership.py), so a write
+        that starts while this holds starts inside the lease; the undo that follows a refusal checks again.
+        """
+        if not self.is_leader():
+            raise NotLeading(f"not leader: leadership ended before writing claim {key}")
 
     def apply(self, raw: dict[str, Any]) -> None:
         """A claim as the API server returned it, into the state at once, not only when the watch brings it.
@@ -146,8 +165,9 @@ class ClaimWrites:
             record = Written(claim.key)
             written.append(record)
         version = held.resource_version
+        self.leading(claim.key)
         if allocation is not None:
-            version = await self._protect(ns, name, held, record)
+            version = await self._protect(ns, name, held, record, self._counter_record(allocation))
             devices = frozenset(r.device_id for r in allocation.results)
             record.allocated = devices  # before the write: one that times out may still land
             self.foreign.expect(claim.key, devices)
@@ -156,6 +176,7 @@ class ClaimWrites:
                 "status": {"allocation": allocation.to_api(), "reservedFor": [*reserved, reservation]},
             }
             try:
+                self.leading(claim.key)
                 raw = await self.source.patch_claim(ns, name, patch, status=True)
             except BaseException:
                 self.foreign.withdraw(claim.key, devices)
@@ -164,18 +185,41 @@ class ClaimWrites:
             self.apply(raw)
             return
         patch = {"metadata": {"resourceVersion": version}, "status": {"reservedFor": [*reserved, reservation]}}
+        self.leading(claim.key)
         raw = await self.source.patch_claim(ns, name, patch, status=True)
         record.reserved = True
         self.apply(raw)
 
-    async def _protect(self, ns: str, name: str, held: ClaimStatus, record: Written) -> str:
-        """The delete-protection finalizer before an allocation; returns the resourceVersion to write against next."""
+    def _counter_record(self, allocation: AllocationResult) -> str:
+        """The annotation recording what the allocation's devices are charged of their counters ("" if none are).
+
+        The figures are the ledger's (the decision reserved the devices, so each is recorded): what the
+        pool is charged for them now, read back after a restart (allocator/counter_record.py).
+        """
+        charged = {}
+        for r in allocation.results:
+            consumption = None if r.admin_access else self.state.recorded_counters(r.device_id)
+            if consumption:
+                charged[r.device_id] = consumption
+        return format_counter_record(allocation.allocation_timestamp, charged) if charged else ""
+
+    async def _protect(self, ns: str, name: str, held: ClaimStatus, record: Written, counters: str) -> str:
+        """Before an allocation, in one metadata write: the delete-protection finalizer and the counter record.
+
+        Written before the allocation, so an allocation of ours never lands without its record; a record
+        whose allocation then fails names another allocationTimestamp and is ignored. Returns the
+        resourceVersion to write against next.
+        """
         finalizers = list(held.finalizers)
-        if DELETE_PROTECTION_FINALIZER in finalizers:
+        metadata: dict[str, Any] = {"resourceVersion": held.resource_version}
+        if DELETE_PROTECTION_FINALIZER not in finalizers:
+            metadata["finalizers"] = [*finalizers, DELETE_PROTECTION_FINALIZER]
+        if counters:
+            metadata["annotations"] = {COUNTERS_ANNOTATION: counters}
+        if len(metadata) == 1:
             return held.resource_version
-        patch = {"metadata": {"resourceVersion": held.resource_version, "finalizers": [*finalizers, DELETE_PROTECTION_FINALIZER]}}
-        raw = await self.source.patch_claim(ns, name, patch)
-        record.finalizer_added = True
+        raw = await self.source.patch_claim(ns, name, {"metadata": metadata})
+        record.finalizer_added = "finalizers" in metadata
         self.apply(raw)
         return parse_claim_status(raw).resource_version
 
@@ -185,12 +229,14 @@ class ClaimWrites:
             return
         kept = [f for f in held.finalizers if f != DELETE_PROTECTION_FINALIZER]
         patch = {"metadata": {"resourceVersion": held.resource_version, "finalizers": kept or None}}
+        self.leading(f"{held.namespace}/{held.name}")
         self.apply(await self.source.patch_claim(held.namespace, held.name, patch))
 
     async def create_extended(self, pod: Pod, extended: Extended, written: list[Written]) -> ResourceClaim:
         """Create the pod's extended-resource claim (generateName), after deleting a stale one."""
         ns = pod.meta.namespace
         stale = extended.stale
+        self.leading(f"{ns}/{pod.meta.name} (its extended-resource claim)")
         if stale is not None:
             with contextlib.suppress(SourceError):
                 await self.source.delete_claim(ns, stale.meta.name, stale.meta.uid)

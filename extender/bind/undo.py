@@ -3,7 +3,10 @@
 A write that timed out may still have landed, so every claim the bind
 touched or held devices for is read back from the API server and only this
 bind's part (its reservation, the allocation it wrote, the finalizer it
-added, the extended-resource claim it created) is undone.
+added, the extended-resource claim it created) is undone, and only while
+this process leads: leadership is asked again before each write, and an
+ex-leader stops there (its successor owns the claims now; the scheduler's
+retry of the pod meets what was left).
 """
 
 from __future__ import annotations
@@ -26,11 +29,21 @@ from tracker.source import BindingSource, Conflict, SourceError
 log = logging.getLogger("dra_extender.bind")
 
 
+class _NotLeading(Exception):
+    """Leadership ended during an undo: no further write."""
+
+
 class BindUndo:
     def __init__(
-        self, source: BindingSource, writer: ClaimWrites, background: BackgroundTasks, release: Callable[[Reservation], None]
+        self,
+        source: BindingSource,
+        writer: ClaimWrites,
+        background: BackgroundTasks,
+        release: Callable[[Reservation], None],
+        is_leader: Callable[[], bool],
     ) -> None:
         self.source = source
+        self.is_leader = is_leader
         self.writer = writer
         self.background = background
         self.release = release  # frees the in-flight devices, once the undo is done
@@ -69,12 +82,22 @@ class BindUndo:
                 await self._undo_claim(record, uid)
                 if record.created_uid:
                     await self._delete_created(record)
+        except _NotLeading as e:
+            log.warning(
+                "stopped undoing a failed bind: this process no longer leads; the rest is left to the new leader",
+                extra={"pod": pod.key, "claim": str(e)},
+            )
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("undoing a failed bind", extra={"pod": pod.key})
         finally:
             self.release(hold)
+
+    def _leading(self, key: str) -> None:
+        """Raise _NotLeading unless this process leads: asked right before each write, so an ex-leader never writes."""
+        if not self.is_leader():
+            raise _NotLeading(key)
 
     async def _bound_here(self, pod: Pod, node: str) -> bool:
         try:
@@ -109,10 +132,12 @@ class BindUndo:
                     }
                     if deallocate:
                         patch["status"]["allocation"] = None
+                    self._leading(record.key)
                     raw = await self.source.patch_claim(ns, name, patch, status=True)
                     self.writer.apply(raw)
                 after = parse_claim_status(raw)
                 if (deallocate or (record.finalizer_added and not held.allocated)) and not after.allocated:
+                    self._leading(record.key)
                     await self.writer.drop_finalizer(after)
                 return
             except Conflict:
@@ -124,6 +149,7 @@ class BindUndo:
     async def _delete_created(self, record: Written) -> None:
         """An extended-resource claim this failed bind created goes away (upstream's Unreserve)."""
         ns, _, name = record.key.partition("/")
+        self._leading(record.key)
         try:
             await self.source.delete_claim(ns, name, record.created_uid)
         except SourceError as e:

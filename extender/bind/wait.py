@@ -190,6 +190,9 @@ class BindingWait:
                         log.info("binding conditions met meanwhile: the claim keeps its allocation", extra={"claim": claim.key})
                         return False
                     warn()
+                    if not self.writer.is_leader():
+                        log.warning("not leading: the claim's deallocation is left to the new leader", extra={"claim": claim.key})
+                        return True
                     patch = {
                         "metadata": {"resourceVersion": held.resource_version},
                         "status": {"allocation": None, "reservedFor": None, "devices": None},

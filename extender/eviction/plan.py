@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from allocator.tolerations import tolerates_taint
+from allocator.tolerations import allocated_tolerations, tolerates_taint
 from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceTaintRule, DeviceToleration, ResourceClaim
 from extender.eviction.rate_limit import DEFAULT_RATE
 from tracker.events import GROUP_EXTENDER
@@ -144,20 +144,6 @@ def slice_taint_id(device: DeviceID, taint: DeviceTaint) -> str:
     return f"slice:{device}:{taint}"
 
 
-def request_tolerations(claim: ResourceClaim, request: str) -> tuple[DeviceToleration, ...]:
-    """The claim's own (spec + annotation) tolerations of a result's request (`req` or `req/sub`)."""
-    parent, _, sub = request.partition("/")
-    for r in claim.requests:
-        if r.name != parent:
-            continue
-        if not sub:
-            return r.exactly.tolerations if r.exactly is not None else ()
-        for s in r.first_available:
-            if s.name == sub:
-                return s.tolerations
-    return ()
-
-
 def device_taints(state: ClusterState, did: DeviceID) -> Iterator[tuple[DeviceTaint, str]]:
     """Effective taints with their sources; a device no longer published keeps its plain-selector rules' taints."""
     view = state.device(did)
@@ -205,8 +191,7 @@ def _claim_eviction(
             elif taint.effect != EFFECT_NO_EXECUTE or not ownership.owns(origin):
                 continue
             if tolerations is None:
-                extra = request_tolerations(claim, result.request)
-                tolerations = result.tolerations + tuple(t for t in extra if t not in result.tolerations)
+                tolerations = allocated_tolerations(claim, result)
             matching = [t for t in tolerations if tolerates_taint(t, taint)]
             added = taint_time(did, taint, source)
             if not matching:

@@ -29,6 +29,7 @@ from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
 from extender.health.alerts import Alert, Delivery
+from extender.health.failures import WriteFailures
 from extender.health.ladder import DeviceState
 from extender.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError, Rule, parse_policy
 from extender.health.resolver import Unresolved, device_key, resolve
@@ -55,6 +56,14 @@ Taint = tuple[str, str, str]  # key, value, effect
 
 class HealthSource(Transport, Writes, Protocol):
     """What the controller needs of the API server (ApiSource provides it): requests, sends and Events."""
+
+
+class SelectorFailed(Exception):
+    """A rule's selector `index` failed at run time on a device (CEL's error)."""
+
+    def __init__(self, index: int, error: str) -> None:
+        super().__init__(error)
+        self.index, self.error = index, error
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +123,13 @@ class HealthController:
         self.waiting: dict[tuple[str, str], tuple[str, ...]] = {}
         self.unmatched: dict[tuple[str, str], Unmatched] = {}
         self.last_signal: dict[tuple[str, str], float] = {}
-        self.status = PolicyStatus(source, self.clock)
-        self._failed = False
-        self._error = ""  # the last write error of a pass
-        self.failing: str | None = None  # the last pass's write error while writes fail: deliveries get 503
+        self.failures = WriteFailures(retry)  # per object, with backoff; and whether the API server is down
+        self.status = PolicyStatus(source, self.clock, lambda name: self.policies.objects.get(name), self.failures)
         self.dirty: set[tuple[str, str]] = set()  # policy rules whose devices deliveries changed, to write
         self._pins: dict[str, bool] = {}  # rule key -> pinned, as the tracker's events last said
         self._full = True  # a tracker or policy change: the next pass looks at every rule
-        self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int]]] = {}
+        self._fleets: dict[tuple[str, tuple[str, ...]], tuple[int, int, dict[str, int], tuple[int, DeviceID, str] | None]] = {}
+        self._failing_selectors: dict[str, PolicyError] = {}  # policy -> its selector that fails at run time
         self._names: dict[tuple[str, str, str], str] = {}
         self._same: dict[str, tuple[DeviceState, Taint]] = {}  # rule name -> the state and taint `written` holds
         state.subscribe(self._tracker_event)
@@ -150,7 +158,7 @@ class HealthController:
                 self._changed()
 
     def valid_policies(self) -> list[Policy]:
-        """The policies that parse, in name order; a faulty one is warned about once per generation."""
+        """The policies that parse and whose selectors evaluate on the rules' devices, in name order."""
         out = []
         for name, obj in sorted(self.policies.objects.items()):
             rv = obj["metadata"].get("resourceVersion", "")
@@ -163,8 +171,28 @@ class HealthController:
                     parsed = e
                 self._parsed[name] = cached = (rv, parsed)
             if isinstance(cached[1], Policy):
-                out.append(cached[1])
+                failed = self._runtime_error(cached[1])
+                if failed is None:
+                    self._failing_selectors.pop(name, None)
+                    out.append(cached[1])
+                else:
+                    self._failing_selectors[name] = failed
+            else:
+                self._failing_selectors.pop(name, None)
         return out
+
+    def _runtime_error(self, policy: Policy) -> PolicyError | None:
+        """A selector that fails at run time on a device of its rule's driver makes the policy invalid, as upstream
+        DRA makes a claim's allocation fail rather than read the error as false (docs/health.md, Selectors)."""
+        for i, rule in enumerate(policy.rules):
+            failed = self._fleet_error(rule)
+            if failed is not None:
+                j, did, err = failed
+                return PolicyError(
+                    f"spec.rules[{i}].devices.selectors[{j}].cel.expression",
+                    f"{rule.selectors[j]!r} fails at run time on device {did}: {err}",
+                )
+        return None
 
     def _validate_cel(self, policy: Policy) -> None:
         for i, rule in enumerate(policy.rules):
@@ -176,7 +204,9 @@ class HealthController:
 
     def policy_error(self, name: str) -> PolicyError | None:
         cached = self._parsed.get(name)
-        return cached[1] if cached is not None and isinstance(cached[1], PolicyError) else None
+        if cached is not None and isinstance(cached[1], PolicyError):
+            return cached[1]
+        return self._failing_selectors.get(name)
 
     # ------------------------------------------------------------------ the loop
 
@@ -271,9 +301,14 @@ class HealthController:
         self.states.clear()
         self.written.clear()
         self._same.clear()
-        self.status.written.clear()
+        self.status.forget()
         self.dirty.clear()
-        self.failing = None
+        self.failures.clear()
+
+    @property
+    def failing(self) -> str | None:
+        """The write error while the API server as a whole cannot be written: deliveries get 503 (failures.py)."""
+        return self.failures.down
 
     async def _load(self) -> None:
         """Every rule we own, listed fresh from the API (not the tracker's cache, which may lag a hand-over)."""
@@ -448,14 +483,19 @@ class HealthController:
         return outcome
 
     def _selected(self, rule: Rule, device: DeviceView) -> bool:
-        if device.id.driver != rule.driver:
+        """Whether the rule covers the device; a selector that fails on it does not (and makes its policy invalid)."""
+        try:
+            return device.id.driver == rule.driver and self._matches(rule, device)
+        except SelectorFailed:
             return False
-        for expr in rule.selectors:
+
+    def _matches(self, rule: Rule, device: DeviceView) -> bool:
+        for j, expr in enumerate(rule.selectors):
             try:
                 if not self.state.cel.evaluate(self.state.cel.compile(expr), device):
                     return False
-            except ValueError:
-                return False
+            except ValueError as e:
+                raise SelectorFailed(j, getattr(e, "reason", str(e))) from None
         return True
 
     # ------------------------------------------------------------------ driver taints
@@ -537,7 +577,6 @@ class HealthController:
                 return now + self.retry
         policies = self.valid_policies()
         times: list[float] = []
-        self._failed = False
         for policy in policies:
             for rule in policy.rules:
                 ident = (policy.name, rule.name)
@@ -552,39 +591,56 @@ class HealthController:
                 nxt = await self._reconcile_rule(policy, rule, now)
                 if nxt is not None:
                     times.append(nxt)
-            self.status.write(policy.name, self.status.render(policy, self.states, self.unmatched, self.waiting, self.last_signal))
+            self.status.write(
+                policy.name, self.status.render(policy, self.states, self.unmatched, self.waiting, self.last_signal), policy.uid
+            )
         if only is None:
             await self._remove_orphans(policies)
             self._forget_devices_without_state()
         for name in sorted(self.policies.objects):
             err = self.policy_error(name)
+            self.metrics.health_invalid_policy.labels(name).set(0 if err is None else 1)
             if err is not None:
-                failed = await self.status.invalid(name, self.policies.objects[name], err)
-                if failed is not None:
-                    self._failed, self._error = True, failed
-        if self._failed:
-            times.append(now + self.retry)
-        self.failing = self._error if self._failed else None
+                await self.status.invalid(name, self.policies.objects[name], err)
+        self.failures.look()
+        retry = self.failures.next_at(now)
+        if retry is not None:
+            times.append(retry)
         return min(times) if times else None
 
     def _fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
         """The rule's devices, cluster-wide and per node; recounted only when the tracker's state changed."""
+        cached = self._fleet_entry(rule)
+        return cached[1], cached[2]
+
+    def _fleet_error(self, rule: Rule) -> tuple[int, DeviceID, str] | None:
+        """The first selector (its index) that fails at run time on a device of the rule's driver, the device and the error."""
+        return self._fleet_entry(rule)[3]
+
+    def _fleet_entry(self, rule: Rule) -> tuple[int, int, dict[str, int], tuple[int, DeviceID, str] | None]:
         key = (rule.driver, rule.selectors)
         cached = self._fleets.get(key)
-        if cached is not None and cached[0] == self.state.generation:
-            return cached[1], cached[2]
-        total, per_node = self._count_fleet(rule)
-        self._fleets[key] = (self.state.generation, total, per_node)
-        return total, per_node
+        if cached is None or cached[0] != self.state.generation:
+            cached = self._fleets[key] = (self.state.generation, *self._count_fleet(rule))
+        return cached
 
-    def _count_fleet(self, rule: Rule) -> tuple[int, dict[str, int]]:
+    def _count_fleet(self, rule: Rule) -> tuple[int, dict[str, int], tuple[int, DeviceID, str] | None]:
         total, per_node = 0, dict[str, int]()
+        failed: tuple[int, DeviceID, str] | None = None
         for view in self.state.devices.values():
-            if view.id.driver == rule.driver and self._selected(rule, view):
-                total += 1
-                node = view.node_name or ""
-                per_node[node] = per_node.get(node, 0) + 1
-        return total, per_node
+            if view.id.driver != rule.driver:
+                continue
+            try:
+                if not self._matches(rule, view):
+                    continue
+            except SelectorFailed as e:
+                if failed is None or device_key(view.id) < device_key(failed[1]):  # the same one on every replica
+                    failed = (e.index, view.id, e.error)
+                continue
+            total += 1
+            node = view.node_name or ""
+            per_node[node] = per_node.get(node, 0) + 1
+        return total, per_node, failed
 
     async def _reconcile_rule(self, policy: Policy, rule: Rule, now: float) -> float | None:
         ident = (policy.name, rule.name)
@@ -606,7 +662,12 @@ class HealthController:
         )
         self.states[ident] = d.states
         escalated = set(d.escalated)
-        cleared = [(key, states[key]) for key in d.cleared]
+        cleared = []
+        for key in d.cleared:
+            if self.failures.due(self._name(policy, rule, key), now):
+                cleared.append((key, states[key]))
+            else:
+                d.states.setdefault(key, states[key])  # its delete failed before: still there, tried again when due
         todo = iter([*((key, None) for key, _ in cleared), *d.states.items()])
         before = dict(cleared)
 
@@ -617,7 +678,7 @@ class HealthController:
                     await asyncio.sleep(0)
                 if st is None:
                     await self._clear(policy, rule, key, before[key])
-                elif not self._unchanged(policy, rule, key, st):
+                elif not self._unchanged(policy, rule, key, st) and self.failures.due(self._name(policy, rule, key), now):
                     await self._put(policy, rule, key, st, key in escalated)
 
         await asyncio.gather(*(writer() for _ in range(min(WRITERS, len(d.states) + len(cleared)))))
@@ -680,9 +741,9 @@ class HealthController:
                         policy, "Normal", "DeviceEscalated", f"{did} ({node}): {rule.name} {have[0][2]} -> {effect} ({st.cause})"
                     )
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed, self._error = True, str(e)
-            log.warning("health rule write failed", extra={"object": name, "err": str(e)})
+            self._write_failed(policy, name, e)
             return
+        self.failures.succeeded(name)
         self.written[name] = (taint, annotation)
         self._same[name] = (st, taint)
         log.info("health rule written", extra={"object": name, "device": str(did), "effect": effect, "step": st.step})
@@ -707,12 +768,21 @@ class HealthController:
         except NotFound:
             pass
         except (SourceError, OSError, TimeoutError) as e:
-            self._failed, self._error = True, str(e)
+            self._write_failed(policy, name, e)
             self.states.setdefault((policy.name, rule.name), {}).setdefault(key, st)  # still there: try again (unless fired anew)
-            log.warning("health rule delete failed", extra={"object": name, "err": str(e)})
             return
         self._forget_rule(name, (policy.name, rule.name, key))
         self.status.event(policy, "Normal", "DeviceCleared", f"{did} ({node}): {rule.name} cleared after {rule.clear_after:g}s resolved")
+
+    def _write_failed(self, policy: Policy, name: str, err: BaseException) -> None:
+        """A rule write failed: retried with backoff; its policy's status says so, and an Event once per streak."""
+        f = self.failures.failed(name, policy.name, f"DeviceTaintRule {name}", err, self.clock.now())
+        log.warning(
+            "health rule write failed",
+            extra={"object": name, "policy": policy.name, "err": str(err), "attempts": f.attempts, "retry_at": format_time(f.next_at)},
+        )
+        if f.attempts == 1:
+            self.status.event(policy, "Warning", "RuleWriteFailed", f"DeviceTaintRule {name}: {err}")
 
     async def _guard(self, policy: Policy, rule: Rule, waiting: tuple[str, ...]) -> None:
         ident = (policy.name, rule.name)
@@ -743,13 +813,17 @@ class HealthController:
             for key in list(self.states[ident]):
                 did = self.where[key][0]
                 name = rule_name(ident[0], ident[1], did)
+                if not self.failures.due(name, self.clock.now()):
+                    continue
                 try:
                     await write(self.source, "DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
                 except NotFound:
                     pass
                 except (SourceError, OSError, TimeoutError) as e:
-                    self._failed, self._error = True, str(e)
+                    f = self.failures.failed(name, ident[0], f"DeviceTaintRule {name}", e, self.clock.now())
+                    log.warning("orphaned health rule delete failed", extra={"object": name, "err": str(e), "attempts": f.attempts})
                     continue
+                self.failures.succeeded(name)
                 self._forget_rule(name, (*ident, key))
                 del self.states[ident][key]
             if not self.states[ident]:
@@ -760,6 +834,7 @@ class HealthController:
         self.written.pop(name, None)
         self._same.pop(name, None)
         self._names.pop(named, None)
+        self.failures.forget(name)
 
     def _forget_devices_without_state(self) -> None:
         """A device no rule has a state for is no longer placed (`where`): devices come and go with alerts.

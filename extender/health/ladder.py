@@ -21,7 +21,8 @@ Semantics (docs/health.md):
 - the guard: a device enters NoExecute only while the rule holds fewer than
   its limits at NoExecute (absolute, percent of the fleet rounded down, as
   a Deployment's maxUnavailable; cluster-wide and per node) and fewer than
-  `max_new_per_minute` entered in the last 60 s; otherwise it stays at the
+  `max_new_per_minute` entered in the last 60 s (a rule that can reach
+  NoExecute and sets no guard has policy.DEFAULT_GUARD); otherwise it stays at the
   strongest rung below NoExecute and is reported as waiting. Devices already
   at NoExecute keep it.
 """
@@ -214,7 +215,7 @@ def decide(
             times.extend(st.first_seen + s.after for s in rule.steps[wanted[key] + 1 :] if s.after is not None)
         out[key] = st
     guard: Guard = rule.guard
-    total_limit = limit(guard.max_no_execute, guard.max_no_execute_percent, fleet)
+    total_limit = max(limit(guard.max_no_execute, guard.max_no_execute_percent, fleet), guard.min_no_execute)
     held_total = 0
     held_node: dict[str, int] = {}
     recent: list[float] = []

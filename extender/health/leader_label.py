@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from extender.eviction.clock import Clock, SystemClock
-from tracker.source import SourceError, status_error
+from tracker.source import status_error
 
 log = logging.getLogger("dra_extender.health")
 
@@ -69,8 +69,10 @@ class LeaderLabel:
             status, data = await self.source.send("PATCH", self.path, patch, content_type=MERGE_PATCH)
             if status not in (200, 201):
                 raise status_error(status, data, f"patch Pod {self.pod} label {LABEL}")
-        except (SourceError, OSError, TimeoutError) as e:
-            log.warning("could not set the health leader label on the own pod", extra={"object": self.pod, "err": str(e)})
+        except Exception as e:  # any failure (refused, unreachable, the session gone) is retried at the next poll, never fatal
+            log.warning(
+                "could not set the health leader label on the own pod", extra={"object": self.pod, "err": str(e) or type(e).__name__}
+            )
             return
         self.labelled = want
         log.info("health leader label " + ("set" if want else "removed"), extra={"object": self.pod})
@@ -85,3 +87,8 @@ class LeaderLabel:
             if self.labelled:  # stopping: the Service stops sending deliveries here at once
                 self.is_leader = lambda: False
                 await asyncio.shield(self.step())
+                if self.labelled:
+                    log.error(
+                        "stopping with the health leader label still on the own pod: deliveries may reach it until it is gone",
+                        extra={"object": self.pod, "label": LABEL},
+                    )

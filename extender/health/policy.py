@@ -107,13 +107,63 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """The most devices one rule may hold at NoExecute, and the most new ones per minute (None: no limit)."""
+    """The most devices one rule may hold at NoExecute, and the most new ones per minute (None: no limit).
+
+    `min_no_execute` is the default guard's floor under the cluster-wide limit (not a policy field): 10 %
+    of a fleet of 8 rounds down to 0, and a default that never evicts would defeat the policy.
+    """
 
     max_no_execute: int | None = None
     max_no_execute_percent: float | None = None
     max_per_node: int | None = None
     max_per_node_percent: float | None = None
     max_new_per_minute: int | None = None
+    min_no_execute: int = 0
+
+    @property
+    def unlimited(self) -> bool:
+        """No limit below the whole fleet: every device of the rule may enter NoExecute at once."""
+        return (
+            self.max_no_execute is None
+            and self.max_per_node is None
+            and self.max_new_per_minute is None
+            and self.max_no_execute_percent in (None, 100)
+            and self.max_per_node_percent in (None, 100)
+        )
+
+    def fields(self) -> dict[str, int | float]:
+        """The limits as the policy spells them (the status and `kubectl dra health` show these)."""
+        named = {
+            "maxNoExecute": self.max_no_execute,
+            "maxNoExecutePercent": self.max_no_execute_percent,
+            "maxNoExecutePerNode": self.max_per_node,
+            "maxNoExecutePerNodePercent": self.max_per_node_percent,
+            "maxNewNoExecutePerMinute": self.max_new_per_minute,
+        }
+        out = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in named.items() if v is not None}
+        if self.min_no_execute:
+            out["minNoExecute"] = self.min_no_execute
+        return out
+
+    def describe(self) -> str:
+        """The limits in words, for people (the policy's status, `kubectl dra health`)."""
+        parts = []
+        if self.max_no_execute is not None:
+            parts.append(f"at most {self.max_no_execute}")
+        if self.max_no_execute_percent is not None:
+            floor = f" (at least {self.min_no_execute})" if self.min_no_execute else ""
+            parts.append(f"{self.max_no_execute_percent:g}% of the rule's devices{floor}")
+        if self.max_per_node is not None:
+            parts.append(f"{self.max_per_node} per node")
+        if self.max_per_node_percent is not None:
+            parts.append(f"{self.max_per_node_percent:g}% of a node's devices")
+        if self.max_new_per_minute is not None:
+            parts.append(f"{self.max_new_per_minute} new per minute")
+        return ", ".join(parts) + " at NoExecute" if not self.unlimited else "no limit at NoExecute"
+
+
+# A rule that can reach NoExecute and sets no guard gets this one: a mass failure never evicts the fleet.
+DEFAULT_GUARD = Guard(max_no_execute_percent=10, max_per_node=1, max_new_per_minute=1, min_no_execute=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +181,13 @@ class Rule:
     steps: tuple[Step, ...]
     clear_after: float = DEFAULT_CLEAR_AFTER
     guard: Guard = field(default_factory=Guard)
+    guard_origin: Literal["policy", "default", "unlimited", "unused"] = "unused"  # "unused": no NoExecute step
+
+    def guard_status(self) -> dict[str, Any] | None:
+        """The guard in force as the policy's status shows it (None: the rule never reaches NoExecute)."""
+        if self.guard_origin == "unused":
+            return None
+        return {"origin": self.guard_origin, **self.guard.fields()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +347,14 @@ def _rule(raw: Any, path: str) -> Rule:
             mapping = dataclasses.replace(mapping, driver=driver)
     taint = _obj(r.get("taint"), f"{path}.taint")
     clear_after = parse_duration(r["clearAfter"], f"{path}.clearAfter") if r.get("clearAfter") is not None else DEFAULT_CLEAR_AFTER
+    steps = _steps(r.get("steps"), f"{path}.steps")
+    guard = _guard(r.get("guard"), f"{path}.guard")
+    origin: Literal["policy", "default", "unlimited", "unused"] = "unused"
+    if any(s.effect == "NoExecute" for s in steps):
+        if r.get("guard") is None:
+            guard, origin = DEFAULT_GUARD, "default"
+        else:
+            origin = "unlimited" if guard.unlimited else "policy"
     return Rule(
         name=name,
         kind=kind,
@@ -301,9 +366,10 @@ def _rule(raw: Any, path: str) -> Rule:
         selectors=cel,
         taint_key=_str(taint.get("key"), f"{path}.taint.key", required=True),
         taint_value=_str(taint.get("value"), f"{path}.taint.value"),
-        steps=_steps(r.get("steps"), f"{path}.steps"),
+        steps=steps,
         clear_after=clear_after,
-        guard=_guard(r.get("guard"), f"{path}.guard"),
+        guard=guard,
+        guard_origin=origin,
     )
 
 

@@ -4,11 +4,13 @@ devices, no counter and no capacity is ever over-committed by an allocation of o
 every result follows upstream's rules (a device whole or in shares, never both; a share
 never above what the device's policy allows; a device with a negative amount never taken).
 
-What a held device consumes is the most any version of its slice said while it was held
-(since the last restart: nothing is persisted), per counter (docs/design.md, "Counters and
-shares as allocated"). The allocated state is the tracker's own ledger (tracker.ledger), fed
-with the results as the claim watch would feed it and told of every published slice as the
-slice watch would tell it.
+What a held device consumes is the most any version of its slice said while it was held, per
+counter (docs/design.md, "Counters and shares as allocated"). A restart keeps what each claim of
+ours recorded at /bind (the annotation allocator/counter_record.py reads back); a foreign claim
+has no record, so for its devices only what their slices say since the restart counts. The
+allocated state is the tracker's own ledger (tracker.ledger), fed with the results and records
+as the claim watch would feed it and told of every published slice as the slice watch would
+tell it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def _gpus(*gi: int) -> dict[str, dict[str, Any]]:
 SHARE_OF_HELD = "another-share-of-a-held-shared-partition-after-a-republish-over-commits"
 FIRST_SHARE = "first-share-of-a-shared-partition-after-a-republish-over-commits"
 RAISED_THEN_LOWERED = "held-partitions-raised-then-lowered-keep-the-most"
+LOWERED_ACROSS_A_RESTART = "held-partitions-lowered-then-a-restart-keep-what-they-were-allocated-with"
+RAISED_LOWERED_RESTARTED = "a-restart-between-republishes-keeps-the-record-and-raises-again"
 EXAMPLES = {
     # CI's falsifying example: g0-p0 whole, a 5Gi share of g0-p1, the pool republished with every consumption
     # doubled (20 + 80 of gpu-0's 80Gi: the republish over-commits it), then another 5Gi share of g0-p1. That
@@ -100,6 +104,26 @@ EXAMPLES = {
     RAISED_THEN_LOWERED: (
         _pool([_partition(f"g0-p{p}", "gpu-0", 10) for p in range(3)], _gpus(40)),
         [("alloc", 2, None), ("republish", 0, 4), ("republish", 0, 1), ("alloc", 1, None)],
+    ),
+    # g0-p0 and g0-p1 held (20 + 20 of 40), republished at half (10 each), the extender restarts: their claims'
+    # records still say 20 each, so g0-p2 (now 5) does not fit (before records: 45 of 40 promised).
+    LOWERED_ACROSS_A_RESTART: (
+        _pool([_partition("g0-p0", "gpu-0", 20), _partition("g0-p1", "gpu-0", 20), _partition("g0-p2", "gpu-0", 10)], _gpus(40)),
+        [("alloc", 2, None), ("republish", 0, 1), ("restart", None, None), ("alloc", 1, None)],
+    ),
+    # Restarts between republishes: lowered (record kept), raised (the larger counts), lowered again, restarted again.
+    RAISED_LOWERED_RESTARTED: (
+        _pool([_partition("g0-p0", "gpu-0", 10), _partition("g0-p1", "gpu-0", 10), _partition("g0-p2", "gpu-0", 20)], _gpus(40)),
+        [
+            ("alloc", 1, None),
+            ("republish", 0, 1),
+            ("restart", None, None),
+            ("republish", 0, 4),
+            ("restart", None, None),
+            ("republish", 0, 1),
+            ("restart", None, None),
+            ("alloc", 2, None),
+        ],
     ),
 }
 
@@ -203,6 +227,8 @@ class World:
         self.raw = raw
         self.generation = 0
         self.claims: dict[str, AllocationResult] = {}  # claim key -> allocation (ours and foreign)
+        # claim key -> what /bind recorded its devices were charged (ours only: a foreign claim has none)
+        self.records: dict[str, dict[DeviceID, tuple[CounterConsumption, ...]]] = {}
         # device -> the largest consumption (counter set, counter) -> amount any of its published versions
         # had while it was held (since the last restart): what the allocator must assume it takes
         self.promised: dict[DeviceID, dict[tuple[str, str], Fraction]] = {}
@@ -229,25 +255,40 @@ class World:
     def _new_ledger(self) -> AllocationLedger:
         ledger = AllocationLedger(lookup=self.published)
         for key, alloc in self.claims.items():
-            ledger.set_claim(key, alloc.results)
+            ledger.set_claim(key, alloc.results, self.records.get(key))
         return ledger
 
     def restart(self) -> None:
-        """A new ledger from the claims listed again: what held devices consumed before is lost (nothing is
-        persisted), so from now on each is assumed to take what its slice says now."""
+        """A new ledger from the claims listed again, with their records: a device a record of ours names is
+        assumed to take the larger of the record and its slice; any other only what its slice says now."""
         self.ledger = self._new_ledger()
         self.promised = {did: {} for did in self.promised}
+        for record in self.records.values():
+            for did, consumption in record.items():
+                self._promise_amounts(did, consumption)
         for did in self.promised:
             self._promise(did)
 
-    def hold(self, key: str, alloc: AllocationResult) -> None:
+    def hold(self, key: str, alloc: AllocationResult, *, ours: bool = True) -> None:
+        """As /bind: the devices reserved (each charged its record, or its slice if not held), that charge
+        recorded on the claim, then the claim as the watch brings it."""
+        if ours:
+            record = {}
+            for r in alloc.results:
+                charged = (
+                    self.ledger.recorded_counters(r.device_id) if self.ledger.is_allocated(r.device_id) else self.published(r.device_id)
+                )
+                if charged:
+                    record[r.device_id] = charged
+            self.records[key] = record
         self.claims[key] = alloc
-        self.ledger.set_claim(key, alloc.results)
+        self.ledger.set_claim(key, alloc.results, self.records.get(key))
         for r in alloc.results:
             self._promise(r.device_id)
 
     def free(self, key: str) -> None:
         self.claims.pop(key)
+        self.records.pop(key, None)
         self.ledger.set_claim(key, ())
         held = {r.device_id for a in self.claims.values() for r in a.results}
         for did in list(self.promised):
@@ -255,9 +296,12 @@ class World:
                 del self.promised[did]
 
     def _promise(self, did: DeviceID) -> None:
-        seen = self.promised.setdefault(did, {})
         d = self.devices.get(did)
-        for use in d.consumes_counters if d is not None else ():
+        self._promise_amounts(did, d.consumes_counters if d is not None else ())
+
+    def _promise_amounts(self, did: DeviceID, consumption: tuple[CounterConsumption, ...]) -> None:
+        seen = self.promised.setdefault(did, {})
+        for use in consumption:
             for name, q in use.counters.items():
                 key = (use.counter_set, name)
                 seen[key] = max(seen.get(key, Fraction(0)), q.value)
@@ -308,6 +352,8 @@ class World:
 @example(EXAMPLES[SHARE_OF_HELD]).via(SHARE_OF_HELD)
 @example(EXAMPLES[FIRST_SHARE]).via(FIRST_SHARE)
 @example(EXAMPLES[RAISED_THEN_LOWERED]).via(RAISED_THEN_LOWERED)
+@example(EXAMPLES[LOWERED_ACROSS_A_RESTART]).via(LOWERED_ACROSS_A_RESTART)
+@example(EXAMPLES[RAISED_LOWERED_RESTARTED]).via(RAISED_LOWERED_RESTARTED)
 def test_counters_and_capacity_never_over_committed(data) -> None:
     raw_slices, ops = data
     world = World(raw_slices)
@@ -330,7 +376,7 @@ def test_counters_and_capacity_never_over_committed(data) -> None:
                 _key, r = shares[a % len(shares)]
                 consumed = {name: parse_quantity(str(b * GI)) for name in (r.consumed_capacity or {})}
                 foreign = replace(r, consumed_capacity=consumed or None)  # the same shareID, another claim's result
-                world.hold(f"foreign-{i}", AllocationResult(results=(foreign,)))
+                world.hold(f"foreign-{i}", AllocationResult(results=(foreign,)), ours=False)
             continue
         c = _claim(i, a, b)
         views = world.views

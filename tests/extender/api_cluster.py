@@ -23,7 +23,7 @@ from extender.wire import BindingArgs, parse_extender_args
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from kubesim.objects import PAUSE, device_class, gpu_slice, pod
 from tracker.apiserver.source import ApiSource
-from tracker.state import ClusterState
+from tracker.state import ClusterState, Problem
 
 DRIVER = "gpu.example.com"
 RESOURCE = "example.com/gpu"
@@ -70,9 +70,10 @@ class ApiCluster:
         self.state: ClusterState
         self.service: Service
 
-    async def start(self) -> Service:
+    async def start(self, on_problem: Callable[[Problem], None] | None = None) -> Service:
+        """A new process's state and service; `on_problem` hears of faulty objects (the Warning Events' source)."""
         cel = CelEnvironment()
-        self.state = ClusterState(cel)
+        self.state = ClusterState(cel, on_problem=on_problem)
         source = ApiSource(kubeconfig=str(self.kubeconfig))
         self.service = build_service(self.state, source, Allocator(cel), Metrics(), **self.service_args)
         self.task = asyncio.create_task(source.run(self.state))

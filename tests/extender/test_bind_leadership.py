@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from extender.bind.binder import DEFAULT_BIND_TIMEOUT
 from extender.wire import BindingArgs
+from kubesim.fakeapi import FakeApiServer, RequestInfo
+from kubesim.objects import claim, node
 from tests.e2e.harness import DEMO_UIDS
+from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, pod_with_claim
 
 
 async def test_bind_queued_behind_the_lock_when_leadership_ends_does_not_allocate(demo_service) -> None:
@@ -104,3 +110,88 @@ async def test_a_bind_while_not_leading_reads_the_lease_first(case: str, on_read
     else:
         assert refusal is not None and refusal.message == "not leader", case
         assert not (claim.get("status") or {}).get("allocation")
+
+
+def _binding_fails_as_leadership_ends(leading: list[bool]) -> Callable[[RequestInfo], Any]:
+    def react(info: RequestInfo) -> Any:
+        if info.resource == "pods" and info.subresource == "binding":
+            leading[0] = False  # the Lease was lost while the binding was on its way
+            return 500, {"kind": "Status", "status": "Failure", "code": 500, "message": "injected"}
+        return None
+
+    return react
+
+
+async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> None:
+    """The pod's binding fails as leadership moves on: the undo that follows leaves the claim to the new leader."""
+    leading = [True]
+    async with FakeApiServer() as api:
+        api.create(gpu_class())
+        api.create(node("n1", hostname=True))
+        api.create(node_slice("n1", 1))
+        api.create(claim("c1"))
+        pod = api.create(pod_with_claim("p1", "c1"))
+        cluster = ApiCluster(api, tmp_path, is_leader=lambda: leading[0])
+        try:
+            await cluster.start()
+            await cluster.caught_up()
+            api.add_reactor(_binding_fails_as_leadership_ends(leading))
+            api.clear_requests()
+            answer = await cluster.bind(pod, "n1")  # the undo runs within the bind's budget
+            assert answer and not leading[0], answer
+            requests = list(api.requests)
+            binding = next(i for i, r in enumerate(requests) if r.resource == "pods/binding")
+            claim_writes = [(r.method, r.path) for r in requests if r.method != "GET" and r.resource.startswith("resourceclaims")]
+            after = [(r.method, r.path) for r in requests[binding + 1 :] if r.method != "GET" and r.resource.startswith("resourceclaims")]
+            assert claim_writes and not after, f"an ex-leader wrote {after}"
+            status = api.get("resourceclaims", "default", "c1", group="resource.k8s.io")["status"]
+            assert status.get("allocation") and status.get("reservedFor"), status
+            assert not cluster.state.inflight, "the in-flight devices are released all the same"
+        finally:
+            await cluster.stop()
+
+
+def _leadership_ends_at(leading: list[bool], subresource: str) -> Callable[[RequestInfo], Any]:
+    """The Lease is lost while one claim write is on its way; the write itself lands."""
+
+    def react(info: RequestInfo) -> Any:
+        if info.method == "PATCH" and info.resource == "resourceclaims" and (info.subresource or "") == subresource:
+            leading[0] = False
+        return None
+
+    return react
+
+
+@pytest.mark.parametrize(
+    ("ends_at", "landed"),
+    [
+        pytest.param("", [("PATCH", "resourceclaims")], id="during the finalizer write: no allocation, no Binding"),
+        pytest.param(
+            "status", [("PATCH", "resourceclaims"), ("PATCH", "resourceclaims/status")], id="during the allocation write: no Binding"
+        ),
+    ],
+)
+async def test_a_bind_stops_writing_when_leadership_ends(tmp_path: Path, ends_at: str, landed: list[tuple[str, str]]) -> None:
+    """Each of a bind's writes asks whether this process still leads: an ex-leader never writes after its lead ended."""
+    leading = [True]
+    async with FakeApiServer() as api:
+        api.create(gpu_class())
+        api.create(node("n1", hostname=True))
+        api.create(node_slice("n1", 1))
+        api.create(claim("c1"))
+        pod = api.create(pod_with_claim("p1", "c1"))
+        cluster = ApiCluster(api, tmp_path, is_leader=lambda: leading[0])
+        try:
+            await cluster.start()
+            await cluster.caught_up()
+            api.add_reactor(_leadership_ends_at(leading, ends_at))
+            api.clear_requests()
+            answer = await cluster.bind(pod, "n1")
+            assert answer and "not leader" in str(answer) and not leading[0], answer
+            writes = [
+                (r.method, r.resource) for r in api.requests if r.method != "GET" and r.resource.startswith(("resourceclaims", "pods"))
+            ]
+            assert writes == landed, f"an ex-leader wrote {writes[len(landed) :]}"
+            assert not cluster.state.inflight, "the in-flight devices are released all the same"
+        finally:
+            await cluster.stop()

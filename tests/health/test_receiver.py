@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from extender.health.receiver import Receiver
+from extender.http_thread import Limits
 from kubesim.fakeapi.server import RequestInfo
 from kubesim.objects import node
 from tests.eviction.harness import seed
@@ -133,7 +138,7 @@ def rules_in(cluster: HealthCluster) -> list[str]:
 async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succeed_then_the_queue_drains(cluster: HealthCluster) -> None:
     seed(cluster.api, node("node-a"), uuid_slice(2), policy())
     await cluster.start()
-    cluster.api.set_faults(error_rate=1.0, error_status=500, verbs=("create",), paths=("devicetaintrules",))
+    cluster.api.set_faults(error_rate=1.0, error_status=500, verbs=("create", "patch", "update", "delete"))  # no write gets through
     # Accepted into memory at once; the loop's write then fails.
     assert await cluster.post(GOOD) == (200, {"alerts": {"firing": 1}})
     assert rules_in(cluster) == []
@@ -143,7 +148,7 @@ async def test_an_api_server_that_refuses_writes_gets_503s_until_the_writes_succ
         assert status == 503 and "API server write failed" in answer["error"], answer
         await cluster.advance(1.0)  # the loop retries the write, still refused
     cluster.api.clear_faults()
-    await cluster.advance(1.0)  # the retry gets through: the queue drains
+    await cluster.advance(4.0)  # the retry (with backoff) gets through: the queue drains
     assert rules_in(cluster) == ["gpu-0"]
     assert await cluster.post(second) == (200, {"alerts": {"firing": 1}})  # Alertmanager's retry
     assert rules_in(cluster) == ["gpu-0", "gpu-1"]
@@ -187,3 +192,115 @@ async def test_a_follower_answers_503_so_that_alertmanager_retries(cluster: Heal
     await cluster.start()
     cluster.leading = False
     assert await cluster.post(GOOD) == (503, {"error": "not the leader: retry"})
+
+
+# ---------------------------------------------------------------------- the token file (issue 39 row 7)
+
+
+def _replace_by_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+# name -> what happens to the token file while the receiver runs
+TOKEN_FILE_MISHAPS: dict[str, Callable[[Path], object]] = {
+    "emptied (a rewrite in place, half done)": lambda p: p.write_text(""),
+    "a Secret with an empty token": lambda p: p.write_text("\n"),
+    "unreadable (a directory in its place)": _replace_by_directory,
+    "missing": lambda p: p.unlink(),
+}
+
+
+def _lines(caplog: pytest.LogCaptureFixture, message: str) -> list[dict[str, Any]]:
+    """The log lines with this message, each as its record's fields (the structured extras included)."""
+    return [vars(r) for r in caplog.records if r.getMessage() == message]
+
+
+@pytest.mark.parametrize("case", TOKEN_FILE_MISHAPS)
+async def test_an_unusable_token_file_keeps_the_last_good_token(case: str, cluster: HealthCluster, caplog) -> None:
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
+    await cluster.start()
+    assert await cluster.post(GOOD) == (200, {"alerts": {"firing": 1}})
+    TOKEN_FILE_MISHAPS[case](cluster.token_file)
+    caplog.set_level(logging.WARNING, "dra_extender.health")
+    for _ in range(3):
+        assert await cluster.post(GOOD) == (200, {"alerts": {"repeat": 1}}), case
+        assert (await cluster.post(GOOD, token="nope"))[0] == 401, case
+    warnings = _lines(caplog, "alerts token file unusable; keeping the last good token")
+    assert len(warnings) == 1 and warnings[0]["path"] == str(cluster.token_file), case
+    cluster.clock.advance(60.0)
+    assert (await cluster.post(GOOD))[0] == 200
+    warnings = _lines(caplog, "alerts token file unusable; keeping the last good token")
+    assert [w["count"] for w in warnings] == [1, 6], case  # the six reads since the first line
+    if cluster.token_file.is_dir():
+        cluster.token_file.rmdir()
+    cluster.token_file.write_text("n3w-token\n")  # the Secret rewritten: the new token, and only it
+    assert (await cluster.post(GOOD, token="n3w-token"))[0] == 200
+    assert (await cluster.post(GOOD))[0] == 401
+
+
+async def test_with_no_good_token_ever_every_delivery_is_refused_with_503_and_the_reason(cluster: HealthCluster, caplog) -> None:
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
+    await cluster.start()
+    assert cluster.health is not None
+    cluster.token_file.write_text("")  # emptied between serve's startup check and the receiver's start
+    receiver = Receiver(cluster.health, cluster.token_file, Limits(max_body_bytes=1024 * 1024))
+    caplog.set_level(logging.WARNING, "dra_extender.health")
+    for token in (TOKEN, "", None):
+        status, answer = await cluster.post(GOOD, token=token, to=receiver)
+        assert status == 503, (token, answer)
+        assert f"--alerts-token-file {cluster.token_file}: the file is empty" in answer["error"], answer
+    [line] = _lines(caplog, "alert deliveries refused")
+    assert line["status"] == 503 and "the file is empty" in line["detail"]
+    assert rules_in(cluster) == []
+    cluster.token_file.write_text(TOKEN)
+    assert await cluster.post(GOOD, to=receiver) == (200, {"alerts": {"firing": 1}})
+
+
+# ---------------------------------------------------------------------- refused deliveries are logged (issue 39 row 8)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    name: str
+    status: int
+    cause: str
+    token: str | None = TOKEN
+    body: Any = None
+    raw: bytes | None = None
+    leading: bool = True
+
+
+REFUSALS = [
+    Refusal("wrong token", 401, "401 wrong bearer token", token="nope", body=GOOD),
+    Refusal("no token", 401, "401 missing bearer token", token=None, body=GOOD),
+    Refusal("bad payload", 400, "400 bad payload", body=without(GOOD, "version")),
+    Refusal("body over the limit", 413, "413 body refused", raw=b" " * (10 * 1024 * 1024 + 1)),
+    Refusal("a follower", 503, "503 not the leader", body=GOOD, leading=False),
+]
+
+
+@pytest.mark.parametrize("row", REFUSALS, ids=[r.name for r in REFUSALS])
+async def test_refused_deliveries_are_logged_once_per_cause_per_minute_with_a_count(
+    row: Refusal, cluster: HealthCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    seed(cluster.api, node("node-a"), uuid_slice(2), policy())
+    await cluster.start()
+    cluster.leading = row.leading
+    caplog.set_level(logging.WARNING, "dra_extender.health")
+
+    async def refused(times: int) -> None:
+        for _ in range(times):
+            status, _ = await cluster.post(row.body, token=row.token, raw=row.raw)
+            assert status == row.status, row.name
+
+    await refused(5)
+    cluster.clock.advance(30.0)
+    await refused(2)
+    lines = _lines(caplog, "alert deliveries refused")
+    assert [(r["cause"], r["status"], r["count"]) for r in lines] == [(row.cause, row.status, 1)]
+    cluster.clock.advance(30.0)  # a minute since the first line
+    await refused(1)
+    lines = _lines(caplog, "alert deliveries refused")
+    assert [(r["cause"], r["count"]) for r in lines] == [(row.cause, 1), (row.cause, 7)]  # the 7 since the first line
+    assert lines[1]["since_s"] == 60.0

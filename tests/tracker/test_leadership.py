@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from kubesim.clock import FakeClock
+from kubesim.fakeapi import FakeApiServer, RequestInfo
 from tracker.apiserver import leadership
 from tracker.apiserver.leadership import Leadership
+from tracker.apiserver.source import ApiSource
 from tracker.timestamps import rfc3339
 
 
@@ -355,3 +360,124 @@ async def test_our_scheduler_takes_a_lease_nobody_held_at_the_last_read(
     else:
         assert lead.leading_in() is None, case
         assert not lead.is_leader(), "the whole hand-over wait"
+
+
+# ---------------------------------------------------------------------- elect mode (client-go's leaderelection), on the fake API server
+
+ELECT_NS = "dra-system"
+
+
+@contextlib.asynccontextmanager
+async def elector(kubeconfig: Path, clock: FakeClock, identity: str = "me_1") -> AsyncIterator[Leadership]:
+    """A `--leader-elect` Leadership on its own API session (closed after), counting time on `clock`."""
+    source = ApiSource(kubeconfig=str(kubeconfig))
+    try:
+        yield Leadership(source, mode="elect", namespace=ELECT_NS, name="dra-extender", identity=identity, hostname="me", clock=clock.now)
+    finally:
+        await source.close()
+
+
+def _lease_put_answers_late(clock: FakeClock, seconds: float) -> Callable[[RequestInfo], None]:
+    """The Lease's update takes `seconds` (of the test's clock) to be answered."""
+
+    def react(info: RequestInfo) -> None:
+        if info.resource == "leases" and info.method == "PUT":
+            clock.advance(seconds)
+
+    return react
+
+
+async def test_a_renewal_answered_late_counts_from_when_it_was_sent(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with FakeApiServer() as api, elector(api.write_kubeconfig(tmp_path / "kubeconfig"), clock) as lead:
+        await lead._elect_once()  # creates the Lease
+        assert lead.is_leader()
+        clock.advance(lead.retry_period)
+        sent = clock.now()
+        api.add_reactor(_lease_put_answers_late(clock, 10.0))
+        await lead._elect_once()
+        assert clock.now() == sent + 10.0
+        clock.advance_to(sent + lead.lease_duration - 0.01)
+        assert lead.is_leader()
+        clock.advance_to(sent + lead.lease_duration)  # what the Lease written at `sent` promises the other candidates
+        assert not lead.is_leader(), "leadership outlived the renewal's lease duration"
+
+
+def other_lease(holder: str, *, renewed_ago: float, duration: int = 15) -> dict[str, Any]:
+    renewed = datetime.now(UTC) - timedelta(seconds=renewed_ago)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "dra-extender", "namespace": ELECT_NS},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": micro(renewed), "acquireTime": micro(renewed)},
+    }
+
+
+def _renew_other(api: FakeApiServer) -> None:
+    lease = api.get("leases", ELECT_NS, "dra-extender", group="coordination.k8s.io")
+    assert lease is not None
+    lease["spec"]["renewTime"] = micro(datetime.now(UTC))
+    api.update(lease)
+
+
+# name -> (the Lease another replica left: holder, seconds since its renewTime (on its clock), its leaseDurationSeconds;
+#          seconds after our first read at which that replica renews once more (None: never);
+#          seconds after our first read at which we take the Lease)
+TAKEOVERS: dict[str, tuple[str, float, int, float | None, float]] = {
+    # Its renewTime says long expired, but our clock cannot compare with its: a whole duration from our first sight.
+    "expired by the holder's renewTime": ("other_1", 60.0, 15, None, 15.0),
+    "live when first seen": ("other_1", 0.0, 15, None, 15.0),
+    "renewed while we wait": ("other_1", 0.0, 15, 10.0, 25.0),
+    "the holder's duration is longer than ours": ("other_1", 60.0, 30, None, 30.0),
+    # client-go's release (no holder): free at once.
+    "released": ("", 0.0, 1, None, 0.0),
+}
+
+
+@pytest.mark.parametrize("case", TAKEOVERS)
+async def test_a_candidate_waits_a_whole_lease_duration_from_when_it_last_saw_the_lease_change(case: str, tmp_path: Path) -> None:
+    holder, renewed_ago, duration, renews_at, takes_at = TAKEOVERS[case]
+    clock = FakeClock()
+    async with FakeApiServer() as api:
+        api.create(other_lease(holder, renewed_ago=renewed_ago, duration=duration))
+        async with elector(api.write_kubeconfig(tmp_path / "kubeconfig"), clock) as lead:
+            took_at = await _elect_until_leading(api, clock, lead, renews_at)
+        assert took_at == takes_at, case
+        spec = api.get("leases", ELECT_NS, "dra-extender", group="coordination.k8s.io")["spec"]
+        assert spec["holderIdentity"] == "me_1", case
+
+
+async def _elect_until_leading(api: FakeApiServer, clock: FakeClock, lead: Leadership, renews_at: float | None) -> float | None:
+    """Seconds from the first try until `lead` leads, trying every second (the other holder renewing at `renews_at`)."""
+    first = clock.now()
+    for step in range(40):
+        if renews_at is not None and step == renews_at:
+            _renew_other(api)
+        await lead._elect_once()
+        if lead.is_leader():
+            return clock.now() - first
+        clock.advance(1.0)
+    return None
+
+
+async def test_a_stopping_leader_releases_the_lease_and_stops_leading_first(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with FakeApiServer() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        async with elector(kubeconfig, clock) as lead:
+            await lead._elect_once()
+            assert lead.is_leader()
+            seen: list[bool] = []
+
+            def on_release(info: RequestInfo) -> None:
+                if info.resource == "leases" and info.method == "PUT":
+                    seen.append(lead.is_leader())
+
+            api.add_reactor(on_release)
+            await lead.release()
+            assert seen == [False], "leadership ends before the release is sent"
+        spec = api.get("leases", ELECT_NS, "dra-extender", group="coordination.k8s.io")["spec"]
+        assert not spec.get("holderIdentity") and spec["leaseDurationSeconds"] == 1
+        async with elector(kubeconfig, clock, identity="next_2") as successor:
+            await successor._elect_once()
+            assert successor.is_leader(), "a released Lease is free at once"

@@ -6,7 +6,10 @@ Two modes (docs/design.md#leadership):
   identity format) and the lease has not expired, so the sidecar leads
   together with its own scheduler;
 - elect: take our own Lease (`dra-extender` in the pod's namespace) with the
-  usual acquire/renew protocol of client-go's leaderelection.
+  acquire/renew/release protocol of client-go's leaderelection: leadership
+  counts from before the renewal was sent, a candidate waits a whole lease
+  duration from when it last saw the Lease change (never comparing the
+  holder's renewTime with its own clock), and a stopping leader releases it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -189,8 +193,11 @@ class Leadership:
         hostname: str,
         retry_period: float = RETRY_PERIOD,
         lease_duration: float = LEASE_DURATION,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.source = source
+        # Monotonic seconds; a test passes a fake clock's `now` (looked up at each call, so the default follows time.monotonic).
+        self._clock: Callable[[], float] = clock or (lambda: time.monotonic())
         self.mode = mode
         self.namespace = namespace
         self.name = name
@@ -213,6 +220,10 @@ class Leadership:
         # Follow mode: why no scheduler leads with the followed Lease (None: someone renews it).
         self.lease_problem: str | None = None
         self._missing_since: float | None = None
+        # Elect mode, client-go's observedRecord/observedTime: the Lease's spec as last read, and when (our clock)
+        # it was first seen so. Another holder's Lease is taken only a whole lease duration after that.
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
 
     @classmethod
     def choose(cls, source: Transport, *, scheduler_config: str | None, follow_scheduler_lease: str | None) -> Leadership | None:
@@ -238,7 +249,7 @@ class Leadership:
     def is_leader(self) -> bool:
         # Leadership lapses on its own if renewals (follow: polls) stop, e.g. the API
         # server is unreachable; in follow mode it starts only after the hand-over wait.
-        now = time.monotonic()
+        now = self._clock()
         return self._leader and self._active_from <= now < self._valid_until
 
     def leading_in(self) -> float | None:
@@ -252,7 +263,7 @@ class Leadership:
         """
         if not self._leader or not self._fresh_wait:
             return None
-        left = self._active_from - time.monotonic()
+        left = self._active_from - self._clock()
         return left if left > 0 else None
 
     async def poll_if_missing(self) -> None:
@@ -268,34 +279,70 @@ class Leadership:
         if self._poll_lock.locked():
             async with self._poll_lock:
                 return
-        if time.monotonic() - self._asked_at < ON_DEMAND_INTERVAL:
+        if self._clock() - self._asked_at < ON_DEMAND_INTERVAL:
             return
         async with self._poll_lock:
             await self._follow_once()
 
-    def _set(self, leader: bool, why: str, *, asked_at: float | None = None) -> None:
+    def _set(self, leader: bool, why: str, *, asked_at: float) -> None:
+        """Lead (or not) on what a read or write sent at `asked_at` found: a lead counts from then, not from its answer."""
         if leader != self._leader:
             log.info("leadership changed", extra={"leader": leader, "lease": f"{self.namespace}/{self.name}", "why": why})
         self._leader = leader
         if leader:
-            if self.mode == "follow" and asked_at is not None:
-                self._valid_until = asked_at + self.follow_validity
-            else:
-                self._valid_until = time.monotonic() + self.lease_duration
+            self._valid_until = asked_at + (self.follow_validity if self.mode == "follow" else self.lease_duration)
 
     async def run(self) -> None:
-        while True:
-            try:
-                if self.mode == "follow":
-                    async with self._poll_lock:
-                        await self._follow_once()
-                else:
-                    await self._elect_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("lease check failed", extra={"lease": f"{self.namespace}/{self.name}", "err": str(e)})
-            await asyncio.sleep(self.retry_period)
+        try:
+            while True:
+                try:
+                    if self.mode == "follow":
+                        async with self._poll_lock:
+                            await self._follow_once()
+                    else:
+                        await self._elect_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.warning("lease check failed", extra={"lease": f"{self.namespace}/{self.name}", "err": str(e)})
+                await asyncio.sleep(self.retry_period)
+        finally:
+            if self.mode == "elect" and self._leader:
+                await asyncio.shield(self.release())
+
+    async def release(self) -> None:
+        """Stop leading, then hand the Lease back as client-go's ReleaseOnCancel does: no holder, a 1 s duration.
+
+        Leadership ends before the write, so nothing of this process acts
+        on it while the next candidate takes the Lease at once (a Lease
+        without a holder is free to client-go). Called once the
+        controllers have stopped (extender/cli.py's shutdown order).
+        """
+        ref = f"{self.namespace}/{self.name}"
+        self._leader, self._valid_until = False, 0.0
+        log.info("leadership changed", extra={"leader": False, "lease": ref, "why": "stopping"})
+        try:
+            _, lease = await self._get_lease()
+            spec = dict((lease or {}).get("spec") or {})
+            if lease is None or spec.get("holderIdentity") != self.identity:
+                log.info("lease not released: not held by this process", extra={"lease": ref, "holder": spec.get("holderIdentity") or ""})
+                return
+            now = rfc3339(_now(), micro=True)
+            spec.update(holderIdentity="", leaseDurationSeconds=1, acquireTime=now, renewTime=now)
+            lease["spec"] = spec
+            status, body = await self.source.request(
+                "PUT", f"{LEASES.collection(self.namespace)}/{self.name}", body=lease, content_type="application/json"
+            )
+        except Exception as e:  # stopping: say so, and let the Lease expire
+            log.error("could not release the lease; it expires on its own", extra={"lease": ref, "err": str(e) or repr(e)})
+            return
+        if status != 200:
+            log.error(
+                "could not release the lease; it expires on its own",
+                extra={"lease": ref, "status": status, "err": body[:200].decode(errors="replace")},
+            )
+            return
+        log.info("released lease", extra={"lease": ref})
 
     async def _get_lease(self) -> tuple[int, dict[str, Any] | None]:
         status, body = await self.source.request("GET", LEASES.item(self.namespace, self.name))
@@ -337,14 +384,14 @@ class Leadership:
             self._report(None)
 
     async def _follow_once(self) -> None:
-        asked_at = self._asked_at = time.monotonic()
+        asked_at = self._asked_at = self._clock()
         _, lease = await self._get_lease()
         self._check_renewed(lease, asked_at)
         previous, self._last_holder = self._last_holder, None
         unheld, self._last_unheld = self._last_unheld, None
         if lease is None:
             self._last_unheld = (asked_at, -1)
-            self._set(False, "scheduler lease not found")
+            self._set(False, "scheduler lease not found", asked_at=asked_at)
             return
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -356,7 +403,7 @@ class Leadership:
                 # Expired (or released) for longer than the clocks may differ: free since its expiry,
                 # counted on our clock with that allowance.
                 self._last_unheld = (asked_at - _expired_for(spec, now) + TAKEOVER_MARGIN, transitions)
-            self._set(False, f"lease held by {holder or 'nobody'}")
+            self._set(False, f"lease held by {holder or 'nobody'}", asked_at=asked_at)
             return
         if not self._leader:
             # Our scheduler just took the Lease. If it took it from someone else, that
@@ -385,7 +432,17 @@ class Leadership:
                 )
         self._set(True, f"co-located scheduler {holder} holds the lease", asked_at=asked_at)
 
+    def _observe(self, spec: dict[str, Any]) -> float:
+        """When (our clock) the Lease was first seen as it is now: client-go's observedTime, reset by any change of its record."""
+        record = tuple(spec.get(k) for k in ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self._clock()
+        return self._observed_at
+
     async def _elect_once(self) -> None:
+        # Taken before anything is sent (client-go's tryAcquireOrRenew): an answer that comes back late
+        # does not stretch the lead past what the Lease we write promises the other candidates.
+        asked_at = self._clock()
         now = _now()
         _, lease = await self._get_lease()
         path = LEASES.collection(self.namespace)
@@ -403,13 +460,19 @@ class Leadership:
                 },
             }
             status, _ = await self.source.request("POST", path, body=body, content_type="application/json")
-            self._set(status in (200, 201), "created lease" if status in (200, 201) else f"create failed: {status}")
+            created = status in (200, 201)
+            self._set(created, "created lease" if created else f"create failed: {status}", asked_at=asked_at)
             return
         spec = dict(lease.get("spec") or {})
         holder = spec.get("holderIdentity") or ""
-        if holder != self.identity and not lease_expired(spec, now):
-            self._set(False, f"lease held by {holder}")
-            return
+        observed_at = self._observe(spec)
+        if holder and holder != self.identity:
+            # Another holder's term is counted on our clock from when we saw its Lease change, never from its
+            # renewTime (the clocks may differ); the longer of its duration and ours, so neither side is cut short.
+            duration = max(float(spec.get("leaseDurationSeconds") or 0), self.lease_duration)
+            if observed_at + duration > self._clock():
+                self._set(False, f"lease held by {holder}", asked_at=asked_at)
+                return
         if holder != self.identity:
             spec["acquireTime"] = rfc3339(now, micro=True)
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
@@ -419,6 +482,6 @@ class Leadership:
         lease["spec"] = spec
         status, _ = await self.source.request("PUT", f"{path}/{self.name}", body=lease, content_type="application/json")
         if status == 200:
-            self._set(True, "renewed lease" if holder == self.identity else "acquired lease")
+            self._set(True, "renewed lease" if holder == self.identity else "acquired lease", asked_at=asked_at)
         else:
-            self._set(False, f"lease update failed: HTTP {status}")
+            self._set(False, f"lease update failed: HTTP {status}", asked_at=asked_at)
