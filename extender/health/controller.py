@@ -29,10 +29,11 @@ from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
 from extender.health.alerts import Alert, Delivery
+from extender.health.delivery import ALERTS_PER_SLICE, Change, Matching, Pending
 from extender.health.failures import WriteFailures
 from extender.health.ladder import DeviceState
 from extender.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError, Rule, parse_policy
-from extender.health.resolver import Unresolved, device_key, resolve
+from extender.health.resolver import device_key
 from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
 from extender.health.sinks import NodeSink, ObjectSink
 from extender.health.status import MERGE_PATCH, PolicyStatus, Unmatched, Writes, write
@@ -48,9 +49,7 @@ from tracker.state import ClusterState
 log = logging.getLogger("dra_extender.health")
 
 WRITERS = 64  # API writes in flight at once
-# Work between two turns of the event loop that answers the verbs (docs/health.md, Bounded state): a few milliseconds.
-ALERTS_PER_SLICE = 200  # alerts of a delivery matched, or signals applied
-WRITES_PER_TURN = 64  # devices one writer looks at (unchanged ones cost a comparison)
+WRITES_PER_TURN = 64  # devices one writer looks at between two turns of the event loop (an unchanged one costs a comparison)
 Taint = tuple[str, str, str]  # key, value, effect
 
 
@@ -72,18 +71,6 @@ class Answer:
 
     status: int
     body: dict[str, Any]
-
-
-@dataclass(slots=True)
-class _Pending:
-    """One device's signals in one delivery, applied together (ladder.apply)."""
-
-    policy: Policy
-    rule: Rule
-    key: str
-    did: DeviceID
-    node: str
-    changes: list[tuple[str, str | None]]
 
 
 class HealthController:
@@ -362,7 +349,7 @@ class HealthController:
         return Answer(200, {"alerts": counts})
 
     async def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
-        """Match every alert to its devices, then apply each device's signals together; a turn of the loop every ALERTS_PER_SLICE.
+        """Match every alert to its device, then apply each device's signals together; a turn of the loop every ALERTS_PER_SLICE.
 
         Linear in the alerts: a device named by 20,000 alerts gets a new state per slice of them, not one per alert
         copying a growing state (docs/health.md, Bounded state). A pass of the loop between two slices sees the
@@ -371,90 +358,30 @@ class HealthController:
         policies = [p for p in self.valid_policies() if any(r.kind == "alert" for r in p.rules)]
         touched: set[tuple[str, str]] = set()
         by_policy: dict[tuple[str, str], int] = {}
-        pending: dict[tuple[tuple[str, str], str], _Pending] = {}
-        found: dict[tuple[tuple[str, str], tuple[str, ...]], DeviceView | tuple[str, str]] = {}  # one resolution per naming labels
-        generation = self.state.generation
 
         def count(policy: str, outcome: str, n: int = 1) -> None:
             counts[outcome] = counts.get(outcome, 0) + n
             by_policy[(policy, outcome)] = by_policy.get((policy, outcome), 0) + n
 
-        for i, alert in enumerate(delivery.alerts):
-            if i and not i % ALERTS_PER_SLICE:
-                await asyncio.sleep(0)  # /filter and the other verbs answer between slices
-                if self.state.generation != generation:
-                    found.clear()
-                    generation = self.state.generation
-            matched = False
-            for policy in policies:
-                for rule in policy.rules:
-                    if rule.alert is None or not rule.alert.matches(alert.labels):
-                        continue
-                    matched = True
-                    outcome = self._match_alert(policy, rule, alert, now, touched, pending, found)
-                    if outcome is not None:
-                        count(policy.name, outcome)
-            if not matched:
-                count("", "no_rule")
+        def unmatched(ident: tuple[str, str], reason: str, alert: Alert, outcome: str) -> str:
+            touched.add(ident)  # its status reports the unmatched alert
+            return self._unmatched(ident, reason, alert.labels, now, outcome=outcome)
+
+        matching = Matching(self.state, self._selected, unmatched, count)
+        await matching.run(delivery.alerts, policies)
         applied = 0
-        for p in pending.values():
-            for part in range(0, len(p.changes), ALERTS_PER_SLICE):
-                if applied >= ALERTS_PER_SLICE:
-                    await asyncio.sleep(0)
-                    applied = 0
-                changes = p.changes[part : part + ALERTS_PER_SLICE]
-                applied += len(changes)
-                for outcome, n in self._apply_device(p, changes, now, touched).items():
-                    count(p.policy.name, outcome, n)
+        for p, changes in matching.slices():
+            if applied >= ALERTS_PER_SLICE:
+                await asyncio.sleep(0)
+                applied = 0
+            applied += len(changes)
+            for outcome, n in self._apply_device(p, changes, now, touched).items():
+                count(p.policy.name, outcome, n)
         for (name, outcome), n in by_policy.items():
             self.metrics.health_signals.labels(name, outcome).inc(n)
         return touched
 
-    def _match_alert(
-        self,
-        policy: Policy,
-        rule: Rule,
-        alert: Alert,
-        now: float,
-        touched: set[tuple[str, str]],
-        pending: dict[tuple[tuple[str, str], str], _Pending],
-        found: dict[tuple[tuple[str, str], tuple[str, ...]], DeviceView | tuple[str, str]],
-    ) -> str | None:
-        """The alert's device, its change queued in `pending`; or the outcome of an alert that names none."""
-        ident = (policy.name, rule.name)
-        m = rule.device
-        assert m is not None and rule.alert is not None  # an alert rule
-        labels = alert.labels
-        naming = tuple(labels.get(k, "") for k in (m.driver_label, m.node_label, m.pool_label, m.device_label, m.attribute_label))
-        device = found.get((ident, naming))
-        if device is None:
-            view = resolve(self.state, m, labels)
-            if isinstance(view, Unresolved):
-                device = (view.reason, "unmatched")
-            elif not self._selected(rule, view):
-                device = (f"device {view.id} is not among the rule's devices", "unselected")
-            else:
-                device = view
-            found[(ident, naming)] = device
-        if isinstance(device, tuple):
-            touched.add(ident)  # its status reports the unmatched alert
-            return self._unmatched(ident, device[0], labels, now, outcome=device[1])
-        key = device_key(device.id)
-        p = pending.get((ident, key))
-        if p is None:
-            p = pending[(ident, key)] = _Pending(policy, rule, key, device.id, device.node_name or "", [])
-        if alert.firing:
-            cause = labels.get("alertname", "alert") + "".join(
-                f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
-            )
-            p.changes.append((alert.key, cause))
-        else:
-            p.changes.append((alert.key, None))
-        return None
-
-    def _apply_device(
-        self, p: _Pending, changes: list[tuple[str, str | None]], now: float, touched: set[tuple[str, str]]
-    ) -> dict[str, int]:
+    def _apply_device(self, p: Pending, changes: list[Change], now: float, touched: set[tuple[str, str]]) -> dict[str, int]:
         """Signals of one device applied at once (synchronously: a pass sees them all or none): outcome -> alerts."""
         ident = (p.policy.name, p.rule.name)
         self.where.setdefault(p.key, (p.did, p.node))

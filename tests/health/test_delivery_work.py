@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from extender.health import ladder
-from extender.health.controller import ALERTS_PER_SLICE as SLICE
+from extender.health.delivery import ALERTS_PER_SLICE as SLICE
 from extender.health.ladder import DeviceState
 from kubesim.objects import node
 from tests.eviction.harness import seed
