@@ -9,6 +9,7 @@ shape under `version: "1"` with `orgId`/`state`. Anything else is a
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -16,6 +17,15 @@ from typing import Any, Literal
 import orjson
 
 from tracker.timestamps import parse_rfc3339
+
+FINGERPRINT_KEPT = 64  # characters of a fingerprint kept as is (Alertmanager's and Grafana's have 16)
+
+
+def alert_key(fingerprint: str) -> str:
+    """The ladder's signal key of an alert: a longer fingerprint (not from Alertmanager) by its hash, so a state stays bounded."""
+    if len(fingerprint) <= FINGERPRINT_KEPT:
+        return "alert:" + fingerprint
+    return "alert:sha256:" + hashlib.sha256(fingerprint.encode()).hexdigest()[:40]
 
 
 class BadPayload(ValueError):
@@ -36,6 +46,10 @@ class Alert:
     @property
     def firing(self) -> bool:
         return self.status == "firing"
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.fingerprint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,11 +28,12 @@ from allocator.device_view import DeviceView
 from allocator.types import DeviceID
 from extender.eviction.clock import Clock, SystemClock, format_time
 from extender.health import ladder
-from extender.health.alerts import Delivery
+from extender.health.alerts import Alert, Delivery
+from extender.health.delivery import ALERTS_PER_SLICE, Change, Matching, Pending
 from extender.health.failures import WriteFailures
 from extender.health.ladder import DeviceState
 from extender.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError, Rule, parse_policy
-from extender.health.resolver import Unresolved, device_key, resolve
+from extender.health.resolver import device_key
 from extender.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
 from extender.health.sinks import NodeSink, ObjectSink
 from extender.health.status import MERGE_PATCH, PolicyStatus, Unmatched, Writes, write
@@ -48,6 +49,7 @@ from tracker.state import ClusterState
 log = logging.getLogger("dra_extender.health")
 
 WRITERS = 64  # API writes in flight at once
+WRITES_PER_TURN = 64  # devices one writer looks at between two turns of the event loop (an unchanged one costs a comparison)
 Taint = tuple[str, str, str]  # key, value, effect
 
 
@@ -340,69 +342,65 @@ class HealthController:
         if self.failing is not None:
             return Answer(503, {"error": f"API server write failed: {self.failing}: retry"})
         counts: dict[str, int] = {}
-        touched = self._apply_alerts(delivery, self.clock.now(), counts)
+        touched = await self._apply_alerts(delivery, self.clock.now(), counts)
         if touched:
             self.dirty |= touched
             self.wake.set()
         return Answer(200, {"alerts": counts})
 
-    def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
+    async def _apply_alerts(self, delivery: Delivery, now: float, counts: dict[str, int]) -> set[tuple[str, str]]:
+        """Match every alert to its device, then apply each device's signals together; a turn of the loop every ALERTS_PER_SLICE.
+
+        Linear in the alerts: a device named by 20,000 alerts gets a new state per slice of them, not one per alert
+        copying a growing state (docs/health.md, Bounded state). A pass of the loop between two slices sees the
+        device as if the delivery had come in parts, in order.
+        """
         policies = [p for p in self.valid_policies() if any(r.kind == "alert" for r in p.rules)]
         touched: set[tuple[str, str]] = set()
         by_policy: dict[tuple[str, str], int] = {}
-        for alert in delivery.alerts:
-            matched = False
-            for policy in policies:
-                for rule in policy.rules:
-                    if rule.alert is None or not rule.alert.matches(alert.labels):
-                        continue
-                    matched = True
-                    outcome = self._apply_alert(policy, rule, alert.labels, alert.fingerprint, alert.firing, now, touched)
-                    counts[outcome] = counts.get(outcome, 0) + 1
-                    by_policy[(policy.name, outcome)] = by_policy.get((policy.name, outcome), 0) + 1
-            if not matched:
-                counts["no_rule"] = counts.get("no_rule", 0) + 1
-                by_policy[("", "no_rule")] = by_policy.get(("", "no_rule"), 0) + 1
+
+        def count(policy: str, outcome: str, n: int = 1) -> None:
+            counts[outcome] = counts.get(outcome, 0) + n
+            by_policy[(policy, outcome)] = by_policy.get((policy, outcome), 0) + n
+
+        def unmatched(ident: tuple[str, str], reason: str, alert: Alert, outcome: str) -> str:
+            touched.add(ident)  # its status reports the unmatched alert
+            return self._unmatched(ident, reason, alert.labels, now, outcome=outcome)
+
+        matching = Matching(self.state, self._selected, unmatched, count)
+        await matching.run(delivery.alerts, policies)
+        applied = 0
+        for p, changes in matching.slices():
+            if applied >= ALERTS_PER_SLICE:
+                await asyncio.sleep(0)
+                applied = 0
+            applied += len(changes)
+            for outcome, n in self._apply_device(p, changes, now, touched).items():
+                count(p.policy.name, outcome, n)
         for (name, outcome), n in by_policy.items():
             self.metrics.health_signals.labels(name, outcome).inc(n)
         return touched
 
-    def _apply_alert(
-        self,
-        policy: Policy,
-        rule: Rule,
-        labels: Mapping[str, str],
-        fingerprint: str,
-        firing: bool,
-        now: float,
-        touched: set[tuple[str, str]],
-    ) -> str:
-        ident = (policy.name, rule.name)
-        assert rule.device is not None  # an alert rule
-        found = resolve(self.state, rule.device, labels)
-        if isinstance(found, Unresolved):
-            touched.add(ident)  # its status reports the unmatched alert
-            return self._unmatched(ident, found.reason, labels, now)
-        if not self._selected(rule, found):
-            touched.add(ident)
-            return self._unmatched(ident, f"device {found.id} is not among the rule's devices", labels, now, outcome="unselected")
-        key = device_key(found.id)
-        self.where.setdefault(key, (found.id, found.node_name or ""))
-        states = self.states.setdefault(ident, {})
-        old = states.get(key)
-        assert rule.alert is not None  # an alert rule
-        cause = labels.get("alertname", "alert") + "".join(
-            f" {k}={v}" for k, v in sorted(rule.alert.match_labels.items()) if k != "alertname"
-        )
-        new = ladder.fire(old, "alert:" + fingerprint, now, cause) if firing else ladder.resolve(old, "alert:" + fingerprint, now)
-        if new is None or new == old:
-            if old is not None and not self._unchanged(policy, rule, key, old):
+    def _apply_device(self, p: Pending, changes: list[Change], now: float, touched: set[tuple[str, str]]) -> dict[str, int]:
+        """Signals of one device applied at once (synchronously: a pass sees them all or none): outcome -> alerts."""
+        ident = (p.policy.name, p.rule.name)
+        self.where.setdefault(p.key, (p.did, p.node))
+        states = self.states.setdefault(ident, {})  # read again after every turn of the loop: a pass replaces it
+        old = states.get(p.key)
+        new, done = ladder.apply(old, changes, now)
+        out: dict[str, int] = {}
+        for (_, cause), changed in zip(changes, done, strict=True):
+            outcome = "repeat" if not changed else "firing" if cause is not None else "resolved"
+            out[outcome] = out.get(outcome, 0) + 1
+        if new is old:
+            if old is not None and not self._unchanged(p.policy, p.rule, p.key, old):
                 touched.add(ident)  # a repeat of a device whose write failed before: retried with it
-            return "repeat"
+            return out
+        assert new is not None
         touched.add(ident)
-        states[key] = new
+        states[p.key] = new
         self.last_signal[ident] = now
-        return "firing" if firing else "resolved"
+        return out
 
     def _unmatched(self, ident: tuple[str, str], reason: str, labels: Mapping[str, str], now: float, outcome: str = "unmatched") -> str:
         u = self.unmatched.setdefault(ident, Unmatched())
@@ -590,24 +588,27 @@ class HealthController:
             pinned=pinned,
         )
         self.states[ident] = d.states
-        sem = asyncio.Semaphore(WRITERS)
-
-        async def bounded(coro: Awaitable[None]) -> None:
-            async with sem:
-                await coro
-
-        jobs = []
+        escalated = set(d.escalated)
+        cleared = []
         for key in d.cleared:
             if self.failures.due(self._name(policy, rule, key), now):
-                jobs.append(self._clear(policy, rule, key, states[key]))
+                cleared.append((key, states[key]))
             else:
                 d.states.setdefault(key, states[key])  # its delete failed before: still there, tried again when due
-        jobs += [
-            self._put(policy, rule, key, st, key in d.escalated)
-            for key, st in d.states.items()
-            if not self._unchanged(policy, rule, key, st) and self.failures.due(self._name(policy, rule, key), now)
-        ]
-        await asyncio.gather(*(bounded(j) for j in jobs))
+        todo = iter([*((key, None) for key, _ in cleared), *d.states.items()])
+        before = dict(cleared)
+
+        async def writer() -> None:
+            """One of WRITERS: takes the next device, writes it if the API lacks it; a turn of the loop every WRITES_PER_TURN looks."""
+            for looked, (key, st) in enumerate(todo, 1):
+                if not looked % WRITES_PER_TURN:
+                    await asyncio.sleep(0)
+                if st is None:
+                    await self._clear(policy, rule, key, before[key])
+                elif not self._unchanged(policy, rule, key, st) and self.failures.due(self._name(policy, rule, key), now):
+                    await self._put(policy, rule, key, st, key in escalated)
+
+        await asyncio.gather(*(writer() for _ in range(min(WRITERS, len(d.states) + len(cleared)))))
         await self._guard(policy, rule, d.waiting)
         for effect in ("None", "NoSchedule", "NoExecute"):
             n = sum(1 for st in d.states.values() if ladder.effect_of(rule, st.step) == effect)

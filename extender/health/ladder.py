@@ -11,6 +11,10 @@ Semantics (docs/health.md):
 - a step is reached once the device has been failing for `after` seconds
   (from the first firing of the episode) or has had `occurrences` new
   firings within `within`; rungs only go up during an episode;
+- a device fires while any of its signals does; past `ACTIVE_KEPT` signals at
+  once the rest are only counted (`overflow`), and only the newest
+  `OCCURRENCES_KEPT` firings are kept, so a state stays bounded whatever the
+  alert traffic (docs/health.md, Bounded state);
 - while every signal is resolved nothing escalates; the device is cleared
   `clear_after` seconds after the last signal resolved, unless pinned;
   firing again before that resumes the ladder at the rung it held;
@@ -26,46 +30,112 @@ Semantics (docs/health.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from extender.health.policy import Guard, Rule
 
 RATE_WINDOW = 60.0
+KEEP = 86400.0  # occurrences older than this are forgotten
+# The CRD's maximum for a step's `occurrences`: keeping this many newest firings answers every
+# step's "`occurrences` new firings within `within`" exactly (the count reaches the threshold
+# exactly when the threshold-th newest firing is inside the window).
+OCCURRENCES_KEPT = 1000
+# Signals tracked one by one; past this many at once a device's further signals are only counted.
+# With OCCURRENCES_KEPT this keeps a state's annotation under 32 KiB (tests/health/test_bounded_state.py).
+ACTIVE_KEPT = 128
+CAUSE_KEPT = 256  # characters of the cause (built from alert labels) kept
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceState:
     first_seen: float
-    active: frozenset[str] = frozenset()  # signal keys firing now (alert fingerprints, taint/condition keys)
-    occurrences: tuple[float, ...] = ()  # when each new firing came, the last hour or so
+    active: frozenset[str] = frozenset()  # signal keys firing now (alert fingerprints, taint/condition keys), at most ACTIVE_KEPT
+    occurrences: tuple[float, ...] = ()  # when each new firing came: the newest OCCURRENCES_KEPT of the last KEEP seconds
     step: int = -1  # the rung held (-1: none yet)
     resolved_at: float | None = None  # every signal resolved since then (None: something fires)
     no_execute_at: float | None = None  # when NoExecute was applied (the guard's rate)
     cause: str = ""  # the last firing signal, for people
     last_signal: float = 0.0
+    overflow: int = 0  # firings of signals not tracked (the set was full), net of resolutions of untracked signals
+    retired: frozenset[str] = frozenset()  # tracked signals resolved while overflow > 0: a repeat of their resolution is known
 
     @property
     def firing(self) -> bool:
-        return bool(self.active)
+        return bool(self.active) or self.overflow > 0
 
 
-def fire(state: DeviceState | None, key: str, now: float, cause: str, keep: float = 86400.0) -> DeviceState:
+def apply(state: DeviceState | None, changes: Sequence[tuple[str, str | None]], now: float) -> tuple[DeviceState | None, list[bool]]:
+    """Signals of one device at one instant, in order: (key, cause) fires `key`, (key, None) resolves it.
+
+    One new state for all of them, in time linear in `changes` (a delivery of
+    20,000 alerts for one device copies the state once, not per alert), and
+    for each change whether it changed anything (a repeat or an unknown
+    resolution does not). Nothing changed: the same state object.
+    """
+    done = [False] * len(changes)
+    if state is None and all(cause is None for _, cause in changes):
+        return None, done
+    active = set(state.active) if state is not None else set()
+    retired = set(state.retired) if state is not None else set()
+    overflow = state.overflow if state is not None else 0
+    fired: list[float] = []
+    cause_now: str | None = None
+    resolved_at = state.resolved_at if state is not None else None
+    for i, (key, cause) in enumerate(changes):
+        if cause is not None:
+            if key in active:
+                continue  # Alertmanager's repeat_interval or a retry: the same firing, nothing changes
+            retired.discard(key)
+            if len(active) + len(retired) < ACTIVE_KEPT:
+                active.add(key)
+            else:
+                overflow += 1  # untracked: a repeat of it cannot be told from a new one (fail closed: counted)
+            fired.append(now)
+            cause_now, resolved_at = cause[:CAUSE_KEPT], None
+        else:
+            if key in active:
+                active.discard(key)
+                if overflow:
+                    retired.add(key)
+            elif overflow and key not in retired:
+                overflow -= 1  # one of the untracked signals
+                if not overflow:
+                    retired.clear()
+            else:
+                continue  # unknown, or resolved already
+            if not active and not overflow:
+                resolved_at = now
+        done[i] = True
+    if not any(done):
+        return state, done
+    base = state if state is not None else DeviceState(first_seen=now)
+    occurrences = base.occurrences
+    if fired:
+        occurrences = (*(t for t in occurrences if t > now - KEEP), *fired)[-OCCURRENCES_KEPT:]
+    new = replace(
+        base,
+        active=frozenset(active),
+        retired=frozenset(retired),
+        overflow=overflow,
+        occurrences=occurrences,
+        resolved_at=resolved_at,
+        cause=cause_now if cause_now is not None else base.cause,
+        last_signal=now,
+    )
+    return new, done
+
+
+def fire(state: DeviceState | None, key: str, now: float, cause: str) -> DeviceState:
     """Signal `key` fires: a new occurrence, unless it is firing already (then nothing changes)."""
-    if state is None:
-        state = DeviceState(first_seen=now)
-    elif key in state.active:
-        return state  # Alertmanager's repeat_interval or a retry: the same firing, nothing changes
-    occurrences = (*(t for t in state.occurrences if t > now - keep), now)
-    return replace(state, active=state.active | {key}, occurrences=occurrences, resolved_at=None, cause=cause, last_signal=now)
+    new, _ = apply(state, ((key, cause),), now)
+    assert new is not None
+    return new
 
 
 def resolve(state: DeviceState | None, key: str, now: float) -> DeviceState | None:
     """Signal `key` resolved; the hold-down starts when the last one does."""
-    if state is None or key not in state.active:
-        return state
-    active = state.active - {key}
-    return replace(state, active=active, resolved_at=now if not active else None, last_signal=now)
+    return apply(state, ((key, None),), now)[0]
 
 
 def reached(rule: Rule, state: DeviceState, now: float) -> int:

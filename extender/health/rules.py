@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 
 from allocator.types import DeviceID
-from extender.health.ladder import DeviceState
+from extender.health.alerts import alert_key
+from extender.health.ladder import ACTIVE_KEPT, CAUSE_KEPT, OCCURRENCES_KEPT, DeviceState
 from extender.health.policy import GROUP, KIND, VERSION
 
 POLICY_LABEL = "resource.dra-extender.io/health-policy"
@@ -62,19 +63,56 @@ class Owned:
 
 
 def encode_state(state: DeviceState, node: str) -> str:
-    return orjson.dumps(
-        {
-            "node": node,
-            "firstSeen": state.first_seen,
-            "active": sorted(state.active),
-            "occurrences": list(state.occurrences),
-            "step": state.step,
-            "resolvedAt": state.resolved_at,
-            "noExecuteAt": state.no_execute_at,
-            "cause": state.cause,
-            "lastSignal": state.last_signal,
-        }
-    ).decode()
+    """The state annotation: bounded as the state is (at most 32 KiB, docs/health.md, Bounded state)."""
+    doc: dict[str, Any] = {
+        "node": node,
+        "firstSeen": state.first_seen,
+        "active": sorted(state.active),
+        "occurrences": list(state.occurrences),
+        "step": state.step,
+        "resolvedAt": state.resolved_at,
+        "noExecuteAt": state.no_execute_at,
+        "cause": state.cause,
+        "lastSignal": state.last_signal,
+    }
+    if state.overflow:
+        doc["overflow"] = state.overflow
+        doc["retired"] = sorted(state.retired)
+    return orjson.dumps(doc).decode()
+
+
+def _signal(key: str) -> str:
+    """A signal key as this version keeps it (an earlier one kept a long alert fingerprint whole)."""
+    return alert_key(key[6:]) if key.startswith("alert:") else key
+
+
+def decode_state(s: dict[str, Any]) -> DeviceState:
+    """The annotation's JSON back into a bounded state.
+
+    An annotation of an earlier version may hold any number of signals and
+    occurrences: past the bounds, the newest occurrences are kept (the ladder's
+    counts stay exact) and the signals beyond ACTIVE_KEPT are counted as
+    overflow (the device keeps firing until they resolve), as `ladder.apply` would have.
+    """
+    overflow = int(s.get("overflow") or 0)
+    if overflow < 0:
+        raise ValueError(f"overflow {overflow} is negative")
+    retired = sorted({_signal(str(a)) for a in s.get("retired") or ()}) if overflow else []
+    active = [a for a in sorted({_signal(str(a)) for a in s.get("active") or ()}) if a not in retired]
+    room = max(0, ACTIVE_KEPT - len(retired))
+    overflow += max(0, len(active) - room)
+    return DeviceState(
+        first_seen=float(s["firstSeen"]),
+        active=frozenset(active[:room]),
+        occurrences=tuple(float(t) for t in s.get("occurrences") or ())[-OCCURRENCES_KEPT:],
+        step=int(s.get("step", -1)),
+        resolved_at=None if s.get("resolvedAt") is None else float(s["resolvedAt"]),
+        no_execute_at=None if s.get("noExecuteAt") is None else float(s["noExecuteAt"]),
+        cause=str(s.get("cause") or "")[:CAUSE_KEPT],
+        last_signal=float(s.get("lastSignal") or 0.0),
+        overflow=overflow,
+        retired=frozenset(retired[:ACTIVE_KEPT]),
+    )
 
 
 def decode(obj: dict[str, Any]) -> Owned | None:
@@ -87,16 +125,7 @@ def decode(obj: dict[str, Any]) -> Owned | None:
     try:
         s = orjson.loads(annotations[STATE])
         sel = obj["spec"]["deviceSelector"]
-        state = DeviceState(
-            first_seen=float(s["firstSeen"]),
-            active=frozenset(str(a) for a in s.get("active") or ()),
-            occurrences=tuple(float(t) for t in s.get("occurrences") or ()),
-            step=int(s.get("step", -1)),
-            resolved_at=None if s.get("resolvedAt") is None else float(s["resolvedAt"]),
-            no_execute_at=None if s.get("noExecuteAt") is None else float(s["noExecuteAt"]),
-            cause=str(s.get("cause") or ""),
-            last_signal=float(s.get("lastSignal") or 0.0),
-        )
+        state = decode_state(s)
         did = DeviceID(sel["driver"], sel["pool"], sel["device"])
         return Owned(
             name=meta["name"],

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from kubesim.fakeapi import field_errors
 from kubesim.fakeapi.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from kubesim.fakeapi.registry import Registry, ResourceType
 from kubesim.fakeapi.selectors import Matcher
@@ -128,6 +129,19 @@ def invalid(t: ResourceType, name: str, why: Any) -> ApiError:
         details["causes"] = [e.cause() for e in why]
         why = str(why[0]) if len(why) == 1 else "[" + ", ".join(str(e) for e in why) + "]"
     return ApiError(422, f'{kind} "{name}" is invalid: {why}', "Invalid", details=details)
+
+
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024  # apimachinery's TotalAnnotationSizeLimitB
+
+
+def check_annotations_size(t: ResourceType, name: str, meta: dict[str, Any]) -> None:
+    """422 when the annotations' keys and values add up to more than 256 KiB (bytes), as ValidateObjectMeta says on any write."""
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict):
+        return
+    total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        raise invalid(t, name, [field_errors.too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE_LIMIT)])
 
 
 def too_large(rv: int, current: int) -> ApiError:
@@ -396,6 +410,7 @@ class Store:
         if http:
             if t.has_status and t.plural not in ("nodes",):
                 obj.pop("status", None)  # before validation, as the server's PrepareForCreate
+            check_annotations_size(t, name, meta)
             if t.validate is not None:
                 why = t.validate(None, obj)
                 if why:
@@ -491,6 +506,8 @@ class Store:
                     new["status"] = cur["status"]
                 else:
                     new.pop("status", None)
+            if http:
+                check_annotations_size(t, name, new_meta)
             if http and t.validate is not None:
                 why = t.validate(cur, new)
                 if why:

@@ -12,6 +12,7 @@ import asyncio
 import gc
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -775,6 +776,80 @@ async def test_fault_injection_errors_latency_and_request_log(api, kc):
         body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p1", "namespace": "default"}},
     )
     assert status == 429 and "disruption budget" in body["message"] and api.get("pods", "default", "p1") is not None
+
+
+LIMIT = 256 * 1024  # apimachinery's TotalAnnotationSizeLimitB: keys and values, in bytes
+RULES_PATH = f"/apis/{RULES}/v1alpha1/devicetaintrules"
+PODS_PATH = "/api/v1/namespaces/default/pods"
+
+
+def _annotated(obj: dict[str, Any], size: int, *, char: str = "x") -> dict[str, Any]:
+    """`obj` with annotations of `size` bytes in total (two keys of 1 byte, values of multi-byte `char` counted in bytes)."""
+    per = len(char.encode())
+    rest = size - 2 - per * ((size - 2) // (2 * per)) * 2
+    body = json.loads(json.dumps(obj))
+    body["metadata"]["annotations"] = {"a": char * ((size - 2) // (2 * per)), "b": char * ((size - 2) // (2 * per)) + "y" * rest}
+    return body
+
+
+@dataclass(frozen=True)
+class AnnotationRow:
+    id: str
+    path: str  # the collection
+    obj: dict[str, Any]
+    size: int
+    verb: str  # create | update | merge | json | strategic
+    char: str = "x"
+
+    @property
+    def refused(self) -> bool:
+        return self.size > LIMIT
+
+
+ANNOTATION_ROWS = [
+    AnnotationRow("create-a-rule-at-the-limit", RULES_PATH, rule("r"), LIMIT, "create"),
+    AnnotationRow("create-a-rule-one-byte-over", RULES_PATH, rule("r"), LIMIT + 1, "create"),
+    AnnotationRow("bytes-not-characters", RULES_PATH, rule("r"), LIMIT + 2, "create", char="é"),
+    AnnotationRow("update-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "update"),
+    AnnotationRow("merge-patch-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "merge"),
+    AnnotationRow("json-patch-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "json"),
+    AnnotationRow("merge-patch-a-rule-at-the-limit", RULES_PATH, rule("r"), LIMIT, "merge"),
+    AnnotationRow("create-a-pod-over", PODS_PATH, pod("p", "default"), LIMIT + 1, "create"),
+    AnnotationRow("strategic-patch-a-pod-over", PODS_PATH, pod("p", "default"), LIMIT + 1, "strategic"),
+]
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in ANNOTATION_ROWS])
+async def test_annotations_over_256_kib_are_refused_on_every_write(api, kc, row: AnnotationRow) -> None:
+    """As ValidateObjectMeta: 422 Invalid `metadata.annotations: Too long: may not be more than 262144 bytes`, nothing stored."""
+    name = row.obj["metadata"]["name"]
+    big = _annotated(row.obj, row.size, char=row.char)
+    item = f"{row.path}/{name}"
+    if row.verb == "create":
+        status, body = await raw(kc, "POST", row.path, body=big)
+    else:
+        status, created = await raw(kc, "POST", row.path, body=row.obj)
+        assert status == 201, created
+        if row.verb == "update":
+            big["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+            status, body = await raw(kc, "PUT", item, body=big)
+        elif row.verb == "json":
+            ops = [{"op": "add", "path": "/metadata/annotations", "value": big["metadata"]["annotations"]}]
+            status, body = await raw(kc, "PATCH", item, body=ops, content_type="application/json-patch+json")
+        else:
+            kind = "application/merge-patch+json" if row.verb == "merge" else "application/strategic-merge-patch+json"
+            status, body = await raw(kc, "PATCH", item, body={"metadata": big["metadata"]}, content_type=kind)
+    if not row.refused:
+        assert status in (200, 201), body
+        return
+    assert status == 422, body
+    assert body["reason"] == "Invalid"
+    assert body["message"].endswith(f'"{name}" is invalid: metadata.annotations: Too long: may not be more than 262144 bytes')
+    assert body["details"]["causes"] == [
+        {"reason": "FieldValueTooLong", "message": "Too long: may not be more than 262144 bytes", "field": "metadata.annotations"}
+    ]
+    status, stored = await raw(kc, "GET", item)
+    assert status == 404 if row.verb == "create" else not (stored["metadata"].get("annotations") or {})
 
 
 async def test_crd_group_can_be_switched_off(api, kc):
