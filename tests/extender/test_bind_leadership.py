@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +123,9 @@ def _binding_fails_as_leadership_ends(leading: list[bool]) -> Callable[[RequestI
     return react
 
 
-async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> None:
-    """The pod's binding fails as leadership moves on: the undo that follows leaves the claim to the new leader."""
-    leading = [True]
+@contextlib.asynccontextmanager
+async def _leading_cluster(tmp_path: Path, leading: list[bool]) -> AsyncIterator[tuple[FakeApiServer, ApiCluster, dict[str, Any]]]:
+    """One GPU node and a pod whose claim wants it, with a cluster that leads while `leading[0]`."""
     async with FakeApiServer() as api:
         api.create(gpu_class())
         api.create(node("n1", hostname=True))
@@ -135,20 +136,27 @@ async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> 
         try:
             await cluster.start()
             await cluster.caught_up()
-            api.add_reactor(_binding_fails_as_leadership_ends(leading))
-            api.clear_requests()
-            answer = await cluster.bind(pod, "n1")  # the undo runs within the bind's budget
-            assert answer and not leading[0], answer
-            requests = list(api.requests)
-            binding = next(i for i, r in enumerate(requests) if r.resource == "pods/binding")
-            claim_writes = [(r.method, r.path) for r in requests if r.method != "GET" and r.resource.startswith("resourceclaims")]
-            after = [(r.method, r.path) for r in requests[binding + 1 :] if r.method != "GET" and r.resource.startswith("resourceclaims")]
-            assert claim_writes and not after, f"an ex-leader wrote {after}"
-            status = api.get("resourceclaims", "default", "c1", group="resource.k8s.io")["status"]
-            assert status.get("allocation") and status.get("reservedFor"), status
-            assert not cluster.state.inflight, "the in-flight devices are released all the same"
+            yield api, cluster, pod
         finally:
             await cluster.stop()
+
+
+async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> None:
+    """The pod's binding fails as leadership moves on: the undo that follows leaves the claim to the new leader."""
+    leading = [True]
+    async with _leading_cluster(tmp_path, leading) as (api, cluster, pod):
+        api.add_reactor(_binding_fails_as_leadership_ends(leading))
+        api.clear_requests()
+        answer = await cluster.bind(pod, "n1")  # the undo runs within the bind's budget
+        assert answer and not leading[0], answer
+        requests = list(api.requests)
+        binding = next(i for i, r in enumerate(requests) if r.resource == "pods/binding")
+        claim_writes = [(r.method, r.path) for r in requests if r.method != "GET" and r.resource.startswith("resourceclaims")]
+        after = [(r.method, r.path) for r in requests[binding + 1 :] if r.method != "GET" and r.resource.startswith("resourceclaims")]
+        assert claim_writes and not after, f"an ex-leader wrote {after}"
+        status = api.get("resourceclaims", "default", "c1", group="resource.k8s.io")["status"]
+        assert status.get("allocation") and status.get("reservedFor"), status
+        assert not cluster.state.inflight, "the in-flight devices are released all the same"
 
 
 def _leadership_ends_at(leading: list[bool], subresource: str) -> Callable[[RequestInfo], Any]:
@@ -174,24 +182,11 @@ def _leadership_ends_at(leading: list[bool], subresource: str) -> Callable[[Requ
 async def test_a_bind_stops_writing_when_leadership_ends(tmp_path: Path, ends_at: str, landed: list[tuple[str, str]]) -> None:
     """Each of a bind's writes asks whether this process still leads: an ex-leader never writes after its lead ended."""
     leading = [True]
-    async with FakeApiServer() as api:
-        api.create(gpu_class())
-        api.create(node("n1", hostname=True))
-        api.create(node_slice("n1", 1))
-        api.create(claim("c1"))
-        pod = api.create(pod_with_claim("p1", "c1"))
-        cluster = ApiCluster(api, tmp_path, is_leader=lambda: leading[0])
-        try:
-            await cluster.start()
-            await cluster.caught_up()
-            api.add_reactor(_leadership_ends_at(leading, ends_at))
-            api.clear_requests()
-            answer = await cluster.bind(pod, "n1")
-            assert answer and "not leader" in str(answer) and not leading[0], answer
-            writes = [
-                (r.method, r.resource) for r in api.requests if r.method != "GET" and r.resource.startswith(("resourceclaims", "pods"))
-            ]
-            assert writes == landed, f"an ex-leader wrote {writes[len(landed) :]}"
-            assert not cluster.state.inflight, "the in-flight devices are released all the same"
-        finally:
-            await cluster.stop()
+    async with _leading_cluster(tmp_path, leading) as (api, cluster, pod):
+        api.add_reactor(_leadership_ends_at(leading, ends_at))
+        api.clear_requests()
+        answer = await cluster.bind(pod, "n1")
+        assert answer and "not leader" in str(answer) and not leading[0], answer
+        writes = [(r.method, r.resource) for r in api.requests if r.method != "GET" and r.resource.startswith(("resourceclaims", "pods"))]
+        assert writes == landed, f"an ex-leader wrote {writes[len(landed) :]}"
+        assert not cluster.state.inflight, "the in-flight devices are released all the same"
