@@ -38,7 +38,7 @@ def _hostile_class(directory: Path) -> None:
 
 def _hostile_rule(directory: Path) -> None:
     rule = {
-        "apiVersion": "resource.k8s.io/v1beta2",
+        "apiVersion": "resource.k8s.io/v1alpha3",  # the upstream version whose rules carry CEL selectors (1.33-1.34)
         "kind": "DeviceTaintRule",
         "metadata": {"name": "hostile-rule"},
         "spec": {
@@ -157,7 +157,7 @@ def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: 
 
     nodes = write_cluster(tmp_path / "c", nodes=4, devices=128, claims={"plain": f'device.driver == "{GPU}"'})
     rule = {
-        "apiVersion": "resource.k8s.io/v1beta2",
+        "apiVersion": "resource.k8s.io/v1alpha3",  # the upstream version whose rules carry CEL selectors (1.33-1.34)
         "kind": "DeviceTaintRule",
         "metadata": {"name": "slow-rule"},
         "spec": {
