@@ -330,7 +330,13 @@ def test_allocation_agrees_with_the_oracle(s: Scenario) -> None:
             if oracle.defined:
                 assert witness is None, f"{path}: refused ({out.failure.message}), but the oracle finds {witness}"
     verdicts = {path: (out.ok, out.failure.code if out.failure else None) for path, out in outcomes.items()}
-    assert len(set(verdicts.values())) == 1, f"the paths disagree: {verdicts}"
+    if oracle.defined:
+        assert len(set(verdicts.values())) == 1, f"the paths disagree: {verdicts}"
+    else:
+        # Where upstream's verdict depends on its search history (charges kept after a rejection, distinct
+        # attributes over several devices), spread's other order may rightly find what pool order does not;
+        # each of its answers is still checked above. The two paths in pool order must agree.
+        assert verdicts[FIRST_FIT] == verdicts[FULL_SEARCH], f"first fit and the full search disagree: {verdicts}"
     if outcomes[FIRST_FIT].ok:
         assert _assignment(outcomes[FIRST_FIT]) == _assignment(outcomes[FULL_SEARCH]), "first fit and the full search pick differently"
         if oracle.defined:
