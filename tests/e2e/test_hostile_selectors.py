@@ -179,11 +179,13 @@ def test_costly_rule_selector_over_many_devices_is_computed_in_slices(tmp_path: 
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                r = httpx.get(ext.url + "/livez", timeout=1)
+                # The extender's own stall check (--livez-stall-threshold 1) answers 503 past 1 s; the client
+                # waits longer, so a slow start on a busy machine is not mistaken for a stall.
+                r = httpx.get(ext.url + "/livez", timeout=3)
                 up = True
                 if r.status_code != 200:
                     failures.append(f"{r.status_code} {r.text}")
-                ready = httpx.get(ext.url + "/readyz", timeout=1).status_code == 200
+                ready = httpx.get(ext.url + "/readyz", timeout=3).status_code == 200
             except httpx.ConnectError:
                 if up:
                     failures.append("ConnectError")
