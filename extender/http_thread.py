@@ -76,7 +76,8 @@ class LoopBridge:
         """Like call, but give up (None) when the main loop does not get to it in time."""
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(fn), self.loop)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), seconds)
+            async with asyncio.timeout(seconds):
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             future.cancel()
             return None

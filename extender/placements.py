@@ -129,7 +129,8 @@ class PlacementGate:
             left = placement.deadline - time.monotonic()
             if left > 0:
                 try:
-                    await asyncio.wait_for(placement.decided.wait(), left)
+                    async with asyncio.timeout(left):
+                        await placement.decided.wait()
                     continue
                 except TimeoutError:
                     pass

@@ -559,13 +559,14 @@ def pod_names(words: Sequence[str]) -> list[str]:
     async def names() -> list[str]:
         cluster = Cluster(kubeconfig=args.kubeconfig, context=args.context)
         try:
-            page = await cluster.call("GET", KIND_RESOURCES[ev.POD].collection(namespace), query={"limit": 500})
+            async with asyncio.timeout(5):
+                page = await cluster.call("GET", KIND_RESOURCES[ev.POD].collection(namespace), query={"limit": 500})
             return sorted(p["metadata"]["name"] for p in page.get("items") or [])
         finally:
             await cluster.close()
 
     try:
-        return asyncio.run(asyncio.wait_for(names(), 5))
+        return asyncio.run(names())
     except Exception:  # completion must never print a traceback into the shell
         return []
 

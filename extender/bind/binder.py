@@ -114,7 +114,8 @@ class Binder:
                 self.metrics.binds.labels("not_leader").inc()
                 return plain(REASON_NOT_BOUND, "not leader")
             try:
-                pod = await asyncio.wait_for(self._pod(args), max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    pod = await self._pod(args)
             except TimeoutError:
                 return plain(REASON_NOT_BOUND, f"pod {args.pod_namespace}/{args.pod_name}: reading the pod timed out")
             uid = args.pod_uid or pod.meta.uid
@@ -145,7 +146,8 @@ class Binder:
             if budget <= 0:
                 return False
             try:
-                await asyncio.wait_for(self.refresh_leadership(), budget)
+                async with asyncio.timeout(budget):
+                    await self.refresh_leadership()
             except Exception as e:  # a read that failed or took too long: not leading, as before
                 log.info("reading the followed Lease for a bind failed", extra={"err": str(e) or type(e).__name__})
                 return False
@@ -384,7 +386,8 @@ class Binder:
     async def _bind_pod(self, args: BindingArgs, uid: str, deadline: float) -> Failure | None:
         """A pod without claims: just the Binding."""
         try:
-            await asyncio.wait_for(self._create_binding(args, uid), max(0.0, deadline - time.monotonic()))
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self._create_binding(args, uid)
         except TimeoutError:
             self.metrics.binds.labels("timeout").inc()
             return plain(

@@ -277,7 +277,8 @@ class ClaimWrites:
         if left <= 0:
             raise BindFailed(f"claim {namespace}/{name}: out of time reading it (bind budget {self.timeout:g}s)")
         try:
-            return await asyncio.wait_for(self.source.get(ev.RESOURCE_CLAIM, namespace, name), left)
+            async with asyncio.timeout(left):
+                return await self.source.get(ev.RESOURCE_CLAIM, namespace, name)
         except TimeoutError:
             raise BindFailed(f"claim {namespace}/{name}: reading it timed out (bind budget {self.timeout:g}s)") from None
         except SourceError as e:

@@ -64,7 +64,8 @@ class BindUndo:
         left = deadline - time.monotonic()
         if left > 0:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), left)
+                async with asyncio.timeout(left):
+                    await asyncio.shield(task)
         return task
 
     async def run(self, pod: Pod, uid: str, node: str, written: list[Written], hold: Reservation) -> None:

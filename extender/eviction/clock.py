@@ -35,7 +35,8 @@ class SystemClock:
             return
         timeout = None if deadline is None else max(0.0, deadline - time.time())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancellation
+                await wake.wait()
 
 
 def format_time(t: float) -> str:

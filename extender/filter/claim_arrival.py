@@ -61,7 +61,8 @@ class ClaimArrival:
                 break
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), left)
+                async with asyncio.timeout(left):
+                    await self._changed.wait()
             except TimeoutError:
                 break
             fresh = self.state.pods.get(pod.key)

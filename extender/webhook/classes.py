@@ -77,7 +77,8 @@ class DeviceClassNames:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(waiter)
         except TimeoutError:
             return self._synced
         finally:

@@ -68,7 +68,10 @@ async def test_burst_and_rate_hold_with_real_api_latency(tmp_path: Path, name: s
         finally:
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _, running = await asyncio.wait(tasks, timeout=10)
+            for t in running:
+                t.print_stack()
+            assert not running, f"{len(running)} task(s) did not stop within 10 s of their cancellation"
         assert len(deleted) == PODS, f"{len(deleted)} of {PODS} pods deleted"
         first = deleted[0]
         burst = sum(1 for t in deleted if t - first < 0.5 * (1 / (rate or 10)) + 0.1)

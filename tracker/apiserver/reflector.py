@@ -214,9 +214,8 @@ class Freshness:
         """Ask the server for /version every PROBE_INTERVAL_SECONDS, so a frozen one shows as stale."""
         while True:
             try:
-                status, _ = await asyncio.wait_for(
-                    transport.request("GET", "/version", timeout=PROBE_TIMEOUT_SECONDS), PROBE_TIMEOUT_SECONDS + 1
-                )
+                async with asyncio.timeout(PROBE_TIMEOUT_SECONDS + 1):
+                    status, _ = await transport.request("GET", "/version", timeout=PROBE_TIMEOUT_SECONDS)
                 if status < 500:
                     self.answered()
             except asyncio.CancelledError:
