@@ -10,7 +10,11 @@ ENV PATH=/opt/venv/bin:$PATH \
 COPY pyproject.toml README.md ./
 COPY allocator/ allocator/
 COPY tracker/ tracker/
+COPY serving/ serving/
 COPY extender/ extender/
+COPY controllers/ controllers/
+COPY webhook/ webhook/
+COPY dra_extender/ dra_extender/
 COPY kubectl_dra/ kubectl_dra/
 RUN pip install --no-compile . && python -m compileall -q /opt/venv
 

@@ -36,7 +36,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy allocator tracker extender kubectl_dra kubesim bench
+	$(BIN)/mypy allocator tracker serving extender controllers webhook dra_extender kubectl_dra kubesim bench
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,bench]'

@@ -42,15 +42,15 @@ import yaml
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
+from controllers.health.controller import HealthController
+from controllers.health.receiver import Receiver
 from extender import wire
-from extender.health.controller import HealthController
-from extender.health.receiver import Receiver
-from extender.http_thread import Limits
-from extender.metrics import Metrics
 from extender.service import Service, build_service
 from kubesim.measure import pct
 from kubesim.null_source import NullSource
 from kubesim.objects import node, uuid_slice
+from serving.http_thread import Limits
+from serving.metrics import Metrics
 from tests.health.harness import asgi_post
 from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState

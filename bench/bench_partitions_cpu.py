@@ -12,7 +12,7 @@ so the first nodes / 100 pods of a shape each meet 100 nodes with no verdict
 for it yet: that *first pass* is timed and reported apart (as Scale5k does),
 the warm-up pods include it, and the measured pods are what a running
 workload sees. The collector runs with `dra-extender serve`'s thresholds
-(extender/cli.py GC_THRESHOLDS); full collections during the measured pods
+(dra_extender/cli.py GC_THRESHOLDS); full collections during the measured pods
 are counted with their wall time.
 
 `--beside-warm-up` measures what the HTTP tail is made of without HTTP:
@@ -59,8 +59,8 @@ GPUS = 8
 def build(nodes: int, pods: int) -> tuple[Any, list[PodClaim]]:
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
-    from extender.metrics import Metrics
     from extender.service import build_service
+    from serving.metrics import Metrics
     from tracker.state import ClusterState
 
     objs = base_objects(0, 0)
@@ -123,7 +123,7 @@ async def run(
     prefetch: bool = True,
     share: bool = True,
 ) -> dict[str, Any]:
-    from extender.cli import GC_THRESHOLDS
+    from dra_extender.cli import GC_THRESHOLDS
 
     gc.set_threshold(*GC_THRESHOLDS)  # as `dra-extender serve` runs
     first = first_pass_pods(nodes)
@@ -191,7 +191,7 @@ PAUSE_SECONDS = 0.01  # between pods in --beside-warm-up: the scheduler's own wo
 
 async def beside_warm_up(nodes: int, pods: int, label: str) -> dict[str, Any]:
     """Pods while the start-up warm-up runs: per pod, the wall ms from the end of a pause to /filter's answer."""
-    from extender.cli import GC_THRESHOLDS
+    from dra_extender.cli import GC_THRESHOLDS
 
     gc.set_threshold(*GC_THRESHOLDS)
     first = first_pass_pods(nodes)

@@ -288,7 +288,7 @@ def run_policy(policy: str, nodes: int, seed: int, settle: float) -> dict[str, A
         cmd = [
             sys.executable,
             "-m",
-            "extender.cli",
+            "dra_extender.cli",
             "serve",
             "--kubeconfig",
             str(kubeconfig),
@@ -312,9 +312,9 @@ def cpu_per_pod(policy: str, nodes: int, pods: int) -> float:
     """The extender's CPU milliseconds per one-partition pod, in-process (see the module docstring)."""
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
-    from extender.metrics import Metrics
     from extender.service import build_service
     from extender.wire import BindingArgs, parse_extender_args
+    from serving.metrics import Metrics
     from tracker.manifest.source import ManifestSource
     from tracker.state import ClusterState
 

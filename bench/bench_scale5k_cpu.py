@@ -125,8 +125,8 @@ async def build(
     stays are the Python heap the extender's initial lists cost; tracing stays on when `frames` > 1."""
     from allocator.allocation import Allocator
     from allocator.cel import CelEnvironment
-    from extender.metrics import Metrics
     from extender.service import build_service
+    from serving.metrics import Metrics
     from tracker.apiserver.reflector import LIST_PAGE_SIZE, Freshness, Reflector
     from tracker.state import ClusterState
 

@@ -31,11 +31,11 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from extender import wire
-from extender.metrics import Metrics
 from extender.service import Service, build_service
 from kubesim import objects
 from kubesim.measure import pct
 from kubesim.null_source import NullSource
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.state import ClusterState
 from tracker.timestamps import rfc3339

@@ -40,7 +40,19 @@ def start_extender_profiled(
     args: list[str], port: int, log_path: Path, profile_out: Path, *, timeout: float = 600
 ) -> tuple[subprocess.Popen[bytes], httpx.Client]:
     """`start_extender` under cProfile: the profile is written to `profile_out` when the process stops (SIGTERM)."""
-    cmd = [sys.executable, "-m", "cProfile", "-o", str(profile_out), "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cProfile",
+        "-o",
+        str(profile_out),
+        "-m",
+        "dra_extender.cli",
+        "serve",
+        *args,
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
     return start_server(cmd, port, log_path, timeout=timeout)
 
 

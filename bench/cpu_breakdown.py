@@ -136,7 +136,8 @@ def _instrument() -> None:
     from extender.bind import binder
     from extender.filter import outcomes
     from extender.prioritize import packing
-    from extender.routes import body, verbs
+    from extender.routes import verbs
+    from serving import body
     from tracker import state, store
     from tracker.apiserver import reflector, source
     from tracker.views import warmup
@@ -231,7 +232,7 @@ def main(argv: list[str]) -> int:
     listen = argv[argv.index("--listen") + 1]
     threading.Thread(target=_recorder, args=(out, listen), daemon=True, name="breakdown-recorder").start()
     _instrument()
-    from extender.cli import main as extender_main
+    from dra_extender.cli import main as extender_main
 
     return extender_main(argv)
 

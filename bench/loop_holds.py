@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.loop_holds --out FILE -- serve ARGS...
 
-Runs `extender.cli.main(ARGS)` in this process with one more task on the
+Runs `dra_extender.cli.main(ARGS)` in this process with one more task on the
 main event loop (the one that answers /filter): it sleeps 1 ms at a time and
 records, as a JSON line in FILE, every wake-up that came more than
 `--threshold` ms late, with when (CLOCK_MONOTONIC, the same clock the
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
 
         gc.callbacks.append(collections)
 
-    import extender.cli as cli
+    import dra_extender.cli as cli
 
     serve = cli.serve
 

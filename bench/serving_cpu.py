@@ -48,7 +48,7 @@ def run(tree: Path | None, cluster: Path, pods: int, warm: int, log: Path) -> di
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
-    cmd = [sys.executable, "-m", "extender.cli", "serve", "--source", str(cluster)]
+    cmd = [sys.executable, "-m", "dra_extender.cli", "serve", "--source", str(cluster)]
     cmd += ["--listen", f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probe}"]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=tree or Path.cwd(), stdout=out, stderr=subprocess.STDOUT)

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.traced_extender --out DIR [--every 5] [--snapshot-every 0] [--snapshot-after 0] [--frames 3] -- serve ARGS...
 
-Runs `extender.cli.main(ARGS)` in this process, with a daemon thread that
+Runs `dra_extender.cli.main(ARGS)` in this process, with a daemon thread that
 appends the process's resident set (VmRSS, VmHWM), Python's live blocks,
 glibc's malloc figures (mallinfo2) and the number of modules loaded to
 DIR/rss.jsonl every `--every` seconds (bench/results/issue-31-memory.md
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(
         target=_recorder, args=(a.out, a.every, a.snapshot_every, a.snapshot_after, ready_url, time.monotonic()), daemon=True
     ).start()
-    from extender.cli import main as extender_main
+    from dra_extender.cli import main as extender_main
 
     return extender_main(rest)
 

@@ -1,6 +1,6 @@
 """The HTTP edge: FastAPI routes over raw bodies and orjson bytes.
 
-The app runs on the HTTP thread's event loop (extender.http_thread): bodies
+The app runs on the HTTP thread's event loop (serving.http_thread): bodies
 are read there, within the request limits; probes are answered there; verbs
 and /debug run on the main loop through the bridge. The routes live in
 extender/routes/ (probes, verbs, debug) and reach the cluster state only
@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
-from extender.http_thread import InlineBridge, Limits, LoopBridge
 from extender.routes.debug import add_debug_routes
 from extender.routes.probes import add_probe_routes
 from extender.routes.verbs import Route, add_verb_routes
 from extender.service import Service
+from serving.http_thread import InlineBridge, Limits, LoopBridge
 
 
 class ExtenderApp(FastAPI):

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from extender.metrics import Metrics
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.source import SourceError
 from tracker.state import ClusterState

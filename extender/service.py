@@ -38,11 +38,11 @@ from extender.filter.node_fit import DEFAULT_OFFER_NODES, BudgetExceeded, NodeFi
 from extender.filter.outcomes import OutcomeCache
 from extender.filter.request_nodes import RequestNodes
 from extender.filter.volume_checks import VolumeChecks
-from extender.metrics import Metrics
 from extender.placements import PlacementGate
 from extender.prioritize.scores import DEFAULT_NODE_PLACEMENT, Scores
 from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.foreground import Foreground
 from tracker.source import BindingSource
@@ -63,7 +63,7 @@ class NotReady(Exception):
 
 
 class Service:
-    """The verbs over the state. Its parts are built by the composition root (`serve` in extender/cli.py,
+    """The verbs over the state. Its parts are built by the composition root (`serve` in dra_extender/cli.py,
     or `build_service` for tools and tests) and handed in: the binder (and through it the placement gate,
     the source, the allocator, the features and the leadership test) and, in cluster mode, the requeuer."""
 

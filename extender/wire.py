@@ -14,11 +14,7 @@ from typing import Any
 
 import orjson
 
-
-class BadRequest(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
+from serving.bad_request import BadRequest as BadRequest  # the verbs name it wire.BadRequest
 
 
 def _lower_keys(body: Any, what: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """`kubectl dra health`: the devices DeviceHealthPolicies hold, read from their DeviceTaintRules.
 
 Each failing device's ladder state lives in its rule's annotation
-(extender/health/rules.py), so this view needs nothing but the API: device,
+(controllers/health/rules.py), so this view needs nothing but the API: device,
 policy, rule, the effect it holds, since when, the cause, and when it clears
 (the hold-down after its last signal resolved, from the policy). Below the
 devices, each policy's rules with the guard in force, and the policies the
@@ -14,11 +14,11 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from extender.eviction.clock import format_time
-from extender.health.ladder import effect_of
-from extender.health.policy import POLICIES, Policy, PolicyError, parse_policy
-from extender.health.rules import POLICY_LABEL, Owned, decode, label_value
+from controllers.health.ladder import effect_of
+from controllers.health.policy import POLICIES, Policy, PolicyError, parse_policy
+from controllers.health.rules import POLICY_LABEL, Owned, decode, label_value
 from kubectl_dra.cluster import Cluster
+from tracker.clock import format_time
 from tracker.resources import OWN_RULES
 
 

@@ -16,13 +16,13 @@ from typing import Any
 
 from allocator.allocation import Allocator
 from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint
-from extender.eviction.clock import parse_time
-from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
-from extender.eviction.rule_status import RuleCounts, condition
-from extender.metrics import Metrics
+from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
+from controllers.eviction.rule_status import RuleCounts, condition
 from extender.service import build_service
 from extender.wire import BadRequest, ExtenderArgs
 from kubectl_dra.rule_checks import rule_problems
+from serving.metrics import Metrics
+from tracker.clock import parse_time
 from tracker.device_rows import device_row
 from tracker.source import BindingSource
 from tracker.state import ClusterState

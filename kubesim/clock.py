@@ -1,6 +1,6 @@
 """A clock that moves only when the test moves it, for every deadline the extender keeps.
 
-It satisfies the eviction controller's `Clock` protocol (`extender/eviction/clock.py`: `now`
+It satisfies the eviction controller's `Clock` protocol (`tracker/clock.py`: `now`
 and `wait`), and `now` alone is the `Callable[[], float]` the binder's binding timeout reads,
 so races around a deadline are driven by the test, never by sleeping through it.
 """

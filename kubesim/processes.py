@@ -64,7 +64,7 @@ def seed(http: httpx.Client, objects: list[dict[str, Any]], batch: int = 2000) -
 def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen[bytes], httpx.Client]:
     """`dra-extender serve ARGS --listen 127.0.0.1:PORT`, returned once /readyz answers 200."""
     return start_server(
-        [sys.executable, "-m", "extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"], port, log_path, timeout=timeout
+        [sys.executable, "-m", "dra_extender.cli", "serve", *args, "--listen", f"127.0.0.1:{port}"], port, log_path, timeout=timeout
     )
 
 

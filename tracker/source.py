@@ -179,7 +179,7 @@ class BindingSource(ObjectReader, ClaimWriter, PodBindWriter, EventWriter, Proto
 
 
 class EvictionSource(PodEvictionWriter, RuleStatusWriter, VolumeTaintWriter, EventWriter, Protocol):
-    """What the eviction controller writes (extender.eviction)."""
+    """What the eviction controller writes (controllers.eviction)."""
 
 
 class Source(ObjectFeed, BindingSource, EvictionSource, Protocol):

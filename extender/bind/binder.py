@@ -42,9 +42,9 @@ from extender.bind.conditions import Readiness
 from extender.bind.pod_owners import BINDING, PodOwners
 from extender.bind.undo import BindUndo
 from extender.bind.wait import BindingWait
-from extender.metrics import Metrics
 from extender.placements import PlacementGate
 from extender.wire import BindingArgs
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.ledger import Reservation
 from tracker.source import BindingSource, Conflict, SourceError

@@ -23,7 +23,7 @@ from allocator.failures import REASON_NOT_BOUND, Failure, plain
 from allocator.parse import parse_resource_claim
 from allocator.pod_claims import claim_names
 from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, DeviceID, Pod, ResourceClaim
-from extender.metrics import Metrics
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus, parse_claim_status
 from tracker.source import BindingSource, SourceError

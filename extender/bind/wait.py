@@ -31,7 +31,7 @@ from extender.bind.conditions import (
     worst,
 )
 from extender.bind.pod_owners import BINDING, UNDOING, PodOwners
-from extender.metrics import Metrics
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus, parse_claim_status
 from tracker.source import BindingSource, Conflict, SourceError

@@ -8,7 +8,7 @@ import time
 from allocator.failures import REASON_CLAIMS_UNRESOLVED, Failure, of_claim
 from allocator.pod_claims import TEMPLATE, being_deleted, claim_refs
 from allocator.types import Pod, ResourceClaim
-from extender.metrics import Metrics
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.state import ClusterState
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from allocator.failures import REASON_VOLUME_TAINTED, Failure, plain
 from allocator.types import Pod
-from extender.metrics import Metrics
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.state import ClusterState, Problem
 from tracker.volumes import debug_volumes, pod_volume_verdict

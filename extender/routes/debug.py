@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 from fastapi import FastAPI, Query, Response
 
-from extender.http_thread import LoopBridge
-from extender.routes.body import json_response
 from extender.service import Service
+from serving.body import json_response
+from serving.http_thread import LoopBridge
 
 
 def add_debug_routes(app: FastAPI, service: Service, bridge: LoopBridge, *, source_status: Callable[[], dict[str, Any]] | None) -> None:

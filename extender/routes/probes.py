@@ -7,9 +7,9 @@ from typing import Any
 
 from fastapi import FastAPI, Response
 
-from extender.http_thread import LoopBridge
-from extender.routes.body import text
 from extender.service import Service
+from serving.body import text
+from serving.http_thread import LoopBridge
 
 METRICS_REFRESH_WAIT = 0.05  # /metrics waits this long for fresh gauges from the main loop
 

@@ -12,10 +12,10 @@ from fastapi import FastAPI, Request, Response
 from starlette.requests import ClientDisconnect
 
 from extender import wire
-from extender.http_thread import Limits, LoopBridge, call_and_await
-from extender.metrics import Metrics
-from extender.routes.body import Refused, bad_request, json_response, read_body, refusal
 from extender.service import BudgetExceeded, NotReady, Service
+from serving.body import Refused, bad_request, json_response, read_body, refusal
+from serving.http_thread import Limits, LoopBridge, call_and_await
+from serving.metrics import Metrics
 
 log = logging.getLogger("dra_extender.http")
 decisions = logging.getLogger("dra_extender.filter")  # --log-level debug: every /filter decision

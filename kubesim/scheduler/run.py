@@ -26,7 +26,7 @@ from kubesim.scheduler.workloads import Workload, cluster_objects, pod_object, t
 
 
 def default_extender_cmd() -> list[str]:
-    return [sys.executable, "-m", "extender.cli", "serve", "--kubeconfig", "{kubeconfig}", "--standalone", "--listen", "{listen}"]
+    return [sys.executable, "-m", "dra_extender.cli", "serve", "--kubeconfig", "{kubeconfig}", "--standalone", "--listen", "{listen}"]
 
 
 def noop_extender_cmd() -> list[str]:

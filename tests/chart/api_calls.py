@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extender.health.leader_label import LABEL as LEADER_LABEL
+from controllers.health.leader_label import LABEL as LEADER_LABEL
 from extender.requeue import REQUEUE_ANNOTATION
 from kubesim.objects import node
 from tests.e2e.cluster import (

@@ -10,8 +10,8 @@ import yaml
 
 from allocator.api_limits import check_metadata_limits, check_object_name
 from allocator.parse import parse_pod
-from extender.cli import build_parser
-from extender.metrics import Metrics
+from dra_extender.cli import build_parser
+from serving.metrics import Metrics
 from tests.chart.render import CHART, IMAGE, NAMESPACE, crds, helm, objects, one, render
 from tracker.apiserver.leadership import lease_from_scheduler_config, refuse_in_tree_allocator
 
@@ -213,7 +213,7 @@ def test_every_dashboard_query_names_an_exported_metric() -> None:
     for q in queries:
         used = set(re.findall(r"\bdra_extender_[a-z_]+", q))
         assert used, f"query names no extender metric: {q}"
-        assert used <= exported, f"{q}: {sorted(used - exported)} not exported by extender/metrics.py"
+        assert used <= exported, f"{q}: {sorted(used - exported)} not exported by serving/metrics.py"
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
     for question in ("latency", "outcomes", "devices by state", "lag", "evictions"):
         assert question in titles, question
@@ -269,7 +269,7 @@ def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> N
     assert volumes["alerts-token"]["secret"]["secretName"] == secret["metadata"]["name"] and secret["data"]["token"]
     service = one(objs, "Service", "-alerts")
     assert service["spec"]["ports"][0]["targetPort"] == "alerts"
-    # The leader alone: the health leader labels its own pod (extender/health/leader_label.py), named by the downward API.
+    # The leader alone: the health leader labels its own pod (controllers/health/leader_label.py), named by the downward API.
     assert service["spec"]["selector"]["resource.dra-extender.io/health-leader"] == "true"
     assert set(dep["spec"]["template"]["metadata"]["labels"].items()) >= {
         (k, v) for k, v in service["spec"]["selector"].items() if k != "resource.dra-extender.io/health-leader"

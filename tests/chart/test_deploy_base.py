@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from extender.cli import build_parser
+from dra_extender.cli import build_parser
 from tests.chart.deploy_base import DEPLOY, IMAGE_PLACEHOLDER, NAMESPACE, chart_objects, crd_files, namespace, render_base
 
 

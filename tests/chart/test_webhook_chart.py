@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.cli import build_parser
+from dra_extender.cli import build_parser
 from tests.chart.render import NAMESPACE, helm, objects, one, render
 
 WEBHOOK = {"webhook": {"enabled": True}}

@@ -63,7 +63,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def _metrics() -> list[str]:
     from prometheus_client.metrics import MetricWrapperBase
 
-    from extender.metrics import Metrics
+    from serving.metrics import Metrics
 
     m = Metrics()
     lines = ["| metric | type | labels | description |", "| --- | --- | --- | --- |"]
@@ -83,7 +83,7 @@ def _metrics() -> list[str]:
 
 def _endpoints() -> list[str]:
     from extender.app import create_app
-    from extender.metrics import Metrics
+    from serving.metrics import Metrics
 
     stub: Any = SimpleNamespace(metrics=Metrics(), state=None, foreground=None)
     full = {r.path: sorted(r.methods or ()) for r in create_app(stub).routes}  # type: ignore[attr-defined]
@@ -134,7 +134,7 @@ def _fields(schema: dict[str, Any], prefix: str, depth: int) -> list[tuple[str, 
 
 
 def render() -> str:
-    from extender.cli import build_parser
+    from dra_extender.cli import build_parser
     from kubectl_dra.cli import build_parser as plugin_parser
 
     lines = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from extender.cli import build_parser
-from extender.metrics import Metrics
+from dra_extender.cli import build_parser
+from serving.metrics import Metrics
 from tests.docs.reference import ROOT, _subparsers, render
 
 REFERENCE = ROOT / "docs" / "reference.md"

@@ -44,7 +44,7 @@ class Extender:
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dra-extender-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "extender.cli", "serve", "--listen", f"127.0.0.1:{self.port}", *args],
+            [sys.executable, "-m", "dra_extender.cli", "serve", "--listen", f"127.0.0.1:{self.port}", *args],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -10,13 +10,13 @@ from importlib.metadata import version
 
 import pytest
 
-from extender.cli import build_parser
+from dra_extender.cli import build_parser
 from tests.e2e.harness import DEMO, ROOT, free_port
 
 
 def run(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "extender.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-m", "dra_extender.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
     )
 
 

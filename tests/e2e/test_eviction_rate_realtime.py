@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from allocator.cel import CelEnvironment
-from extender.eviction import EvictionController, Settings
-from extender.metrics import Metrics
+from controllers.eviction import EvictionController, Settings
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from kubesim.objects import node
+from serving.metrics import Metrics
 from tests.eviction.harness import claim_and_pod, gpu_slice, rule, seed
 from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState

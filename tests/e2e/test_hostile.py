@@ -350,7 +350,7 @@ def test_non_loopback_listen_is_refused_without_the_flag(tmp_path: Path) -> None
     from tests.e2e.harness import ROOT
 
     run = subprocess.run(
-        [sys.executable, "-m", "extender.cli", "serve", "--source", str(DEMO), "--listen", f"0.0.0.0:{free_port()}"],
+        [sys.executable, "-m", "dra_extender.cli", "serve", "--source", str(DEMO), "--listen", f"0.0.0.0:{free_port()}"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -51,13 +51,13 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def _serve(path: str, _: Path) -> list[str]:
-    return ["extender.cli", "serve", "--kubeconfig", path, "--standalone", "--listen", f"127.0.0.1:{free_port()}"]
+    return ["dra_extender.cli", "serve", "--kubeconfig", path, "--standalone", "--listen", f"127.0.0.1:{free_port()}"]
 
 
 def _webhook(path: str, tmp: Path) -> list[str]:
     _, cert, key = make_certs(tmp)
     return [
-        "extender.cli",
+        "dra_extender.cli",
         "webhook",
         "--kubeconfig",
         path,
@@ -97,12 +97,12 @@ def test_a_kubeconfig_fault_is_one_line_and_exit_2(command: str, fault: str, tmp
 def test_the_kubeconfig_from_the_environment_is_named_as_such(tmp_path) -> None:
     path = tmp_path / "kubeconfig.yaml"
     path.write_text(CLUSTER + CONTEXT + USER)
-    r = _run(["extender.cli", "serve", "--standalone", "--listen", f"127.0.0.1:{free_port()}"], env={"KUBECONFIG": str(path)})
+    r = _run(["dra_extender.cli", "serve", "--standalone", "--listen", f"127.0.0.1:{free_port()}"], env={"KUBECONFIG": str(path)})
     assert r.returncode == 2 and r.stderr == f"dra-extender: $KUBECONFIG {path}: no current-context; name one in the file (contexts: x)\n"
 
 
 def test_in_cluster_outside_a_pod_is_one_line() -> None:
-    r = _run(["extender.cli", "serve", "--in-cluster", "--standalone", "--listen", f"127.0.0.1:{free_port()}"])
+    r = _run(["dra_extender.cli", "serve", "--in-cluster", "--standalone", "--listen", f"127.0.0.1:{free_port()}"])
     assert r.returncode == 2 and r.stderr.startswith("dra-extender: --in-cluster: ") and r.stderr.count("\n") == 1, r.stderr
 
 
@@ -114,7 +114,7 @@ def _good_kubeconfig(tmp: Path) -> Path:
 
 def test_a_cluster_without_a_leadership_choice_is_refused(tmp_path) -> None:
     """The README's old workstation line: it would have been a second allocator and evictor beside the chart's."""
-    r = _run(["extender.cli", "serve", "--kubeconfig", str(_good_kubeconfig(tmp_path)), "--listen", f"127.0.0.1:{free_port()}"])
+    r = _run(["dra_extender.cli", "serve", "--kubeconfig", str(_good_kubeconfig(tmp_path)), "--listen", f"127.0.0.1:{free_port()}"])
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     for choice in ("--scheduler-config", "--follow-scheduler-lease", "--leader-elect", "--read-only", "--standalone"):
         assert choice in r.stderr, (choice, r.stderr)
@@ -148,7 +148,7 @@ def test_a_scheduler_profile_with_the_in_tree_allocator_is_refused(case: str, tm
     config.write_text("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" + profiles)
     r = _run(
         [
-            "extender.cli",
+            "dra_extender.cli",
             "serve",
             "--kubeconfig",
             str(_good_kubeconfig(tmp_path)),

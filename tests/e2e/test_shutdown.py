@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from extender.health.leader_label import LABEL
+from controllers.health.leader_label import LABEL
 from kubesim.objects import pod
 from tests.e2e.cluster import FakeApi, cluster_extender, wait_for
 from tests.e2e.harness import free_port

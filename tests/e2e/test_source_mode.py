@@ -325,7 +325,7 @@ def test_no_source_exits_2_naming_the_options(tmp_path) -> None:
 
     env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "KUBECONFIG")}
     env["HOME"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "extender.cli", "serve"], env=env, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run([sys.executable, "-m", "dra_extender.cli", "serve"], env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "KUBERNETES_SERVICE_HOST" in proc.stderr and "kubeconfig" in proc.stderr and "--source" in proc.stderr
 

@@ -69,7 +69,7 @@ class Webhook:
             [
                 sys.executable,
                 "-m",
-                "extender.cli",
+                "dra_extender.cli",
                 "webhook",
                 "--kubeconfig",
                 str(api.kubeconfig),

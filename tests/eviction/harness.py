@@ -20,11 +20,11 @@ import orjson
 
 from allocator.cel import CelEnvironment
 from allocator.pod_volumes import has_pvc_volumes
-from extender.eviction import EvictionController, Ownership, Settings
-from extender.metrics import Metrics
+from controllers.eviction import EvictionController, Ownership, Settings
 from kubesim import objects
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
+from serving.metrics import Metrics
 from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState
 

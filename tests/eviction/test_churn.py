@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from extender.eviction import EvictionController
+from controllers.eviction import EvictionController
 from kubesim.objects import node
 from tests.eviction.harness import CRD, DRIVER, Cluster, claim_and_pod, gpu_slice, rule, seed
 

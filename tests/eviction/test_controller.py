@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from extender.eviction.clock import format_time, parse_time
 from kubesim.fakeapi import FakeApiError, FakeApiServer
 from kubesim.objects import node
 from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, rule, seed
+from tracker.clock import format_time, parse_time
 
 FOREVER = {"key": "example.com/broken", "operator": "Exists", "effect": "NoExecute"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from allocator.cel import CelEnvironment
-from extender.eviction import EvictionController, Settings
+from controllers.eviction import EvictionController, Settings
 from kubesim.clock import FakeClock
 from kubesim.objects import node
 from tests.eviction.harness import T0, claim_and_pod, gpu_slice, rule

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from allocator.cel import CelEnvironment
-from extender.eviction import rule_status, rule_time
-from extender.eviction.clock import format_time, parse_time
-from extender.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
-from extender.eviction.rate_limit import TaintLimiters
+from controllers.eviction import rule_status, rule_time
+from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
+from controllers.eviction.rate_limit import TaintLimiters
 from kubesim.objects import node
 from tests.eviction.harness import CRD, T0, claim_and_pod, gpu_slice, rule
 from tracker import events as ev
+from tracker.clock import format_time, parse_time
 from tracker.state import ClusterState
 
 ADDED = T0 - 1000  # the taint's timeAdded

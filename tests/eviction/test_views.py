@@ -9,9 +9,9 @@ import pytest
 from allocator.parse import parse_pod
 from allocator.pod_volumes import TOLERATIONS_ANNOTATION
 from allocator.types import DeviceTaint, DeviceToleration
-from extender.eviction.plan import Ownership, PodEviction, TaintKind, TaintOrigin, TaintRef, device_origin
-from extender.eviction.rule_view import IN_TREE_MANAGER, RuleView
-from extender.eviction.volume_plan import merge
+from controllers.eviction.plan import Ownership, PodEviction, TaintKind, TaintOrigin, TaintRef, device_origin
+from controllers.eviction.rule_view import IN_TREE_MANAGER, RuleView
+from controllers.eviction.volume_plan import merge
 from tracker.events import GROUP_EXTENDER, GROUP_RESOURCE
 from tracker.pod_status import PodCondition, PodStatus
 

@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from allocator.pod_volumes import TOLERATIONS_ANNOTATION
-from extender.eviction.clock import format_time, parse_time
 from kubesim import objects
 from kubesim.objects import node
 from tests.eviction.harness import T0, Cluster, seed
+from tracker.clock import format_time, parse_time
 from tracker.volumes import TAINTS_ANNOTATION
 
 MIGRATING = {"key": "example.com/migrating", "effect": "NoUse"}

@@ -17,11 +17,11 @@ import orjson
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
 from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from kubesim.objects import PAUSE, device_class, gpu_slice, pod
+from serving.metrics import Metrics
 from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState, Problem
 

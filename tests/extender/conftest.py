@@ -12,8 +12,8 @@ import pytest
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
 from extender.service import build_service
+from serving.metrics import Metrics
 from tests.e2e.harness import DEMO
 from tests.extender.manifest_cluster import load
 from tracker.manifest.source import ManifestSource

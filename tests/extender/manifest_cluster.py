@@ -10,10 +10,10 @@ import orjson
 
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
-from extender.metrics import Metrics
 from extender.service import Service, build_service
 from extender.wire import ExtenderArgs, parse_extender_args
 from kubesim.objects import claim, pod
+from serving.metrics import Metrics
 from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState
 

@@ -15,7 +15,7 @@ import pytest
 from allocator.allocation import REASON_NO_EXECUTE, Allocator
 from allocator.cel import CelEnvironment
 from allocator.types import DeviceID, Node
-from extender.eviction.plan import Ownership, plan_evictions
+from controllers.eviction.plan import Ownership, plan_evictions
 from tests.eviction.harness import DRIVER, claim_and_pod, gpu_slice, rule
 from tracker import events as ev
 from tracker.state import ClusterState

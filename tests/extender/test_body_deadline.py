@@ -1,4 +1,4 @@
-"""A verb's body is read under a deadline on the request's own task (extender/routes/body.py `read_body`).
+"""A verb's body is read under a deadline on the request's own task (serving/body.py `read_body`).
 
 Raw ASGI messages, so a body can arrive in pieces, stop half way or be cut
 off: one that stops gets 408 once the body timeout is over (with
@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from extender.app import create_app
-from extender.http_thread import Limits
+from serving.http_thread import Limits
 from tests.e2e.harness import demo_pod_args
 
 BODY = orjson.dumps(demo_pod_args("plain", ["node-a", "node-b"]))  # a pod without claims: answered without the state

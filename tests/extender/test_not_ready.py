@@ -7,8 +7,8 @@ import httpx
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.app import create_app
-from extender.metrics import Metrics
 from extender.service import build_service
+from serving.metrics import Metrics
 from tests.e2e.harness import DEMO, demo_pod_args, sample
 from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState

@@ -18,11 +18,11 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_pod
 from extender.filter.request_nodes import RequestNodes
-from extender.metrics import Metrics
 from extender.service import build_service
 from extender.wire import parse_extender_args
 from kubesim.null_source import NullSource
 from kubesim.objects import pod
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.state import ClusterState
 

@@ -26,13 +26,13 @@ import pytest
 from allocator.extended_resources import IMPLICIT_PREFIX, class_mapping
 from allocator.parse import parse_device_class, parse_pod
 from allocator.pod_claims import dra_use, may_use_dra, raw_may_use_dra, raw_needs_extender
-from extender.webhook.app import create_webhook_app
-from extender.webhook.classes import DeviceClassNames
 from kubectl_dra.cli import build_parser, run
 from kubesim.fakeapi import FakeApiServer
 from kubesim.objects import claim, node
 from tests.extender.api_cluster import RESOURCE, ApiCluster, gpu_class, node_slice
 from tracker import events as ev
+from webhook.app import create_webhook_app
+from webhook.classes import DeviceClassNames
 
 SCHEDULER = "dra-scheduler"
 NODE = "node-a"

@@ -28,11 +28,11 @@ from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_pod
 from extender.filter.request_nodes import RequestNodes
-from extender.metrics import Metrics
 from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.null_source import NullSource
 from kubesim.objects import claim, pod
+from serving.metrics import Metrics
 from tests.extender.manifest_cluster import manifest_service
 from tracker import events as ev
 from tracker.state import ClusterState

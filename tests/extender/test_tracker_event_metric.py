@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.metrics import Metrics
+from serving.metrics import Metrics
 
 # (name, events as (kind, type))
 ROWS = [

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.types import Receive, Scope, Send
 
 from extender.app import ExtenderApp, create_app
-from extender.http_thread import Limits
+from serving.http_thread import Limits
 from tests.e2e.harness import demo_pod_args
 
 FILTER = orjson.dumps(demo_pod_args("trainer", ["node-a", "node-b"]))

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from extender.app import create_app
-from extender.http_thread import Limits
+from serving.http_thread import Limits
 from tests.e2e.harness import demo_pod_args
 
 FILTER = orjson.dumps(demo_pod_args("trainer", ["node-a", "node-b"]))

@@ -11,9 +11,9 @@ import yaml
 
 from extender import wire
 from extender.filter import prefetch as prefetch_module
-from extender.http_thread import LoopBridge
 from extender.service import Service
 from extender.wire import BindingArgs, ExtenderArgs
+from serving.http_thread import LoopBridge
 from tests.extender.manifest_cluster import claimed_pod, filter_args, manifest_service
 from tracker.views.warmup import WARMUP_YIELDS
 
@@ -127,16 +127,18 @@ async def test_a_one_off_shape_starts_no_prefetch(start: Start) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bound_node", "slices_before_bind"),
+    ("bound_node", "slices_before_bind", "recomputed"),
     [
-        pytest.param(NODES[2 * OFFER], None, id="bind after the prefetch drained, on a node it computed first"),
-        pytest.param(NODES[-1], None, id="bind after the prefetch drained, on the node it computed last"),
-        pytest.param(NODES[2 * OFFER], 1, id="bind while the prefetch runs, on a node it computed already"),
-        pytest.param(NODES[-1], 1, id="bind while the prefetch runs, on a node it has not reached"),
+        pytest.param(NODES[2 * OFFER], None, {1}, id="bind after the prefetch drained, on a node it computed first"),
+        pytest.param(NODES[-1], None, {1}, id="bind after the prefetch drained, on the node it computed last"),
+        pytest.param(NODES[2 * OFFER], 1, {1}, id="bind while the prefetch runs, on a node it computed already"),
+        # The prefetch may reach the node after the bind (its verdict already sees the device taken)
+        # or between the bind's reservation and the claim's update (computed again): both are right.
+        pytest.param(NODES[-1], 1, {0, 1}, id="bind while the prefetch runs, on a node it has not reached"),
     ],
 )
 async def test_a_prefetched_verdict_is_computed_again_after_a_bind_on_its_node(
-    start: Start, monkeypatch: pytest.MonkeyPatch, bound_node: str, slices_before_bind: int | None
+    start: Start, monkeypatch: pytest.MonkeyPatch, bound_node: str, slices_before_bind: int | None, recomputed: set[int]
 ) -> None:
     monkeypatch.setattr(prefetch_module, "PREFETCH_SLICE_SECONDS", 0.0)  # one step of nodes per slice: the interleaving is ours
     service = await start(dict.fromkeys(NODES, 1))
@@ -155,7 +157,7 @@ async def test_a_prefetched_verdict_is_computed_again_after_a_bind_on_its_node(
     computed, passed, failed = await _look_over_every_name(service, "p5")
     assert bound_node in failed and bound_node not in passed, "its only GPU is taken: a stale prefetched fit would offer it"
     assert passed == [n for n in NODES if n != bound_node]
-    assert computed == 1, "only the bound node is computed again"
+    assert computed in recomputed, f"{computed} verdicts computed again; only the bound node may be"
 
 
 async def test_filter_answers_are_byte_identical_with_and_without_the_prefetch(start: Start) -> None:

@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 
 from allocator.cel import CelEnvironment
-from extender.eviction import EvictionController, Ownership, Settings
-from extender.health.controller import HealthController
-from extender.health.policy import GROUP
-from extender.health.receiver import Receiver
-from extender.http_thread import Limits
-from extender.metrics import Metrics
+from controllers.eviction import EvictionController, Ownership, Settings
+from controllers.health.controller import HealthController
+from controllers.health.policy import GROUP
+from controllers.health.receiver import Receiver
 from kubesim import objects
 from kubesim.fakeapi import FakeApiServer
+from serving.http_thread import Limits
+from serving.metrics import Metrics
 from tests.eviction.harness import DRIVER, Cluster, CountedWrites
 from tracker.apiserver.source import ApiSource
 from tracker.state import ClusterState

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from extender.health.alerts import BadPayload, parse_delivery
+from controllers.health.alerts import BadPayload, parse_delivery
 
 ALERT = {"status": "firing", "labels": {"alertname": "GpuXid"}, "startsAt": "2026-12-01T00:00:00Z", "fingerprint": "abc"}
 

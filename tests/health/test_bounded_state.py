@@ -16,10 +16,10 @@ import orjson
 import pytest
 
 from allocator.types import DeviceID
-from extender.health import ladder
-from extender.health.alerts import alert_key
-from extender.health.ladder import ACTIVE_KEPT, OCCURRENCES_KEPT, DeviceState, effect_of
-from extender.health.rules import STATE, decode, encode_state, rule_name, rule_object
+from controllers.health import ladder
+from controllers.health.alerts import alert_key
+from controllers.health.ladder import ACTIVE_KEPT, OCCURRENCES_KEPT, DeviceState, effect_of
+from controllers.health.rules import STATE, decode, encode_state, rule_name, rule_object
 from kubesim.objects import node
 from tests.eviction.harness import CRD, seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice, xid_rule

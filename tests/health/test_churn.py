@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from extender.health.policy import GROUP
+from controllers.health.policy import GROUP
 from kubesim.objects import node
 from tests.eviction.harness import CRD, seed
 from tests.eviction.test_churn import sizes as eviction_sizes

@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.health import ladder
-from extender.health.delivery import ALERTS_PER_SLICE as SLICE
-from extender.health.ladder import DeviceState
+from controllers.health import ladder
+from controllers.health.delivery import ALERTS_PER_SLICE as SLICE
+from controllers.health.ladder import DeviceState
 from kubesim.objects import node
 from tests.eviction.harness import seed
 from tests.health.harness import TOKEN, HealthCluster, alert, asgi_post, delivery, policy, uuid_slice, xid_rule

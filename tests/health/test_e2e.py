@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.health.policy import GROUP
-from extender.health.rules import PIN, POLICY_LABEL
+from controllers.health.policy import GROUP
+from controllers.health.rules import PIN, POLICY_LABEL
 from kubesim.objects import node
 from tests.eviction.harness import CRD, T0, claim_and_pod, seed
 from tests.health.harness import HealthCluster, alert, delivery, policy, uuid_slice, xid_rule

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocator.types import DeviceID
-from extender.health import ladder
-from extender.health.ladder import DeviceState, decide, effect_of
-from extender.health.policy import parse_policy
-from extender.health.rules import decode, rule_object
+from controllers.health import ladder
+from controllers.health.ladder import DeviceState, decide, effect_of
+from controllers.health.policy import parse_policy
+from controllers.health.rules import decode, rule_object
 
 T0 = 1_000_000.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from extender.health.leader_label import LABEL, LeaderLabel
+from controllers.health.leader_label import LABEL, LeaderLabel
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer
 from kubesim.objects import pod

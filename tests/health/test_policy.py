@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from extender.health.policy import PolicyError, parse_duration, parse_policy
+from controllers.health.policy import PolicyError, parse_duration, parse_policy
 from kubesim.fakeapi import FakeApiServer
 from tests.health.harness import policy, xid_rule
 

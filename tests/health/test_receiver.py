@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.health.receiver import Receiver
-from extender.http_thread import Limits
+from controllers.health.receiver import Receiver
 from kubesim.fakeapi.server import RequestInfo
 from kubesim.objects import node
+from serving.http_thread import Limits
 from tests.eviction.harness import seed
 from tests.health.harness import TOKEN, HealthCluster, alert, asgi_post, delivery, policy, uuid_slice
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender.health.policy import GROUP
+from controllers.health.policy import GROUP
 from kubectl_dra.cli import build_parser, run
 from kubesim import objects
 from kubesim.objects import node

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from extender.health.failures import server_wide
-from extender.health.policy import GROUP
-from extender.health.rules import POLICY_LABEL
+from controllers.health.failures import server_wide
+from controllers.health.policy import GROUP
+from controllers.health.rules import POLICY_LABEL
 from kubesim.fakeapi import RequestInfo
 from kubesim.fakeapi.store import ApiError
 from kubesim.objects import node

@@ -17,8 +17,8 @@ from allocator.cel import CelEnvironment
 from allocator.counter_record import COUNTERS_ANNOTATION, format_counter_record
 from allocator.quantity import parse_quantity
 from allocator.types import CounterConsumption, DeviceID
-from extender.metrics import Metrics
 from kubesim.objects import claim
+from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.state import COUNTER_RECORD_MALFORMED, COUNTERS_LOWERED, ClusterState, Problem
 

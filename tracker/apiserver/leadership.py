@@ -316,7 +316,7 @@ class Leadership:
         Leadership ends before the write, so nothing of this process acts
         on it while the next candidate takes the Lease at once (a Lease
         without a holder is free to client-go). Called once the
-        controllers have stopped (extender/cli.py's shutdown order).
+        controllers have stopped (dra_extender/cli.py's shutdown order).
         """
         ref = f"{self.namespace}/{self.name}"
         self._leader, self._valid_until = False, 0.0

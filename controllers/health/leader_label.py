@@ -1,0 +1,94 @@
+"""The leader's pod label, so that the alerts Service selects the leader alone.
+
+With several replicas, only the leader acts on a delivery; a follower
+answers 503 and Alertmanager retries until a retry reaches the leader. The
+chart's alerts Service therefore selects `LABEL: "true"`, which this task
+keeps on the process's own pod (POD_NAME/POD_NAMESPACE from the downward
+API) exactly while it leads. A process that starts, or stops, leading
+removes it: a label left on a restarted container's pod is removed at
+startup. Between a hand-over and the next poll both pods, or neither, may
+carry it: the follower's 503 remains the fallback then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tracker.clock import Clock, SystemClock
+from tracker.source import status_error
+
+log = logging.getLogger("dra_extender.health")
+
+LABEL = "resource.dra-extender.io/health-leader"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class PodWriter(Protocol):
+    async def send(
+        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
+    ) -> tuple[int, bytes]: ...
+
+
+def own_pod() -> tuple[str, str] | None:
+    """(namespace, name) of this process's pod from the downward API's env vars; None outside a pod."""
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    return (namespace, name) if name and namespace else None
+
+
+class LeaderLabel:
+    def __init__(
+        self,
+        source: PodWriter,
+        namespace: str,
+        name: str,
+        is_leader: Callable[[], bool],
+        *,
+        clock: Clock | None = None,
+        poll: float = 1.0,
+    ) -> None:
+        self.source = source
+        self.path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        self.pod = f"{namespace}/{name}"
+        self.is_leader = is_leader
+        self.clock: Clock = clock or SystemClock()
+        self.poll = poll
+        self.labelled: bool | None = None  # what the pod carries, as last written (None: not known yet)
+        self.wake = asyncio.Event()
+
+    async def step(self) -> None:
+        """Label or unlabel the pod if leadership differs from what was last written; a failure is retried at the next poll."""
+        want = self.is_leader()
+        if want == self.labelled:
+            return
+        patch = {"metadata": {"labels": {LABEL: "true" if want else None}}}
+        try:
+            status, data = await self.source.send("PATCH", self.path, patch, content_type=MERGE_PATCH)
+            if status not in (200, 201):
+                raise status_error(status, data, f"patch Pod {self.pod} label {LABEL}")
+        except Exception as e:  # any failure (refused, unreachable, the session gone) is retried at the next poll, never fatal
+            log.warning(
+                "could not set the health leader label on the own pod", extra={"object": self.pod, "err": str(e) or type(e).__name__}
+            )
+            return
+        self.labelled = want
+        log.info("health leader label " + ("set" if want else "removed"), extra={"object": self.pod})
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.step()
+                self.wake.clear()
+                await self.clock.wait(self.wake, self.clock.now() + self.poll)
+        finally:
+            if self.labelled:  # stopping: the Service stops sending deliveries here at once
+                self.is_leader = lambda: False
+                await asyncio.shield(self.step())
+                if self.labelled:
+                    log.error(
+                        "stopping with the health leader label still on the own pod: deliveries may reach it until it is gone",
+                        extra={"object": self.pod, "label": LABEL},
+                    )

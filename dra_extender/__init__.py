@@ -1,0 +1,1 @@
+"""The `dra-extender` command: one entry point whose subcommands start the scheduler sidecar, the controllers or the webhook."""

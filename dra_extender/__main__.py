@@ -1,0 +1,3 @@
+from dra_extender.cli import main
+
+raise SystemExit(main())

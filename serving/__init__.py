@@ -1,0 +1,1 @@
+"""HTTP and process plumbing every command shares: the listener thread, request bodies, metrics, logs, argument types."""
