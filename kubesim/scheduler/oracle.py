@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import product
 from typing import Any
 
 from kubesim.scheduler.api import Informer
@@ -20,7 +21,15 @@ class FitOracle:
         self.inf = informers
 
     def devices(self) -> set[tuple[str, str, str]]:
-        rules = [r for k in ("DeviceTaintRule", "DeviceTaintRule.dra-extender") if k in self.inf for r in self.inf[k].cache.values()]
+        # Each rule's selector as a (driver, pool, device) pattern, None a wildcard: a device is looked up in the
+        # set under its 8 patterns, so 1,000 health rules over 2,000 devices cost 16,000 lookups, not 2 million matches.
+        selected = {
+            pattern
+            for k in ("DeviceTaintRule", "DeviceTaintRule.dra-extender")
+            if k in self.inf
+            for r in self.inf[k].cache.values()
+            if (pattern := self._pattern(r)) is not None
+        }
         out: set[tuple[str, str, str]] = set()
         for s in self.inf["ResourceSlice"].cache.values():
             spec = s.get("spec") or {}
@@ -31,20 +40,22 @@ class FitOracle:
                     continue  # not a whole device: the yardstick does not count partitions or shares
                 if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in d.get("taints") or []):
                     continue
-                if any(self._selects(r, driver, pool, d.get("name")) for r in rules):
+                name = d.get("name")
+                if selected and any(p in selected for p in product((driver, None), (pool, None), (name, None))):
                     continue
-                out.add((driver, pool, d.get("name")))
+                out.add((driver, pool, name))
         return out
 
     @staticmethod
-    def _selects(rule: dict[str, Any], driver: str, pool: str, device: str) -> bool:
+    def _pattern(rule: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+        """The (driver, pool, device) a NoSchedule or NoExecute rule selects, None in a place for any; None if it taints nothing here."""
         spec = rule.get("spec") or {}
         if (spec.get("taint") or {}).get("effect") not in ("NoSchedule", "NoExecute"):
-            return False
+            return None
         sel = spec.get("deviceSelector")
         if sel is None:
-            return False
-        return all(sel.get(k) in (None, v) for k, v in (("driver", driver), ("pool", pool), ("device", device)))
+            return None
+        return (sel.get("driver"), sel.get("pool"), sel.get("device"))
 
     def allocated(self) -> Counter[tuple[str, str, str]]:
         out: Counter[tuple[str, str, str]] = Counter()
