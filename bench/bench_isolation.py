@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import os
@@ -104,20 +105,30 @@ class Process:
 
 
 def processes(layout: str, kubeconfig: Path, token_file: Path, ports: Ports, holds: Path | None) -> list[Process]:
-    """The processes of a layout, as the chart runs them (--standalone: the only replica, no Lease).
+    """The processes of a layout (--standalone: the only replica, no Lease), the one place their commands are written.
 
-    With `holds`, the verbs process runs under bench/loop_holds.py, which records every late wake-up of its event loop.
+    combined is `dra-extender all` (the verbs and the controllers in one process), or `serve` where the
+    controllers command does not exist yet (serve ran the controllers until issue 40). With `holds`, the
+    process answering the verbs runs under bench/loop_holds.py, which records every late wake-up of its loop.
     """
     common = ["--kubeconfig", str(kubeconfig), "--standalone", "--log-level", "warning"]
     alerts = ["--alerts-listen", f"127.0.0.1:{ports.alerts}", "--alerts-token-file", str(token_file)]
-    serve = [*CLI, "serve", *common, "--listen", f"127.0.0.1:{ports.verbs}"]
-    if holds is not None:
-        serve = [sys.executable, "-m", "bench.loop_holds", "--out", str(holds), "--", *serve[3:]]
+    verbs = ["--listen", f"127.0.0.1:{ports.verbs}"]
+    split = importlib.util.find_spec("dra_extender.controllers") is not None
+
+    def verbs_process(command: str, *args: str) -> Process:
+        if holds is not None and command != "serve":
+            raise SystemExit(f"--loop-holds: bench/loop_holds.py probes `serve` only, not `{command}`")
+        cli = [*CLI, command] if holds is None else [sys.executable, "-m", "bench.loop_holds", "--out", str(holds), "--", command]
+        return Process(command, [*cli, *common, *verbs, *args], ports.verbs)
+
     if layout == "combined":
-        return [Process("serve", [*serve, *alerts], ports.verbs)]
+        return [verbs_process("all" if split else "serve", *alerts)]
     if layout == "split":
+        if not split:
+            raise SystemExit("--layouts split: this dra-extender has no `controllers` command yet (issue 40 item 1)")
         controllers = [*CLI, "controllers", *common, "--listen", f"127.0.0.1:{ports.controllers}", *alerts]
-        return [Process("serve", serve, ports.verbs), Process("controllers", controllers, ports.controllers)]
+        return [verbs_process("serve"), Process("controllers", controllers, ports.controllers)]
     raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
 
 
@@ -262,6 +273,7 @@ class Phases:
             "bind_p99_ms": round(pct(s.bind_ms[first_bind:], 0.99), 2) if s.bind_ms[first_bind:] else None,
             "model_cpu_s": round(time.process_time() - model_cpu, 2),
             "queue_at_end": self.model.queue.counts(),
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
             **extra,
         }
         if self.holds is not None:
@@ -399,8 +411,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"{r['steal_s']} s. Processes: " + "; ".join(f"`{c}`" for c in r["processes"]) + ".",
             "",
             "| phase | window s | /filter calls | p50 ms | p99 ms | max ms | pods/s | vs quiet | vs no-op | "
-            "filter errors / failed binds | CPU s | longest verbs-loop hold ms |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "filter errors / failed binds | CPU s | load average at end | longest verbs-loop hold ms |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         base = r["phases"][0]["pods_per_second"]
         for ph in r["phases"]:
@@ -411,7 +423,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {ph['phase']} | {ph['seconds']} | {ph['filter_calls']} | {ph['filter_p50_ms']} | {ph['filter_p99_ms']} | "
                 f"{ph['filter_max_ms']} | {pps} | {vs_quiet} | {vs_noop} | {ph['filter_errors']} / {ph['failed_binds']} | {cpu} | "
-                f"{ph.get('longest_loop_hold_ms', '–')} |"
+                f"{ph['load_average_at_end'][0]} | {ph.get('longest_loop_hold_ms', '–')} |"
             )
         lines += [
             "",
