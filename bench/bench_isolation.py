@@ -8,9 +8,9 @@ namespace `evict`, each holding one device of a second driver through an
 allocated, reserved claim. The extender runs in a layout (`processes()`, the
 one place the commands are written):
 
-- combined: one `dra-extender serve` with the verbs, the eviction
-  controller and the health controller with its alert receiver (the layout
-  before issue 40);
+- combined: the verbs, the eviction controller and the health controller
+  with its alert receiver in one process (`dra-extender all`; `serve` before
+  the controllers command existed), the layout before issue 40;
 - split: `dra-extender serve` (the verbs) and `dra-extender controllers`
   (eviction, health and its receiver) as two processes, as the chart runs
   them.
@@ -21,14 +21,16 @@ kept busy: pods are created so that a backlog always waits, and past a
 number of bound pods the oldest is deleted (its claim released), so the
 cluster never fills. Phases, one after another in one run:
 
-- quiet: nothing else happens (the baseline);
+- quiet, twice: nothing else happens (the baseline; the difference between
+  the two windows is the machine's noise in the same run);
+- eviction: a NoExecute DeviceTaintRule (evictionsPerSecond --evict-rate)
+  over the second driver's devices, until the 500 pods holding them are gone
+  (first, so that the cluster is the baseline's);
 - health: one delivery of 1,000 firing alerts naming 1,000 GPUs to the
   health receiver (the first GPUs of every node, so that every node keeps
   some free), until the 1,000 DeviceTaintRules are written;
-- eviction: a NoExecute DeviceTaintRule (evictionsPerSecond --evict-rate)
-  over the second driver's devices, until the 500 pods holding them are gone;
-- quiet again: the baseline a second time, so that the difference between the
-  two quiet windows shows the machine's noise in the same run.
+- after: quiet again, with the 1,000 GPUs tainted (a different cluster from
+  the baseline's: /filter skips the tainted GPUs).
 
 Each phase reports /filter p50/p99/max (every /filter the model sent in the
 window), the model's pods/s (feeder pods bound in the window per second) and
@@ -297,28 +299,28 @@ async def drive(
             await asyncio.sleep(a.quiet)
             return {}
 
+        async def eviction() -> dict[str, Any]:
+            r = await http.post(RULES, json=noexecute_rule(a.evict_rate))
+            r.raise_for_status()
+            await wait_pods_gone(http, EVICT_NAMESPACE)
+            return {}
+
         try:
             await asyncio.sleep(a.warm_up)  # the claim shape's first verdicts, the feeder's first backlog
             await phases.measure("quiet", quiet)
+            await phases.measure("quiet, second window (the noise)", quiet)
             if alerts_url is not None:
+                await phases.measure(f"eviction: {EVICTED_PODS} pods evicted", eviction)
                 async with httpx.AsyncClient(base_url=alerts_url, timeout=600) as receiver:
 
                     async def health() -> dict[str, Any]:
                         alerts = [alert(i % a.nodes, i // a.nodes, f"isolation-{i}") for i in range(HEALTH_RULES)]
                         status, delivery_ms, _ = await deliver(receiver, body(alerts))
-                        await wait_rules(http, HEALTH_RULES)
+                        await wait_rules(http, HEALTH_RULES + 1)  # and the eviction phase's rule
                         return {"delivery_status": status, "delivery_ms": round(delivery_ms, 1)}
 
                     await phases.measure(f"health: {HEALTH_RULES:,} rules written", health)
-
-                async def eviction() -> dict[str, Any]:
-                    r = await http.post(RULES, json=noexecute_rule(a.evict_rate))
-                    r.raise_for_status()
-                    await wait_pods_gone(http, EVICT_NAMESPACE)
-                    return {}
-
-                await phases.measure(f"eviction: {EVICTED_PODS} pods evicted", eviction)
-                await phases.measure("quiet again", quiet)
+                await phases.measure(f"after: {HEALTH_RULES:,} devices tainted, nothing running", quiet)
         finally:
             feeding.cancel()
             await asyncio.gather(feeding, return_exceptions=True)
