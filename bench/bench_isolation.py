@@ -106,6 +106,11 @@ class Process:
     ready_port: int
 
 
+def has_controllers_command() -> bool:
+    """Whether this dra-extender has `controllers` (issue 40 item 1): the split layout needs it."""
+    return importlib.util.find_spec("dra_extender.controllers") is not None
+
+
 def processes(layout: str, kubeconfig: Path, token_file: Path, ports: Ports, holds: Path | None) -> list[Process]:
     """The processes of a layout (--standalone: the only replica, no Lease), the one place their commands are written.
 
@@ -116,7 +121,7 @@ def processes(layout: str, kubeconfig: Path, token_file: Path, ports: Ports, hol
     common = ["--kubeconfig", str(kubeconfig), "--standalone", "--log-level", "warning"]
     alerts = ["--alerts-listen", f"127.0.0.1:{ports.alerts}", "--alerts-token-file", str(token_file)]
     verbs = ["--listen", f"127.0.0.1:{ports.verbs}"]
-    split = importlib.util.find_spec("dra_extender.controllers") is not None
+    split = has_controllers_command()
 
     def verbs_process(command: str, *args: str) -> Process:
         if holds is not None and command != "serve":
@@ -439,7 +444,11 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m bench.bench_isolation", description=__doc__.splitlines()[0])
-    p.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {', '.join(LAYOUTS)} (default %(default)s)")
+    p.add_argument(
+        "--layouts",
+        default=",".join(LAYOUTS if has_controllers_command() else LAYOUTS[:1]),
+        help=f"comma-separated, of {', '.join(LAYOUTS)} (default %(default)s: split where the controllers command exists)",
+    )
     p.add_argument("--nodes", type=int, default=250, help="nodes of 8 GPUs (at least 125; default %(default)s)")
     p.add_argument("--quiet", type=float, default=10.0, help="seconds of each quiet window (default %(default)s)")
     p.add_argument("--warm-up", type=float, default=5.0, help="seconds of scheduling before the first window (default %(default)s)")
