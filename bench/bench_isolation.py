@@ -39,6 +39,7 @@ each process's CPU. The ceiling is the same model against the no-op extender
 invocation.
 
     .venv/bin/python -m bench.bench_isolation [--layouts combined,split] [--nodes 250] [--quiet 10] [--name isolation]
+    .venv/bin/python -m bench.bench_isolation render NAME   # the markdown again from NAME.json
 
 Writes bench/results/<name>.json and .md.
 """
@@ -394,6 +395,23 @@ def run_layout(layout: str, a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def side_by_side(report: dict[str, Any]) -> list[str]:
+    """Per phase, each layout's /filter p99 and pods/s (and pods/s over its own first quiet window): the comparison at a glance."""
+    runs = [r for r in report["runs"] if r["layout"] != "no-op"]
+    if not runs:
+        return []
+    head = "| phase | " + " | ".join(f"{r['layout']}: /filter p99 ms | {r['layout']}: pods/s (vs quiet)" for r in runs) + " |"
+    lines = ["", "## The layouts side by side", "", head, "| --- |" + " --- | --- |" * len(runs)]
+    for i, ph in enumerate(runs[0]["phases"]):
+        cells = []
+        for r in runs:
+            row, base = r["phases"][i], r["phases"][0]["pods_per_second"]
+            ratio = f" ({row['pods_per_second'] / base:.2f}×)" if base and row["pods_per_second"] is not None else ""
+            cells.append(f"{row['filter_p99_ms']} | {row['pods_per_second']}{ratio}")
+        lines.append(f"| {ph['phase']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     ceiling = next((r for r in report["runs"] if r["layout"] == "no-op"), None)
@@ -408,6 +426,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "pods/s: the model's pods bound in the window per second; /filter: every call the model sent in the window; "
         "CPU: each process's CPU seconds in the window. vs quiet: pods/s over the first quiet window's.",
+        *side_by_side(report),
     ]
     for r in report["runs"]:
         lines += [
@@ -430,7 +449,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {ph['phase']} | {ph['seconds']} | {ph['filter_calls']} | {ph['filter_p50_ms']} | {ph['filter_p99_ms']} | "
                 f"{ph['filter_max_ms']} | {pps} | {vs_quiet} | {vs_noop} | {ph['filter_errors']} / {ph['failed_binds']} | {cpu} | "
-                f"{ph['load_average_at_end'][0]} | {ph.get('longest_loop_hold_ms', '–')} |"
+                f"{ph.get('load_average_at_end', ['–'])[0]} | {ph.get('longest_loop_hold_ms', '–')} |"
             )
         lines += [
             "",
@@ -443,6 +462,11 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["render"]:  # the markdown again from bench/results/NAME.json: render NAME
+        md = markdown(json.loads((RESULTS / f"{argv[1]}.json").read_text()))
+        (RESULTS / f"{argv[1]}.md").write_text(md)
+        print(md)
+        return 0
     p = argparse.ArgumentParser(prog="python -m bench.bench_isolation", description=__doc__.splitlines()[0])
     p.add_argument(
         "--layouts",
