@@ -388,7 +388,7 @@ def run_layout(layout: str, a: argparse.Namespace) -> dict[str, Any]:
     steal_after = steal_seconds()
     return {
         "layout": layout,
-        "processes": [" ".join(p.cmd) for p, _ in started],
+        "processes": [" ".join(p.cmd).replace(sys.executable, "python").replace(str(tmp), "$TMP") for p, _ in started],
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "steal_s": round(steal_after - steal_before, 2) if steal_before is not None and steal_after is not None else None,
