@@ -503,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         "note": a.note,
         "runs": [],
     }
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops the processes it started
     for layout in [*layouts, *([] if a.no_ceiling else ["no-op"])]:
         report["runs"].append(run_layout(layout, a))
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
