@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from tracker.clock import Clock, SystemClock
+from tracker.leadership_gate import LeadershipGate, MayWrite
 from tracker.source import status_error
 
 log = logging.getLogger("dra_extender.health")
@@ -45,7 +45,7 @@ class LeaderLabel:
         source: PodWriter,
         namespace: str,
         name: str,
-        is_leader: Callable[[], bool],
+        leadership: MayWrite,
         *,
         clock: Clock | None = None,
         poll: float = 1.0,
@@ -53,7 +53,7 @@ class LeaderLabel:
         self.source = source
         self.path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         self.pod = f"{namespace}/{name}"
-        self.is_leader = is_leader
+        self.leadership = leadership
         self.clock: Clock = clock or SystemClock()
         self.poll = poll
         self.labelled: bool | None = None  # what the pod carries, as last written (None: not known yet)
@@ -61,7 +61,7 @@ class LeaderLabel:
 
     async def step(self) -> None:
         """Label or unlabel the pod if leadership differs from what was last written; a failure is retried at the next poll."""
-        want = self.is_leader()
+        want = self.leadership.may_write()
         if want == self.labelled:
             return
         patch = {"metadata": {"labels": {LABEL: "true" if want else None}}}
@@ -85,7 +85,7 @@ class LeaderLabel:
                 await self.clock.wait(self.wake, self.clock.now() + self.poll)
         finally:
             if self.labelled:  # stopping: the Service stops sending deliveries here at once
-                self.is_leader = lambda: False
+                self.leadership = LeadershipGate.never()
                 await asyncio.shield(self.step())
                 if self.labelled:
                     log.error(
