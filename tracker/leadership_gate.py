@@ -75,11 +75,6 @@ class LeadershipGate:
         """A process that never writes (`--read-only`)."""
         return cls(None, read_only=True)
 
-    @property
-    def mode(self) -> str:
-        """For logs: read-only, lease or standalone."""
-        return "read-only" if self.read_only else "lease" if self.lease is not None else "standalone"
-
     def may_write(self) -> bool:
         if self.read_only:
             return False

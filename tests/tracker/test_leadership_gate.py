@@ -174,13 +174,12 @@ async def test_a_bind_waiting_out_a_hand_over_refuses_if_the_lease_moved_on_mean
 
 
 @pytest.mark.parametrize(
-    ("name", "gate", "may_write", "mode"),
+    ("name", "gate", "may_write"),
     [
-        ("always", LeadershipGate.always(), True, "standalone"),
-        ("never", LeadershipGate.never(), False, "read-only"),
+        ("always", LeadershipGate.always(), True),
+        ("never", LeadershipGate.never(), False),
     ],
 )
-async def test_the_fixed_gates(name: str, gate: LeadershipGate, may_write: bool, mode: str) -> None:
+async def test_the_fixed_gates(name: str, gate: LeadershipGate, may_write: bool) -> None:
     assert gate.may_write() is may_write, name
     assert await gate.may_write_by(gate.clock.now() + BIND_BUDGET) is may_write, name
-    assert gate.mode == mode, name
