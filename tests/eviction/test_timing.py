@@ -10,8 +10,20 @@ import pytest
 
 from allocator.cel import CelEnvironment
 from allocator.pod_volumes import TOLERATIONS_ANNOTATION
+from allocator.types import DeviceID, DeviceTaint
 from controllers.eviction import rule_status, rule_time
-from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
+from controllers.eviction.plan import (
+    DryRun,
+    Ownership,
+    PodEviction,
+    TaintKind,
+    TaintOrigin,
+    TaintRef,
+    add_eviction,
+    device_origin,
+    dry_run,
+    plan_evictions,
+)
 from controllers.eviction.rate_limit import TaintLimiters
 from controllers.eviction.volume_plan import plan_volume_evictions
 from kubesim import objects
@@ -142,6 +154,70 @@ def test_when_a_pod_is_evicted_for_a_volume_taint(row: shared.Row) -> None:
     )
     plan = plan_volume_evictions(state, state.pod_statuses, lambda _volume, t: parse_time(t.time_added) or T0)
     assert {k: p.due for k, p in plan.items()} == ({} if (want := shared.due(row.want, ADDED)) is None else {"default/p": want})
+
+
+def _ref(source: str, added: float) -> TaintRef:
+    kind = TaintKind.VOLUME if source.startswith("Persistent") else device_origin(source).kind
+    device = None if kind is TaintKind.VOLUME else DeviceID("d", "p", "gpu-0")
+    return TaintRef(source, TaintOrigin(source, kind), DeviceTaint(KEY, "NoExecute"), device, added, 10.0)
+
+
+RULE_A, RULE_B, VOLUME = (
+    _ref(f"DeviceTaintRule/{CRD}/a", ADDED),
+    _ref(f"DeviceTaintRule/{CRD}/b", ADDED - 50),
+    _ref("PersistentVolume/pv-1", ADDED + 9),
+)
+
+# name, evictions added in order, (due, taint time, reason ids, claims, volume wording) of the pod; None: the first one stays
+MERGES: list[tuple[str, list[PodEviction], tuple[float, float, list[str], tuple[str, ...], bool] | None]] = [
+    (
+        "another claim: the earlier time and timeAdded, both reasons by id, both claims",
+        [
+            PodEviction("ns/p", "u", ADDED + 60, ADDED, (RULE_A,), ("ns/c1",)),
+            PodEviction("ns/p", "u", ADDED + 10, ADDED - 50, (RULE_B,), ("ns/c2",)),
+        ],
+        (ADDED + 10, ADDED - 50, [RULE_A.id, RULE_B.id], ("ns/c1", "ns/c2"), False),
+    ),
+    (
+        "the same reason twice is listed once",
+        [PodEviction("ns/p", "u", 0.0, ADDED, (RULE_A,), ("ns/c1",)), PodEviction("ns/p", "u", 0.0, ADDED, (RULE_A,), ("ns/c2",))],
+        (0.0, ADDED, [RULE_A.id], ("ns/c1", "ns/c2"), False),
+    ),
+    (
+        "a device and a volume: the device wording, the earlier time",
+        [
+            PodEviction("ns/p", "u", ADDED + 60, ADDED, (RULE_A,), ("ns/c1",)),
+            PodEviction("ns/p", "u", 0.0, ADDED + 9, (VOLUME,), ("ns/data",)),
+        ],
+        (0.0, ADDED, [RULE_A.id, VOLUME.id], ("ns/c1", "ns/data"), False),
+    ),
+    (
+        "volumes alone keep the volume wording",
+        [PodEviction("ns/p", "u", 0.0, ADDED + 9, (VOLUME,), ("ns/data",))],
+        (0.0, ADDED + 9, [VOLUME.id], ("ns/data",), True),
+    ),
+    (
+        "another pod under the name keeps the first one's place",
+        [
+            PodEviction("ns/p", "u", ADDED + 60, ADDED, (RULE_A,), ("ns/c1",)),
+            PodEviction("ns/p", "other", 0.0, ADDED, (RULE_B,), ("ns/c2",)),
+        ],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("evictions", "want"), [m[1:] for m in MERGES], ids=[m[0] for m in MERGES])
+def test_a_pods_evictions_merge(evictions: list[PodEviction], want: tuple[float, float, list[str], tuple[str, ...], bool] | None) -> None:
+    """The one merge of the device plan (claims), the volume plan (PVCs) and the two plans together."""
+    plan: dict[str, PodEviction] = {}
+    for eviction in evictions:
+        add_eviction(plan, eviction)
+    got = plan["ns/p"]
+    if want is None:
+        assert got == evictions[0]
+    else:
+        assert (got.due, got.taint_time, [r.id for r in got.reasons], got.claims, got.volume) == want
 
 
 def test_only_bound_pods_that_hold_the_reservation_are_considered() -> None:
