@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from allocator.device_selector import names_device, reads_attributes
 from allocator.tolerations import allocated_tolerations, eviction_time
-from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceTaintRule, DeviceToleration, ResourceClaim
+from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceTaintRule, DeviceToleration, Pod, ResourceClaim
 from controllers.eviction.rate_limit import DEFAULT_RATE
 from tracker.events import GROUP_EXTENDER
 from tracker.state import ClusterState
@@ -160,6 +160,11 @@ class PodEviction:
 TaintTime = Callable[[DeviceID, DeviceTaint, str], float]
 
 
+def running(pod: Pod | None) -> bool:
+    """A pod eviction is for: bound to a node and not being deleted already."""
+    return pod is not None and bool(pod.node_name) and not pod.meta.deletion_timestamp
+
+
 def add_eviction(plan: dict[str, PodEviction], eviction: PodEviction) -> None:
     """Put a pod's eviction into the plan, merged with what it holds for the pod (another pod of the name keeps its place)."""
     held = plan.get(eviction.key)
@@ -256,7 +261,7 @@ def plan_evictions(
             pod = state.pods.get(key)
             if pod is None or (ref.uid and pod.meta.uid != ref.uid):
                 continue  # gone, or a new pod under the old name: not the one holding the claim
-            if not pod.node_name or pod.meta.deletion_timestamp:
+            if not running(pod):
                 continue
             add_eviction(plan, PodEviction.of(key, pod.meta.uid, found, (claim.key,)))
     return plan

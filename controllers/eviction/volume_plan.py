@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from allocator.pod_volumes import EFFECT_NO_USE
 from allocator.tolerations import eviction_time, taint_tolerated
 from allocator.types import DeviceTaint, DeviceToleration
-from controllers.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef, add_eviction
+from controllers.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef, add_eviction, running
 from controllers.eviction.rate_limit import DEFAULT_RATE
 from tracker.pod_status import PodStatus
 from tracker.state import ClusterState
@@ -46,7 +46,7 @@ def plan_volume_evictions(state: ClusterState, pods: Mapping[str, PodStatus], ta
             continue
         for key in sorted(users):
             pod = state.pods.get(key)
-            if pod is None or not pod.node_name or pod.meta.deletion_timestamp:
+            if pod is None or not running(pod):
                 continue
             tolerations = _tolerations(pods, key)
             found: list[tuple[float, TaintRef]] = []
@@ -92,7 +92,7 @@ def ineffective_no_attach(state: ClusterState, pods: Mapping[str, PodStatus]) ->
             ignoring = []
             for key in users:
                 pod = state.pods.get(key)
-                if pod is None or not pod.node_name or pod.meta.deletion_timestamp:
+                if not running(pod):
                     continue
                 if not taint_tolerated(taint, _tolerations(pods, key)):
                     ignoring.append(key)
