@@ -32,19 +32,10 @@ class Tol:
     seconds: int | None = None
 
     def api(self, evicting: str, other: str) -> dict[str, Any]:
-        """As the API (or the volume annotation) writes it."""
-        out: dict[str, Any] = {}
-        if self.key:
-            out["key"] = self.key
-        if self.operator:
-            out["operator"] = self.operator
-        if self.value:
-            out["value"] = self.value
-        effect = {EVICTING: evicting, OTHER: other}.get(self.effect, self.effect)
-        if effect:
-            out["effect"] = effect
-        if self.seconds is not None:
-            out["tolerationSeconds"] = self.seconds
+        """As the API (or the volume annotation) writes it; an empty operator is left out, for the parser's default."""
+        out = self.parsed(evicting, other).to_api()
+        if not self.operator:
+            del out["operator"]
         return out
 
     def parsed(self, evicting: str, other: str) -> DeviceToleration:
