@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ from tracker.apiserver.discovery import served
 from tracker.apiserver.reflector import Freshness, Reflector, WatchTransport
 from tracker.apiserver.source import OPTIONAL_RECHECK_SECONDS
 from tracker.clock import Clock, SystemClock, format_time
+from tracker.leadership_gate import LeadershipGate, MayWrite
 from tracker.resources import KIND_RESOURCES, Resource
 from tracker.source import Conflict, HealthSource, NotFound, SourceError
 from tracker.state import ClusterState
@@ -74,7 +75,7 @@ class HealthController:
         source: HealthSource,
         *,
         feed: WatchTransport | None = None,
-        is_leader: Callable[[], bool] = lambda: True,
+        leadership: MayWrite | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         leader_poll: float = 1.0,
@@ -84,7 +85,7 @@ class HealthController:
         self.state = state
         self.source = source
         self.feed: WatchTransport = feed if feed is not None else source  # type: ignore[assignment]  # ApiSource is both
-        self.is_leader = is_leader
+        self.leadership: MayWrite = leadership or LeadershipGate.always()
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.leader_poll = leader_poll
@@ -221,7 +222,7 @@ class HealthController:
             self.wake.clear()
             now = self.clock.now()
             self._follow_nodes()
-            if self.is_leader():
+            if self.leadership.may_write():
                 full = self._full or now >= full_at
                 only, self.dirty, self._full = (None if full else self.dirty), set(), False
                 async with self.lock:
@@ -319,7 +320,7 @@ class HealthController:
         the API server refuses the writes: Alertmanager then retries, and the retry is idempotent.
         The window between the 200 and the write is in docs/health.md (Limits).
         """
-        if not self.is_leader():
+        if not self.leadership.may_write():
             return Answer(503, {"error": "not the leader: retry"})
         if not self.ready:
             return Answer(503, {"error": "not synced with the API server yet: retry"})

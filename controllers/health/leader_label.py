@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
 
 from tracker.clock import Clock, SystemClock
+from tracker.leadership_gate import LeadershipGate, MayWrite
 from tracker.source import PodLabelWriter
 
 log = logging.getLogger("dra_extender.health")
@@ -37,7 +37,7 @@ class LeaderLabel:
         source: PodLabelWriter,
         namespace: str,
         name: str,
-        is_leader: Callable[[], bool],
+        leadership: MayWrite,
         *,
         clock: Clock | None = None,
         poll: float = 1.0,
@@ -45,7 +45,7 @@ class LeaderLabel:
         self.source = source
         self.namespace, self.name = namespace, name
         self.pod = f"{namespace}/{name}"
-        self.is_leader = is_leader
+        self.leadership = leadership
         self.clock: Clock = clock or SystemClock()
         self.poll = poll
         self.labelled: bool | None = None  # what the pod carries, as last written (None: not known yet)
@@ -53,7 +53,7 @@ class LeaderLabel:
 
     async def step(self) -> None:
         """Label or unlabel the pod if leadership differs from what was last written; a failure is retried at the next poll."""
-        want = self.is_leader()
+        want = self.leadership.may_write()
         if want == self.labelled:
             return
         try:
@@ -74,7 +74,7 @@ class LeaderLabel:
                 await self.clock.wait(self.wake, self.clock.now() + self.poll)
         finally:
             if self.labelled:  # stopping: the Service stops sending deliveries here at once
-                self.is_leader = lambda: False
+                self.leadership = LeadershipGate.never()
                 await asyncio.shield(self.step())
                 if self.labelled:
                     log.error(

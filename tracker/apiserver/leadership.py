@@ -256,7 +256,7 @@ class Leadership:
         """Seconds until this sidecar may allocate, while it waits after its scheduler created a fresh Lease; else None.
 
         A /bind that arrives in that wait may wait for it within its own
-        deadline (extender/bind/binder.py) rather than fail as "not leader":
+        deadline (LeadershipGate.may_write_by in tracker/leadership_gate.py) rather than fail as "not leader":
         it still asks `is_leader` afterwards, so a poll that saw the Lease
         move on in the meantime still refuses it. A hand-over from another
         holder is not waited for: those binds answer "not leader" at once.
