@@ -15,22 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, Protocol
 
 from tracker.clock import Clock, SystemClock
 from tracker.leadership_gate import LeadershipGate, MayWrite
-from tracker.source import status_error
+from tracker.source import PodLabelWriter
 
 log = logging.getLogger("dra_extender.health")
 
 LABEL = "resource.dra-extender.io/health-leader"
-MERGE_PATCH = "application/merge-patch+json"
-
-
-class PodWriter(Protocol):
-    async def send(
-        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
-    ) -> tuple[int, bytes]: ...
 
 
 def own_pod() -> tuple[str, str] | None:
@@ -42,7 +34,7 @@ def own_pod() -> tuple[str, str] | None:
 class LeaderLabel:
     def __init__(
         self,
-        source: PodWriter,
+        source: PodLabelWriter,
         namespace: str,
         name: str,
         leadership: MayWrite,
@@ -51,7 +43,7 @@ class LeaderLabel:
         poll: float = 1.0,
     ) -> None:
         self.source = source
-        self.path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        self.namespace, self.name = namespace, name
         self.pod = f"{namespace}/{name}"
         self.leadership = leadership
         self.clock: Clock = clock or SystemClock()
@@ -64,11 +56,8 @@ class LeaderLabel:
         want = self.leadership.may_write()
         if want == self.labelled:
             return
-        patch = {"metadata": {"labels": {LABEL: "true" if want else None}}}
         try:
-            status, data = await self.source.send("PATCH", self.path, patch, content_type=MERGE_PATCH)
-            if status not in (200, 201):
-                raise status_error(status, data, f"patch Pod {self.pod} label {LABEL}")
+            await self.source.label_pod(self.namespace, self.name, {LABEL: "true" if want else None})
         except Exception as e:  # any failure (refused, unreachable, the session gone) is retried at the next poll, never fatal
             log.warning(
                 "could not set the health leader label on the own pod", extra={"object": self.pod, "err": str(e) or type(e).__name__}
