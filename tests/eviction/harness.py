@@ -295,15 +295,10 @@ def claim_and_pod(
 
 
 def rule(name: str, effect: str = "NoExecute", *, group: str = CRD, selector: dict[str, Any] | None = None, **taint: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{group}/v1alpha1" if group == CRD else f"{group}/v1beta2",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {
-            "deviceSelector": selector if selector is not None else {"driver": DRIVER, "pool": "node-a"},
-            "taint": {"key": "example.com/broken", "effect": effect, **taint},
-        },
-    }
+    """The suite's rule (kubesim/objects.py): NoExecute, the project's own, on node-a's pool unless `selector` says."""
+    return objects.rule(
+        name, effect, group=group, selector=selector if selector is not None else {"driver": DRIVER, "pool": "node-a"}, **taint
+    )
 
 
 def seed(api: FakeApiServer, *objects: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubesim.fakeapi import FakeApiError, FakeApiServer
-from kubesim.objects import claim, node, pod
+from kubesim.objects import claim, node, pod, rule
 from tracker.apiserver.requests import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,13 +75,8 @@ def slice_(name: str, node_name: str, devices: int) -> dict[str, Any]:
     }
 
 
-def rule(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{RULES}/v1alpha1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {"deviceSelector": {"driver": "gpu.example.com"}, "taint": {"key": "k", "value": "v", "effect": "NoSchedule"}},
-    }
+# The rule every test here creates: the project's own, tainting gpu.example.com's devices (kubesim/objects.py).
+RULE = {"group": RULES, "selector": {"driver": "gpu.example.com"}, "key": "k", "value": "v"}
 
 
 async def raw(
@@ -500,7 +495,7 @@ async def test_merge_strategic_and_json_patch(api, kc):
 
     # merge patch on a custom resource; null deletes. (kubernetes_asyncio's CustomObjectsApi sends a
     # dict as application/json-patch+json unless told otherwise; the server rejects that with 422.)
-    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
+    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1", **RULE))
     with pytest.raises(ApiException) as exc:
         await custom.patch_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", "r1", {"spec": {}})
     assert exc.value.status == 422
@@ -585,7 +580,7 @@ async def test_status_subresource_is_isolated(api, kc):
 
     # CRD status subresource
     custom = client.CustomObjectsApi(kc)
-    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
+    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1", **RULE))
     cond = {
         "type": "EvictionInProgress",
         "status": "False",
@@ -804,13 +799,13 @@ class AnnotationRow:
 
 
 ANNOTATION_ROWS = [
-    AnnotationRow("create-a-rule-at-the-limit", RULES_PATH, rule("r"), LIMIT, "create"),
-    AnnotationRow("create-a-rule-one-byte-over", RULES_PATH, rule("r"), LIMIT + 1, "create"),
-    AnnotationRow("bytes-not-characters", RULES_PATH, rule("r"), LIMIT + 2, "create", char="é"),
-    AnnotationRow("update-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "update"),
-    AnnotationRow("merge-patch-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "merge"),
-    AnnotationRow("json-patch-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "json"),
-    AnnotationRow("merge-patch-a-rule-at-the-limit", RULES_PATH, rule("r"), LIMIT, "merge"),
+    AnnotationRow("create-a-rule-at-the-limit", RULES_PATH, rule("r", **RULE), LIMIT, "create"),
+    AnnotationRow("create-a-rule-one-byte-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "create"),
+    AnnotationRow("bytes-not-characters", RULES_PATH, rule("r", **RULE), LIMIT + 2, "create", char="é"),
+    AnnotationRow("update-a-rule-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "update"),
+    AnnotationRow("merge-patch-a-rule-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "merge"),
+    AnnotationRow("json-patch-a-rule-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "json"),
+    AnnotationRow("merge-patch-a-rule-at-the-limit", RULES_PATH, rule("r", **RULE), LIMIT, "merge"),
     AnnotationRow("create-a-pod-over", PODS_PATH, pod("p", "default"), LIMIT + 1, "create"),
     AnnotationRow("strategic-patch-a-pod-over", PODS_PATH, pod("p", "default"), LIMIT + 1, "strategic"),
 ]
@@ -851,7 +846,7 @@ async def test_annotations_over_256_kib_are_refused_on_every_write(api, kc, row:
 
 async def test_crd_group_can_be_switched_off(api, kc):
     custom = client.CustomObjectsApi(kc)
-    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
+    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1", **RULE))
     resp = await open_watch(kc, f"/apis/{RULES}/v1alpha1/resourceslicepatches", resourceVersion=str(api.resource_version))
     await api.wait_for_watches(1)
     api.set_served(RULES, served=False)
