@@ -355,7 +355,7 @@ def in_process(pages: dict[tuple[str, str, str], list[bytes]], watch: dict[str, 
 
 
 def slice_update_rates(slices: int = 5000, devices: int = 8, events: int = 3000, repeat: int = 3) -> dict[str, Any]:
-    """In-process ResourceSlice MODIFIED events/s by what changed, on a `slices` x `devices` state (docs/design.md#performance).
+    """In-process ResourceSlice MODIFIED events/s by what changed, on a `slices` x `devices` state (docs/performance.md).
 
     - `taint`: one device's taint added or removed (attributes and capacity unchanged);
     - `generation`: the pool generation and metadata.generation bumped, devices unchanged;

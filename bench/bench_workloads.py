@@ -1,4 +1,4 @@
-"""scheduler_perf-style DRA workloads (docs/design.md#performance), driven as kube-scheduler drives an extender.
+"""scheduler_perf-style DRA workloads (docs/performance.md), driven as kube-scheduler drives an extender.
 
 Workloads are named after upstream `test/integration/scheduler_perf/dra`:
 

@@ -29,7 +29,7 @@ class ExtenderApp(FastAPI):
 
     The scheduler sends three of those per pod: going through FastAPI's
     middleware stack, router and dependency solving cost about as much
-    Python as the routes themselves (docs/design.md#cpu-per-pod-at-5000-nodes).
+    Python as the routes themselves (docs/performance.md#cpu-per-pod-at-5000-nodes).
     The routes take the raw request and return a finished Response, so the
     direct path answers the same bytes; any other method or path (405, 404,
     the probes, /debug) goes through FastAPI as before.

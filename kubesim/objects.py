@@ -132,6 +132,37 @@ def pod(
     return out
 
 
+RULE_GROUP = "resource.k8s.io"  # upstream's DeviceTaintRule; the project's own is OUR_RULE_GROUP's v1alpha1
+OUR_RULE_GROUP = "resource.dra-extender.io"
+
+
+def rule(
+    name: str,
+    effect: str = "NoSchedule",
+    *,
+    selector: dict[str, Any] | None = None,
+    key: str = "example.com/broken",
+    group: str | None = RULE_GROUP,
+    version: str | None = None,
+    spec: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    **taint: Any,
+) -> dict[str, Any]:
+    """A DeviceTaintRule tainting with `key` and `effect` (`taint` adds value, timeAdded, ...) the devices
+    `selector` (its deviceSelector; none when None) picks. `group`: upstream's (v1beta2) or the project's
+    (v1alpha1) unless `version` says; None leaves apiVersion and kind out (what the state's intake reads).
+    `spec` stands for the whole spec (a validation test's own); `meta` adds metadata."""
+    if spec is None:
+        spec = {"taint": {"key": key, "effect": effect, **taint}}
+        if selector is not None:
+            spec = {"deviceSelector": selector, **spec}
+    out: dict[str, Any] = {"metadata": {"name": name, **(meta or {})}, "spec": spec}
+    if group is None:
+        return out
+    version = version or ("v1alpha1" if group == OUR_RULE_GROUP else "v1beta2")
+    return {"apiVersion": f"{group}/{version}", "kind": "DeviceTaintRule", **out}
+
+
 def device_class(name: str, driver: str, *, extended_resource: str | None = None) -> dict[str, Any]:
     """A DeviceClass selecting every device of `driver`; `extended_resource` its extendedResourceName (KEP-5004)."""
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}

@@ -7,7 +7,7 @@ slice wait for its end, and took the CPU the scheduler and the API server
 needed while pods were being scheduled: on 500 nodes x 8 GPUs x 7
 partitions, with the load generator on the same two cores, /filter's p99
 over 200 pods was 11.9 ms with the warm-up running beside the first pods and
-7.0-7.6 ms without it (docs/design.md#background-work-waits-for-quiet).
+7.0-7.6 ms without it (docs/performance.md#background-work-waits-for-quiet).
 
 So such work asks `quiet()` before each slice: it goes on once no verb is
 in flight and none has ended for QUIET_GAP_SECONDS, and in any case after

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from kubesim.objects import device_class, node_slice
+from kubesim.objects import PAUSE, device_class, node_slice, pod
 
 DRIVER = "test-driver.cdi.k8s.io"
 CLASS = "test-class"
@@ -116,20 +116,10 @@ class PodClaim:
         self.claim = f"{self.name}-{POD_CLAIM}-{self.index % 99991:05x}"
 
     def pod(self, node: str | None = None) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "schedulerName": "dra-scheduler",
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-            "resourceClaims": [{"name": POD_CLAIM, "resourceClaimTemplateName": TEMPLATE}],
-        }
-        if node:
-            spec["nodeName"] = node
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": self.name, "namespace": NS, "uid": self.uid},
-            "spec": spec,
-            "status": {"phase": "Pending", "resourceClaimStatuses": [{"name": POD_CLAIM, "resourceClaimName": self.claim}]},
-        }
+        claims = [{"name": POD_CLAIM, "resourceClaimTemplateName": TEMPLATE}]
+        out = pod(self.name, NS, scheduler="dra-scheduler", image=PAUSE, node_name=node, meta={"uid": self.uid}, resourceClaims=claims)
+        out["status"] = {"phase": "Pending", "resourceClaimStatuses": [{"name": POD_CLAIM, "resourceClaimName": self.claim}]}
+        return out
 
     def claim_object(self, allocated: tuple[str, str] | None = None) -> dict[str, Any]:
         obj: dict[str, Any] = {

@@ -18,6 +18,7 @@ from bench.workloads.driver import Attempt, Driver, Progress, attempts_result, e
 from bench.workloads.env import Env, api_path
 from bench.workloads.runs import Config, target, window
 from kubesim.measure import cpu_seconds
+from kubesim.objects import rule
 
 
 def taint_churn(cfg: Config, tmp: Path) -> dict[str, Any]:
@@ -75,15 +76,7 @@ def taint_churn(cfg: Config, tmp: Path) -> dict[str, Any]:
 
 
 def churn_rule(n: int, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1beta2",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": f"churn-{n:05d}"},
-        "spec": {
-            "deviceSelector": {"driver": DRIVER, "pool": node},
-            "taint": {"key": f"example.com/churn-{n:05d}", "effect": "NoSchedule"},
-        },
-    }
+    return rule(f"churn-{n:05d}", selector={"driver": DRIVER, "pool": node}, key=f"example.com/churn-{n:05d}")
 
 
 def rule_cost_in_process(nodes: int, devices: int, events: int) -> dict[str, Any]:

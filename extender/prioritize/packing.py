@@ -246,7 +246,7 @@ class NodeFullness:
         Nothing per device is kept: at 5,000 nodes x 56 partitions a kept
         per-device table was ~180 objects per node, which /filter's first
         pass over the nodes built at ~0.3 ms a node and every full garbage
-        collection then scanned (design.md#partitions-at-5000-nodes).
+        collection then scanned (performance.md#partitions-at-5000-nodes).
         """
         ledger: AllocatedState = self.state.allocated_state
         reachable = self.state.queries.slices_for_node(node)

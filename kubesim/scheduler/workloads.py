@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubesim.objects import GPU_GI, daemon_pods, device_class, heavy_metadata, heavy_node, heavy_pod, node_slice, partitioned_slices
+from kubesim.objects import GPU_GI, daemon_pods, device_class, heavy_metadata, heavy_node, heavy_pod, node_slice, partitioned_slices, rule
 from kubesim.scheduler.config import CLASS, DELETE_PROTECTION, DRIVER, EXTENDED_RESOURCE, NAMESPACE, SCHEDULER_NAME, TEMPLATE
 
 
@@ -168,15 +168,7 @@ def steady_prefill(w: Workload) -> list[dict[str, Any]]:
 
 def taint_rules(w: Workload) -> list[dict[str, Any]]:
     return [
-        {
-            "apiVersion": "resource.k8s.io/v1beta2",
-            "kind": "DeviceTaintRule",
-            "metadata": {"name": f"maintenance-{node_name(i)}"},
-            "spec": {
-                "deviceSelector": {"driver": DRIVER, "pool": node_name(i)},
-                "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
-            },
-        }
+        rule(f"maintenance-{node_name(i)}", selector={"driver": DRIVER, "pool": node_name(i)}, key="example.com/maintenance")
         for i in range(w.tainted_nodes)
     ]
 

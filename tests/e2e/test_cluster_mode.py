@@ -24,7 +24,7 @@ import pytest
 from allocator.types import TOLERATIONS_ANNOTATION
 from extender.bind.binder import BIND_ATTEMPTS
 from extender.requeue import REQUEUE_ANNOTATION
-from kubesim.objects import PAUSE, claim, gpu_slice, node, pod
+from kubesim.objects import PAUSE, claim, gpu_slice, node, pod, rule
 from tests.e2e.cluster import CRD_GROUP, FakeApi, cluster_extender, extender_view, serving, wait_converged, wait_for
 from tests.e2e.harness import DEMO, DEMO_UIDS, Extender, demo_pod_args, filter_args
 from tracker.timestamps import rfc3339
@@ -62,12 +62,8 @@ def reasons(ext: Extender, body: dict[str, Any]) -> dict[str, str | None]:
 
 
 def taint_rule(api_version: str, name: str, pool: str, key: str, effect: str = "NoSchedule") -> dict[str, Any]:
-    return {
-        "apiVersion": api_version,
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {"deviceSelector": {"driver": GPU, "pool": pool}, "taint": {"key": key, "value": "e2e", "effect": effect}},
-    }
+    group, version = api_version.split("/")
+    return rule(name, effect, group=group, version=version, selector={"driver": GPU, "pool": pool}, key=key, value="e2e")
 
 
 def gpu_pod(name: str, claim_name: str) -> dict[str, Any]:
@@ -398,21 +394,14 @@ def test_old_cluster_serving_v1alpha3_rules() -> None:
     ext = cluster_extender(api)
     rules = "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
 
-    def rule(name: str, expression: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "resource.k8s.io/v1alpha3",
-            "kind": "DeviceTaintRule",
-            "metadata": {"name": name},
-            "spec": {
-                "deviceSelector": {"driver": GPU, "selectors": [{"cel": {"expression": expression}}]},
-                "taint": {"key": f"example.com/{name}", "value": "e2e", "effect": "NoSchedule"},
-            },
-        }
+    def by_cel(name: str, expression: str) -> dict[str, Any]:
+        selector = {"driver": GPU, "selectors": [{"cel": {"expression": expression}}]}
+        return rule(name, version="v1alpha3", selector=selector, key=f"example.com/{name}", value="e2e")
 
     try:
         ext.wait_ready()
-        assert api.http.post(rules, json=rule("old-h100", f'device.attributes["{GPU}"].model == "h100"')).status_code == 201
-        created = api.http.post(rules, json=rule("old-broken", BROKEN_CEL))
+        assert api.http.post(rules, json=by_cel("old-h100", f'device.attributes["{GPU}"].model == "h100"')).status_code == 201
+        created = api.http.post(rules, json=by_cel("old-broken", BROKEN_CEL))
         assert created.status_code == 201, created.text
         body = demo_pod_args("trainer", ALL)
         wait_for(lambda: reasons(ext, body)["node-c"] is not None, what="the v1alpha3 rule applies")

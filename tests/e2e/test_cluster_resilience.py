@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from allocator.cel import CelEnvironment
+from kubesim import objects
 from kubesim.fakeapi import FakeApiServer
 from kubesim.objects import gpu_slice, node
 from tests.e2e.cluster import ApiError, FakeApi, cluster_extender, extender_view, view_diff, wait_converged, wait_for
@@ -40,24 +41,10 @@ SLICES = (ev.RESOURCE_SLICE, ev.GROUP_RESOURCE)
 # ---------------------------------------------------------------------- builders
 
 
-def rule(
-    name: str,
-    group: str = ev.GROUP_RESOURCE,
-    version: str = "v1beta2",
-    *,
-    pool: str | None = None,
-    effect: str = "NoSchedule",
-    key: str = "example.com/broken",
-) -> dict[str, Any]:
-    selector: dict[str, str] = {"driver": "gpu.example.com"}
-    if pool:
-        selector["pool"] = pool
-    return {
-        "apiVersion": f"{group}/{version}",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {"deviceSelector": selector, "taint": {"key": key, "value": "true", "effect": effect}},
-    }
+def rule(name: str, group: str = ev.GROUP_RESOURCE, version: str = "v1beta2", *, pool: str | None = None, **taint: Any) -> dict[str, Any]:
+    """A rule on gpu.example.com's devices (of `pool`, if given) valued "true" (kubesim/objects.py)."""
+    selector = {"driver": "gpu.example.com", **({"pool": pool} if pool else {})}
+    return objects.rule(name, group=group, version=version, selector=selector, value="true", **taint)
 
 
 def slice_patch(name: str, pool: str | None = None, model: str = "h100", priority: int = 0) -> dict[str, Any]:

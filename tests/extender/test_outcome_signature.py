@@ -114,6 +114,16 @@ TEMPLATES = [
     ("no claim", ("no allocation found for the pod's claims on this node",), ""),
     ("blames another", ("device class gpu not found (claim ", _c("default/b"), ")"), "default/b"),
     ("names without 'claim'", ("the constraints of ", _c("default/a"), ", ", _c("default/b"), " admit too many"), ""),
+    # The traps the old regex over the message had to get right, kept as rows now that slots come from the parts:
+    ("text naming a longer claim, then the claim", ("(claim default/a.bz) and claim ", _c("default/a"), ": no fit"), "default/a"),
+    (
+        "a key as text without the word",
+        ("; default/a is named without the word; claim ", _c("default/b"), " is being deleted"),
+        "default/b",
+    ),
+    ("the same claim twice", ("claim ", _c("default/a"), ": no fit; claim ", _c("default/a"), " is being deleted"), "default/a"),
+    ("blames a claim the text does not name", ("no allocation found for the pod's claims on this node",), "default/b"),
+    ("a prefix and its longer key", ("claim ", _c("default/a.b"), " and claim ", _c("default/a"), " conflict"), "default/a.b"),
 ]
 
 
@@ -129,6 +139,24 @@ def test_a_template_renders_the_failure_it_was_made_from_and_the_same_for_other_
     assert told.message == "".join(p if isinstance(p, str) else renamed[p.key] for p in parts)
     assert told.claim == (renamed[claim] if claim else "")
     assert (told.code, told.request, told.device_class) == ("code", "r", "gpu")
+
+
+FOREIGN = {
+    "a claim not among the pod's keeps its name": (
+        ("claim ", _c("other/z"), " is not the pod's"),
+        "other/z",
+        "claim other/z is not the pod's",
+    ),
+    "a name twice among the pod's takes its first place": (("claim ", _c("default/a"), ": no fit"), "default/a", "claim x/one: no fit"),
+}
+
+
+@pytest.mark.parametrize(("parts", "claim", "message"), list(FOREIGN.values()), ids=list(FOREIGN))
+def test_a_template_for_names_outside_the_slots(parts: Text, claim: str, message: str) -> None:
+    template = FailureTemplate.of(Failure("code", parts, claim), ("default/a", "default/b", "default/a"))
+    told = template.render(("x/one", "x/two", "x/three"))
+    assert told.message == message
+    assert told.claim == (claim if claim.startswith("other/") else "x/one")
 
 
 def test_failures_alike_for_claims_of_the_same_shape_share_one_template() -> None:

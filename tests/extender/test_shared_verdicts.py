@@ -31,7 +31,7 @@ from extender.filter.request_nodes import RequestNodes
 from extender.service import Service, build_service
 from extender.wire import BindingArgs, parse_extender_args
 from kubesim.null_source import NullSource
-from kubesim.objects import claim, pod
+from kubesim.objects import claim, pod, rule
 from serving.metrics import Metrics
 from tests.extender.manifest_cluster import manifest_service
 from tracker import events as ev
@@ -82,12 +82,7 @@ def _node(name: str, zone: str = "west") -> dict[str, Any]:
 
 
 def _rule(name: str, pool: str, effect: str = "NoSchedule") -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1beta2",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {"deviceSelector": {"driver": DRIVER, "pool": pool}, "taint": {"key": "maintenance", "effect": effect}},
-    }
+    return rule(name, effect, selector={"driver": DRIVER, "pool": pool}, key="maintenance")
 
 
 def _patch(name: str, pool: str, attributes: dict[str, Any]) -> dict[str, Any]:

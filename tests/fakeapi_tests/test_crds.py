@@ -27,6 +27,7 @@ from allocator.cel.cost import (
     schema_rule_costs,
 )
 from allocator.cel.engine import parse
+from kubesim import objects
 from kubesim.fakeapi import FakeApiServer
 from kubesim.fakeapi.crd import crd_errors
 from kubesim.fakeapi.server import SHIPPED_CRDS
@@ -202,7 +203,8 @@ async def test_a_crd_whose_rule_does_not_compile_is_refused(bare) -> None:
 
 
 def rule(spec: dict[str, Any], name: str = "r") -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/v1alpha1", "kind": "DeviceTaintRule", "metadata": {"name": name}, "spec": spec}
+    """The project's rule with `spec` as given, valid or not (kubesim/objects.py)."""
+    return objects.rule(name, group=GROUP, spec=spec)
 
 
 def patch(devices: dict[str, Any], name: str = "p") -> dict[str, Any]:

@@ -23,7 +23,8 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubesim.fakeapi import FakeApiError, FakeApiServer
-from kubesim.objects import claim, node, pod
+from kubesim.objects import claim, node, pod, rule
+from tracker.apiserver.requests import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = "resource.dra-extender.io"
@@ -74,13 +75,8 @@ def slice_(name: str, node_name: str, devices: int) -> dict[str, Any]:
     }
 
 
-def rule(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{RULES}/v1alpha1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {"deviceSelector": {"driver": "gpu.example.com"}, "taint": {"key": "k", "value": "v", "effect": "NoSchedule"}},
-    }
+# The rule every test here creates: the project's own, tainting gpu.example.com's devices (kubesim/objects.py).
+RULE = {"group": RULES, "selector": {"driver": "gpu.example.com"}, "key": "k", "value": "v"}
 
 
 async def raw(
@@ -493,13 +489,13 @@ async def test_merge_strategic_and_json_patch(api, kc):
         "PATCH",
         "/api/v1/nodes/n1",
         body={"metadata": {"resourceVersion": "1", "labels": {"z": "1"}}},
-        content_type="application/merge-patch+json",
+        content_type=MERGE_PATCH,
     )
     assert status == 409 and body["reason"] == "Conflict"
 
     # merge patch on a custom resource; null deletes. (kubernetes_asyncio's CustomObjectsApi sends a
     # dict as application/json-patch+json unless told otherwise; the server rejects that with 422.)
-    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
+    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1", **RULE))
     with pytest.raises(ApiException) as exc:
         await custom.patch_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", "r1", {"spec": {}})
     assert exc.value.status == 422
@@ -509,13 +505,11 @@ async def test_merge_strategic_and_json_patch(api, kc):
         "devicetaintrules",
         "r1",
         {"spec": {"taint": {"value": None, "effect": "NoExecute"}}},
-        _content_type="application/merge-patch+json",
+        _content_type=MERGE_PATCH,
     )
     assert out["spec"]["taint"] == {"key": "k", "effect": "NoExecute"} and out["metadata"]["generation"] == 2
     # strategic merge patch is refused for custom resources, as by the real server
-    status, _ = await raw(
-        kc, "PATCH", f"/apis/{RULES}/v1alpha1/devicetaintrules/r1", body={"spec": {}}, content_type="application/strategic-merge-patch+json"
-    )
+    status, _ = await raw(kc, "PATCH", f"/apis/{RULES}/v1alpha1/devicetaintrules/r1", body={"spec": {}}, content_type=STRATEGIC_MERGE_PATCH)
     assert status == 415
 
     # strategic merge on pods/status merges conditions by type (what production sends)
@@ -526,7 +520,7 @@ async def test_merge_strategic_and_json_patch(api, kc):
             "PATCH",
             "/api/v1/namespaces/default/pods/p1/status",
             body={"status": {"conditions": [cond]}},
-            content_type="application/strategic-merge-patch+json",
+            content_type=STRATEGIC_MERGE_PATCH,
         )
         assert status == 200
     conds = api.get("pods", "default", "p1")["status"]["conditions"]
@@ -586,7 +580,7 @@ async def test_status_subresource_is_isolated(api, kc):
 
     # CRD status subresource
     custom = client.CustomObjectsApi(kc)
-    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
+    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1", **RULE))
     cond = {
         "type": "EvictionInProgress",
         "status": "False",
@@ -600,7 +594,7 @@ async def test_status_subresource_is_isolated(api, kc):
         "devicetaintrules",
         "r1",
         {"status": {"conditions": [cond]}, "spec": {"taint": {"key": "changed"}}},
-        _content_type="application/merge-patch+json",
+        _content_type=MERGE_PATCH,
     )
     assert out["status"]["conditions"] == [cond] and out["spec"]["taint"]["key"] == "k"
 
@@ -625,9 +619,7 @@ async def test_pod_binding(api, kc):
     status, _ = await raw(kc, "POST", "/api/v1/namespaces/default/pods/ghost/binding", body=binding("ghost", "n1"))
     assert status == 404
     # spec.nodeName cannot be changed by an update: binding is the only way
-    status, body = await raw(
-        kc, "PATCH", "/api/v1/namespaces/default/pods/p1", body={"spec": {"nodeName": "n9"}}, content_type="application/merge-patch+json"
-    )
+    status, body = await raw(kc, "PATCH", "/api/v1/namespaces/default/pods/p1", body={"spec": {"nodeName": "n9"}}, content_type=MERGE_PATCH)
     assert status == 422
 
 
@@ -807,13 +799,13 @@ class AnnotationRow:
 
 
 ANNOTATION_ROWS = [
-    AnnotationRow("create-a-rule-at-the-limit", RULES_PATH, rule("r"), LIMIT, "create"),
-    AnnotationRow("create-a-rule-one-byte-over", RULES_PATH, rule("r"), LIMIT + 1, "create"),
-    AnnotationRow("bytes-not-characters", RULES_PATH, rule("r"), LIMIT + 2, "create", char="é"),
-    AnnotationRow("update-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "update"),
-    AnnotationRow("merge-patch-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "merge"),
-    AnnotationRow("json-patch-a-rule-over", RULES_PATH, rule("r"), LIMIT + 1, "json"),
-    AnnotationRow("merge-patch-a-rule-at-the-limit", RULES_PATH, rule("r"), LIMIT, "merge"),
+    AnnotationRow("create-a-rule-at-the-limit", RULES_PATH, rule("r", **RULE), LIMIT, "create"),
+    AnnotationRow("create-a-rule-one-byte-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "create"),
+    AnnotationRow("bytes-not-characters", RULES_PATH, rule("r", **RULE), LIMIT + 2, "create", char="é"),
+    AnnotationRow("update-a-rule-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "update"),
+    AnnotationRow("merge-patch-a-rule-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "merge"),
+    AnnotationRow("json-patch-a-rule-over", RULES_PATH, rule("r", **RULE), LIMIT + 1, "json"),
+    AnnotationRow("merge-patch-a-rule-at-the-limit", RULES_PATH, rule("r", **RULE), LIMIT, "merge"),
     AnnotationRow("create-a-pod-over", PODS_PATH, pod("p", "default"), LIMIT + 1, "create"),
     AnnotationRow("strategic-patch-a-pod-over", PODS_PATH, pod("p", "default"), LIMIT + 1, "strategic"),
 ]
@@ -837,7 +829,7 @@ async def test_annotations_over_256_kib_are_refused_on_every_write(api, kc, row:
             ops = [{"op": "add", "path": "/metadata/annotations", "value": big["metadata"]["annotations"]}]
             status, body = await raw(kc, "PATCH", item, body=ops, content_type="application/json-patch+json")
         else:
-            kind = "application/merge-patch+json" if row.verb == "merge" else "application/strategic-merge-patch+json"
+            kind = MERGE_PATCH if row.verb == "merge" else STRATEGIC_MERGE_PATCH
             status, body = await raw(kc, "PATCH", item, body={"metadata": big["metadata"]}, content_type=kind)
     if not row.refused:
         assert status in (200, 201), body
@@ -854,7 +846,7 @@ async def test_annotations_over_256_kib_are_refused_on_every_write(api, kc, row:
 
 async def test_crd_group_can_be_switched_off(api, kc):
     custom = client.CustomObjectsApi(kc)
-    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1"))
+    await custom.create_cluster_custom_object(RULES, "v1alpha1", "devicetaintrules", rule("r1", **RULE))
     resp = await open_watch(kc, f"/apis/{RULES}/v1alpha1/resourceslicepatches", resourceVersion=str(api.resource_version))
     await api.wait_for_watches(1)
     api.set_served(RULES, served=False)

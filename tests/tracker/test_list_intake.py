@@ -20,7 +20,7 @@ import pytest
 from allocator.cel import CelEnvironment
 from allocator.parse import parse_node, parse_pod
 from kubesim.fakeapi import FakeApiError, FakeApiServer, RequestInfo
-from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod, managed_fields
+from kubesim.objects import daemon_pods, heavy_metadata, heavy_node, heavy_pod, managed_fields, rule
 from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, until
 from tracker import events as ev
 from tracker.apiserver.reflector import LIST_PAGE_SIZE, lighten
@@ -33,13 +33,7 @@ GROUP = "resource.k8s.io"
 
 
 def _rule() -> dict[str, Any]:
-    rule = {
-        "apiVersion": "resource.k8s.io/v1beta2",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": "r", "managedFields": [managed_fields("kube-controller-manager", {}, subresource="status")]},
-        "spec": {"taint": {"key": "k", "effect": "NoSchedule"}},
-    }
-    return rule
+    return rule("r", key="k", meta={"managedFields": [managed_fields("kube-controller-manager", {}, subresource="status")]})
 
 
 # name, kind, object, fields that must be gone, fields that must be kept (paths of keys)

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator.parse import parse_device_taint_rule, parse_pod, parse_resource_claim, parse_resource_slice, parse_resource_slice_patch
+from kubesim import objects
 from kubesim.fakeapi.crd import SchemaValidator, compile_rule
 from tests.tiers import examples
 from tracker import events as ev
@@ -731,7 +732,7 @@ def test_crds_are_well_formed(name: str) -> None:
 
 
 def _rule(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "resource.dra-extender.io/v1alpha1", "kind": "DeviceTaintRule", "metadata": {"name": "x"}, "spec": spec}
+    return objects.rule("x", group=objects.OUR_RULE_GROUP, spec=spec)
 
 
 def _patch(devices: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 
 from allocator.cel import CelEnvironment
 from allocator.types import DeviceID
+from kubesim import objects
 from tracker import events as ev
 from tracker.state import ClusterState, Problem
 
@@ -33,10 +34,8 @@ def gpu(name: str, model: str = "a100", taints: list | None = None) -> dict[str,
 
 
 def rule(name: str, selector: dict | None, effect: str = "NoSchedule", key: str = "example.com/rule") -> dict[str, Any]:
-    spec: dict[str, Any] = {"taint": {"key": key, "effect": effect}}
-    if selector is not None:
-        spec["deviceSelector"] = selector
-    return {"metadata": {"name": name}, "spec": spec}
+    """A rule as the state's intake reads it, without apiVersion and kind (kubesim/objects.py)."""
+    return objects.rule(name, effect, selector=selector, key=key, group=None)
 
 
 def patch(

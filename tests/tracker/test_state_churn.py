@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from allocator.cel import CelEnvironment
+from kubesim import objects
 from tracker import events as ev
 from tracker.state import ClusterState, Problem
 
@@ -52,36 +53,29 @@ def container_sizes(root: object, prefix: str = "state") -> dict[str, int]:
 
 
 def pod(i: int, *, node: str = "", claim: str = "", volume: str = "", bad: bool = False) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "c"}], "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": "t"}]}
-    if node:
-        spec["nodeName"] = node
+    """Pod p<i> with claim `dev` from template t (kubesim/objects.py); `claim`: the claim made for it."""
+    spec: dict[str, Any] = {"resourceClaims": [{"name": 5}] if bad else [{"name": "dev", "resourceClaimTemplateName": "t"}]}
     if volume:
         spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": volume}}]
-    if bad:
-        spec["resourceClaims"] = [{"name": 5}]
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": NS, "uid": f"u{i}"}, "spec": spec}
+    out = objects.pod(f"p{i}", NS, node_name=node, meta={"uid": f"u{i}"}, **spec)
     if claim:
         out["status"] = {"resourceClaimStatuses": [{"name": "dev", "resourceClaimName": claim}]}
     return out
 
 
 def claim(i: int, rv: int, *, allocated: bool = False, bad: bool = False) -> dict[str, Any]:
-    request: dict[str, Any] = {"deviceClassName": "gpu"}
-    if bad:
-        request["count"] = -1
-    out: dict[str, Any] = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": f"p{i}-dev",
-            "namespace": NS,
-            "uid": f"c{i}",
-            "resourceVersion": str(rv),
-            "annotations": {"resource.kubernetes.io/pod-claim-name": "dev"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": f"p{i}", "uid": f"u{i}", "controller": True}],
-        },
-        "spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}},
-    }
+    """Pod p<i>'s claim `dev` as made from its template (kubesim/objects.py); `bad`: a count the API refuses."""
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": f"p{i}", "uid": f"u{i}", "controller": True}
+    out = objects.claim(
+        f"p{i}-dev",
+        NS,
+        request="dev",
+        exactly={"count": -1} if bad else None,
+        uid=f"c{i}",
+        resourceVersion=str(rv),
+        annotations={"resource.kubernetes.io/pod-claim-name": "dev"},
+        ownerReferences=[owner],
+    )
     if allocated:
         out["status"] = {
             "allocation": {"devices": {"results": [{"request": "dev", "driver": D, "pool": "p1", "device": f"g{i % 4}"}]}},

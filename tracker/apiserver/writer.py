@@ -4,7 +4,7 @@ Through aiohttp's ClientSession one write costs about 0.35 ms of the
 client's CPU (URL, header and timer objects, request and response classes
 around the parser); the same request written as bytes on a kept-alive
 connection and its answer parsed by httptools costs about 0.1 ms. A bind
-writes three (docs/design.md#cpu-per-pod-at-5000-nodes). Lists, watches
+writes three (docs/performance.md#cpu-per-pod-at-5000-nodes). Lists, watches
 and reads stay on kubernetes-asyncio's aiohttp session.
 
 What is sent is what aiohttp sent for `ApiSource.send`: the method, the
