@@ -187,11 +187,11 @@ async def run_controllers(args: argparse.Namespace) -> int:
     listen = parse_hostport(args.listen, "--listen")
     check_body_limit(args)
     picked = pick_source(args)
+    lead = leadership(args, picked.cluster)
     sockets = bind_listeners((listen, "--listen"))
     health = health_setup(args, picked.cluster)
     proc = Process.build(args, picked, Metrics(version(), verbs=False))
     proc.sockets += sockets
-    lead = leadership(args, picked.cluster)
     await proc.connect()
     is_leader = always(False) if args.read_only else (lead.is_leader if lead is not None else always(True))
     add_controllers(proc, is_leader, health)
