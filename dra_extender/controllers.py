@@ -181,7 +181,7 @@ def add_controllers(proc: Process, is_leader: Callable[[], bool], health: Health
 async def run_controllers(args: argparse.Namespace) -> int:
     from serving.http_thread import Listener
     from serving.metrics import Metrics
-    from serving.probes import probes_app, waiting_for
+    from serving.probes import probes_app
 
     tune_runtime()
     listen = parse_hostport(args.listen, "--listen")
@@ -206,7 +206,7 @@ async def run_controllers(args: argparse.Namespace) -> int:
         if cluster is not None:
             metrics.set_source_status(cluster.sync_status())
 
-    app = probes_app(metrics, proc.bridge, not_ready=lambda: waiting_for(state), refresh_gauges=refresh_gauges)
+    app = probes_app(metrics, proc.bridge, not_ready=state.not_ready, refresh_gauges=refresh_gauges)
     proc.apps.insert(0, Listener(app, *listen))
     log.info("starting dra-extender controllers", extra={"command": "controllers", "source": proc.source.description, "listen": args.listen})
     return await proc.run()

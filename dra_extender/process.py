@@ -192,7 +192,13 @@ def pick_source(args: argparse.Namespace) -> PickedSource:
         from tracker.apiserver.source import ApiSource
     except ImportError as e:  # pragma: no cover - cluster mode ships with the tracker
         raise UsageError(f"cluster mode is unavailable in this build: {e}") from None
-    cluster = ApiSource(kubeconfig=kubeconfig, in_cluster=in_cluster, stale_threshold=args.source_stale_threshold, read_only=args.read_only)
+    cluster = ApiSource(
+        kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
+        stale_threshold=args.source_stale_threshold,
+        read_only=args.read_only,
+        user_agent=f"dra-extender-{args.command}/{version()}",
+    )
     return PickedSource(cluster, cluster)
 
 

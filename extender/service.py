@@ -43,7 +43,6 @@ from extender.prioritize.scores import DEFAULT_NODE_PLACEMENT, Scores
 from extender.requeue import Requeuer
 from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from serving.metrics import Metrics
-from serving.probes import waiting_for
 from tracker import events as ev
 from tracker.foreground import Foreground
 from tracker.source import BindingSource
@@ -114,7 +113,7 @@ class Service:
 
     def not_ready(self) -> str | None:
         """Why verbs cannot be answered yet (the initial state of some kinds is missing), or None."""
-        return waiting_for(self.state)
+        return self.state.not_ready()
 
     def refresh_gauges(self) -> None:
         """On the main loop: the gauges that read the tracker's state."""

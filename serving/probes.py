@@ -6,16 +6,12 @@ controllers' (dra_extender/controllers.py) add them with what "ready" means for 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Response
 
 from serving.body import text
 from serving.http_thread import LoopBridge
 from serving.metrics import Metrics
-
-if TYPE_CHECKING:
-    from tracker.state import ClusterState
 
 METRICS_REFRESH_WAIT = 0.05  # /metrics waits this long for fresh gauges from the main loop
 
@@ -66,13 +62,6 @@ def add_probe_routes(
         # must not make the scrape time out).
         await bridge.call_within(refresh_gauges, METRICS_REFRESH_WAIT)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-def waiting_for(state: ClusterState) -> str | None:
-    """Why a process over `state` cannot work yet (the initial state of some kinds is missing), or None."""
-    if state.ready:
-        return None
-    return f"not ready: waiting for the initial state of {', '.join(state.missing())}"
 
 
 def probes_app(
