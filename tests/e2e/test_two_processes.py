@@ -26,6 +26,7 @@ CONTROLLERS_LEASE = "dra-extender-controllers"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 # Series only a controller writes; `serve` must not even declare them.
 CONTROLLER_SERIES = ("dra_extender_eviction_", "dra_extender_volume_evictions", "dra_extender_health_", "dra_extender_foreign_scheduler_pods")
+CONTROLLER_LOGGERS = ("dra_extender.eviction", "dra_extender.health", "dra_extender.foreign_pods")
 VERB_SERIES = ("dra_extender_requests", "dra_extender_request_duration_seconds", "dra_extender_binds", "dra_extender_placement_wait")
 
 
@@ -54,8 +55,9 @@ def deliver(port: int, token: str) -> httpx.Response:
         time.sleep(0.2)
 
 
-def health_rules(api: FakeApi) -> list[dict[str, Any]]:
-    return [r for r in api.list("DeviceTaintRule", group=CRD_GROUP) if r["spec"]["taint"]["key"].startswith("health.dra-extender.io/")]
+def xid_rules(api: FakeApi) -> list[dict[str, Any]]:
+    """The rules the health controller made for the policy's xid-79 rule (the alert's)."""
+    return [r for r in api.list("DeviceTaintRule", group=CRD_GROUP) if r["spec"]["taint"]["key"] == "health.dra-extender.io/xid"]
 
 
 def test_serve_and_controllers_as_two_processes(tmp_path: Path) -> None:
@@ -96,7 +98,7 @@ def test_serve_and_controllers_as_two_processes(tmp_path: Path) -> None:
         # A health delivery: the alert makes a rule.
         r = deliver(alerts, token)
         assert (r.status_code, r.json()) == (200, {"alerts": {"firing": 1}}), r.text
-        [made] = wait_for(lambda: health_rules(api), timeout=20, what="the health rule")
+        [made] = wait_for(lambda: xid_rules(api), timeout=20, what="the health rule")
         assert made["spec"]["taint"]["effect"] == "NoSchedule", made
 
         # The verbs still answer from serve, which sees what the controllers wrote.
@@ -107,10 +109,11 @@ def test_serve_and_controllers_as_two_processes(tmp_path: Path) -> None:
         assert not [s for s in declared if s.startswith(CONTROLLER_SERIES)], declared
         assert [s for s in declared if s.startswith(VERB_SERIES)], declared
         assert not [s for s in series(controllers) if s.startswith(VERB_SERIES)]
-        assert {"dra_extender_eviction_pod_deletions", "dra_extender_health_signals"} <= series(controllers)
+        assert {"dra_extender_eviction_pod_deletions_total", "dra_extender_health_signals_total"} <= series(controllers)
         logs = serve.logs()
-        for said in ("eviction controller", "health", "foreign", "alert"):
-            assert said not in logs.lower(), (said, logs[-3000:])
+        for logger in CONTROLLER_LOGGERS:
+            assert f" {logger}: " not in logs, (logger, logs[-3000:])
+        assert " dra_extender.eviction: " in controllers.logs()
         assert writes_by(api, "dra-extender-serve/") == []
         done = writes_by(api, "dra-extender-controllers/")
         assert ("delete", "pods", "/api/v1/namespaces/default/pods/victim") in done, done
