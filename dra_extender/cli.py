@@ -32,12 +32,16 @@ class Misplaced(argparse.Action):
         self.belongs = belongs
         super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None
+    ) -> None:
         parser.error(f"{option_string} belongs to {self.belongs}")
 
 
 SERVE_HOME = "`dra-extender serve` (the kube-scheduler sidecar's verbs; `dra-extender all` runs both in one process)"
-CONTROLLERS_HOME = "`dra-extender controllers` (eviction, device health and the foreign-pod check; `dra-extender all` runs both in one process)"
+CONTROLLERS_HOME = (
+    "`dra-extender controllers` (eviction, device health and the foreign-pod check; `dra-extender all` runs both in one process)"
+)
 
 
 def _options(p: argparse.ArgumentParser) -> set[str]:

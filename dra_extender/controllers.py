@@ -113,7 +113,9 @@ def leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadershi
             raise UsageError("--leader-elect needs a cluster, not --source")
         return None
     if not (args.leader_elect or args.standalone or args.read_only):
-        raise UsageError(f"no leadership choice: against a cluster this process would evict and write rules beside any other; {LEADERSHIP_CHOICE}")
+        raise UsageError(
+            f"no leadership choice: against a cluster this process would evict and write rules beside any other; {LEADERSHIP_CHOICE}"
+        )
     return elect(args, cluster) if args.leader_elect else None
 
 
@@ -208,5 +210,7 @@ async def run_controllers(args: argparse.Namespace) -> int:
 
     app = probes_app(metrics, proc.bridge, not_ready=state.not_ready, refresh_gauges=refresh_gauges)
     proc.apps.insert(0, Listener(app, *listen))
-    log.info("starting dra-extender controllers", extra={"command": "controllers", "source": proc.source.description, "listen": args.listen})
+    log.info(
+        "starting dra-extender controllers", extra={"command": "controllers", "source": proc.source.description, "listen": args.listen}
+    )
     return await proc.run()

@@ -256,7 +256,9 @@ class Process:
         bridge = LoopBridge(asyncio.get_running_loop(), args.livez_stall_threshold)
         limits = Limits(max_body_bytes=args.max_body_bytes, header_timeout=args.header_timeout, body_timeout=args.body_timeout)
         state = cluster_state(args, cel, metrics, events)
-        return cls(args, picked.source, picked.cluster, cel, metrics, events, state, bridge, limits, background=[("heartbeat", bridge.heartbeat)])
+        return cls(
+            args, picked.source, picked.cluster, cel, metrics, events, state, bridge, limits, background=[("heartbeat", bridge.heartbeat)]
+        )
 
     async def connect(self) -> None:
         """The kubeconfig (or the pod's configuration) loaded now: a fault is a usage error naming the flag and the file."""

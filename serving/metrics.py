@@ -111,7 +111,11 @@ class Metrics:
         self.devices = Gauge("dra_extender_devices", "Published devices by state.", ["state"], registry=v)
         self.tracker_events = Counter("dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r)
         self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
-        self.leader = Gauge("dra_extender_leader", "1 while this process may write: serve allocates at /bind, controllers evict and write rules.", registry=r)
+        self.leader = Gauge(
+            "dra_extender_leader",
+            "1 while this process may write: serve allocates at /bind, controllers evict and write rules.",
+            registry=r,
+        )
         self.followed_lease_stale = Gauge(
             "dra_extender_followed_lease_stale",
             "1 while the Lease this sidecar follows is missing or not renewed by anyone for longer than its duration "

@@ -37,9 +37,17 @@ BAD_IMPORTS = {
     "serving -> extender": ("serving/logs.py", "import extender.service", "layers: the command and kubectl dra"),
     "serving -> controllers": ("serving/probes.py", "import controllers.eviction", "layers: the command and kubectl dra"),
     "tracker -> serving": ("tracker/clock.py", "import serving.metrics", "layers: the command and kubectl dra"),
-    "eviction -> health": ("controllers/eviction/planner.py", "import controllers.health.policy", "controllers: eviction, health and the foreign-pod check"),
+    "eviction -> health": (
+        "controllers/eviction/planner.py",
+        "import controllers.health.policy",
+        "controllers: eviction, health and the foreign-pod check",
+    ),
     "serve command -> controllers": ("dra_extender/serve.py", "import controllers.eviction", "command: serve runs the verbs alone"),
-    "controllers command -> extender": ("dra_extender/controllers.py", "import extender.service", "command: the controllers' process never loads"),
+    "controllers command -> extender": (
+        "dra_extender/controllers.py",
+        "import extender.service",
+        "command: the controllers' process never loads",
+    ),
 }
 
 
@@ -49,7 +57,9 @@ def test_a_bad_import_breaks_its_contract(case: str, tmp_path: Path) -> None:
     """Each contract fails on a deliberate bad import, in a copy of the tree (the import cache copied with it)."""
     module, line, contract = BAD_IMPORTS[case]
     copy = tmp_path / "repo"
-    ignore = shutil.ignore_patterns(".venv", ".git", ".pytest_cache", "__pycache__", "*.egg-info", "tests", "docs", "examples", "charts", "deploy")
+    ignore = shutil.ignore_patterns(
+        ".venv", ".git", ".pytest_cache", "__pycache__", "*.egg-info", "tests", "docs", "examples", "charts", "deploy"
+    )
     shutil.copytree(ROOT, copy, ignore=ignore)
     shutil.copytree(ROOT / "tests", copy / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     target = copy / module

@@ -150,8 +150,8 @@ def record_extender_calls() -> dict[str, set[ApiCall]]:
             env={"HOSTNAME": "rbac-a", "POD_NAME": "rbac-a", "POD_NAMESPACE": NAMESPACE}, command="controllers",
         )  # fmt: skip
         try:
-            ext.wait_ready()
-            ctl.wait_ready()
+            ext.wait_ready(120)  # two processes start at once on cores shared with other runs
+            ctl.wait_ready(120)
             wait_converged(api, ext)
             wait_for(lambda: ext.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="leadership")
             wait_for(lambda: ctl.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="the controllers' leadership")
@@ -204,8 +204,8 @@ def record_extender_calls() -> dict[str, set[ApiCall]]:
             command="controllers",
         )  # fmt: skip
         try:
-            ext.wait_ready()
-            ctl.wait_ready()
+            ext.wait_ready(120)  # two processes start at once on cores shared with other runs
+            ctl.wait_ready(120)
             seed(api, *claim_and_pod("victim-b", 1, node_name="node-evict"))
             api.create(
                 rule(

@@ -194,7 +194,9 @@ def test_the_controllers_run_as_their_own_deployment_with_their_own_lease_pdb_an
     pods = {"controllers": dep["spec"]["template"]["metadata"]["labels"], "scheduler": scheduler["spec"]["template"]["metadata"]["labels"]}
     for selector_of, other in (("controllers", "scheduler"), ("scheduler", "controllers")):
         owner = dep if selector_of == "controllers" else scheduler
-        assert not owner["spec"]["selector"]["matchLabels"].items() <= pods[other].items(), f"the {selector_of}' selector matches {other} pods"
+        assert not owner["spec"]["selector"]["matchLabels"].items() <= pods[other].items(), (
+            f"the {selector_of}' selector matches {other} pods"
+        )
     pdb = one(objs, "PodDisruptionBudget", CONTROLLERS)
     assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["selector"] == dep["spec"]["selector"]
     service = one(objs, "Service", f"{CONTROLLERS}-metrics")
@@ -211,7 +213,9 @@ def test_the_controllers_run_as_their_own_deployment_with_their_own_lease_pdb_an
         assert gone not in sidecar, gone
     controllers = {(v, r) for rule in one(objs, "ClusterRole", CONTROLLERS)["rules"] for r in rule["resources"] for v in rule["verbs"]}
     assert {("delete", "pods"), ("create", "pods/eviction"), ("create", "devicetaintrules")} <= controllers
-    assert not {v for v, r in controllers if r in ("pods/binding", "resourceclaims", "resourceclaims/status") and v != "list" and v != "watch"}
+    assert not {
+        v for v, r in controllers if r in ("pods/binding", "resourceclaims", "resourceclaims/status") and v != "list" and v != "watch"
+    }
 
 
 def test_the_docs_version_is_the_default_scheduler_tag() -> None:
@@ -231,8 +235,14 @@ def test_flags_toggled_by_values() -> None:
     controllers = _controllers_args(everything)
     assert (controllers.eviction_mode, controllers.evict_upstream) == ("evict", True)
     assert _controllers_args(objects(VARIANTS["eviction-off"])).no_eviction
-    assert [o["metadata"]["name"] for o in objects(VARIANTS["eviction-off"]) if o["kind"] == "PodDisruptionBudget"] == ["dra-dra-extender-controllers"]
-    assert not [o for o in objects({"controllers": {"podDisruptionBudget": {"enabled": False}}}) if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"].endswith(CONTROLLERS)]
+    assert [o["metadata"]["name"] for o in objects(VARIANTS["eviction-off"]) if o["kind"] == "PodDisruptionBudget"] == [
+        "dra-dra-extender-controllers"
+    ]
+    assert not [
+        o
+        for o in objects({"controllers": {"podDisruptionBudget": {"enabled": False}}})
+        if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"].endswith(CONTROLLERS)
+    ]
     assert not [o for o in objects(VARIANTS["no-rbac"]) if o["kind"].startswith(("Role", "ClusterRole", "ServiceAccount"))]
 
 
@@ -244,7 +254,9 @@ def test_dashboard_ships_as_a_labelled_configmap_only_when_enabled() -> None:
     for suffix in (SCHEDULER, CONTROLLERS):
         monitor = one(objects(ALL_ON), "ServiceMonitor", suffix)
         assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-        [service] = [o for o in objects(ALL_ON) if o["kind"] == "Service" and o["metadata"]["name"] == f"{monitor['metadata']['name']}-metrics"]
+        [service] = [
+            o for o in objects(ALL_ON) if o["kind"] == "Service" and o["metadata"]["name"] == f"{monitor['metadata']['name']}-metrics"
+        ]
         assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
 
@@ -346,5 +358,7 @@ def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> N
     # Off by default: no listener, no Service, no Secret; the controller itself runs (idle without a policy).
     default = objects({})
     assert not [o for o in default if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-alerts-token")]
-    assert not any(a.startswith("--alerts") or a == "--no-health" for a in _container(one(default, "Deployment", CONTROLLERS), "controllers")["args"])
+    assert not any(
+        a.startswith("--alerts") or a == "--no-health" for a in _container(one(default, "Deployment", CONTROLLERS), "controllers")["args"]
+    )
     assert "--no-health" in _container(one(objects(VARIANTS["health-off"]), "Deployment", CONTROLLERS), "controllers")["args"]

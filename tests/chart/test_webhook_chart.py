@@ -74,7 +74,9 @@ def test_webhook_configuration(case: str) -> None:
     # The webhook leaves out what its namespaceSelector leaves out, and the extender names them when it flags a pod.
     assert args.excluded_namespace == excluded
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    controllers = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in _controllers_container({"webhook": {"enabled": True, **values}})["args"]])
+    controllers = build_parser().parse_args(
+        [a.replace("$(POD_IP)", "10.0.0.1") for a in _controllers_container({"webhook": {"enabled": True, **values}})["args"]]
+    )
     assert controllers.command == "controllers" and controllers.webhook_excluded_namespace == excluded
     [mount] = container["volumeMounts"]
     assert args.tls_cert_file.startswith(mount["mountPath"]) and args.tls_key_file.startswith(mount["mountPath"])

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from tests.chart.api_calls import LEASE, ApiCall, api_call, record_extender_calls
+from tests.chart.render import objects, one
 
 CONTROLLERS_LEASE = "dra-extender-controllers"
 # component -> (its ClusterRole's name suffix, its Lease Role's name suffix)
 ROLES = {"serve": ("-extender", "-dra-extender-lease"), "controllers": ("-controllers", "-controllers-lease")}
-from tests.chart.render import objects, one
 
 # Granted although no flow here makes the call yet: each with its reason.
 GRANTED_AHEAD = {

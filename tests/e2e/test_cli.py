@@ -55,8 +55,14 @@ def _usage_errors(taken: int) -> dict[str, tuple[list[str], str]]:
             kubeconfig,
             "no leadership choice: against a cluster this process would evict and write rules beside any other",
         ),
-        "controllers: leader-elect with --source": (["--source", str(DEMO), "--leader-elect"], "--leader-elect needs a cluster, not --source"),
-        "controllers: listen in use": (["--source", str(DEMO), "--listen", f"127.0.0.1:{taken}"], f"--listen 127.0.0.1:{taken}: Address already in use"),
+        "controllers: leader-elect with --source": (
+            ["--source", str(DEMO), "--leader-elect"],
+            "--leader-elect needs a cluster, not --source",
+        ),
+        "controllers: listen in use": (
+            ["--source", str(DEMO), "--listen", f"127.0.0.1:{taken}"],
+            f"--listen 127.0.0.1:{taken}: Address already in use",
+        ),
         "listen in use": (["--source", str(DEMO), "--listen", f"127.0.0.1:{taken}"], f"--listen 127.0.0.1:{taken}: Address already in use"),
         "probe-listen in use": (
             ["--source", str(DEMO), "--listen", f"127.0.0.1:{free_port()}", "--probe-listen", f"127.0.0.1:{taken}"],

@@ -25,7 +25,12 @@ NAMESPACE = "dra-system"
 CONTROLLERS_LEASE = "dra-extender-controllers"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 # Series only a controller writes; `serve` must not even declare them.
-CONTROLLER_SERIES = ("dra_extender_eviction_", "dra_extender_volume_evictions", "dra_extender_health_", "dra_extender_foreign_scheduler_pods")
+CONTROLLER_SERIES = (
+    "dra_extender_eviction_",
+    "dra_extender_volume_evictions",
+    "dra_extender_health_",
+    "dra_extender_foreign_scheduler_pods",
+)
 CONTROLLER_LOGGERS = ("dra_extender.eviction", "dra_extender.health", "dra_extender.foreign_pods")
 VERB_SERIES = ("dra_extender_requests", "dra_extender_request_duration_seconds", "dra_extender_binds", "dra_extender_placement_wait")
 
@@ -87,7 +92,9 @@ def test_serve_and_controllers_as_two_processes(tmp_path: Path) -> None:
         serve.wait_ready()
         controllers.wait_ready()
         # The controllers' own Lease, in their namespace.
-        wait_for(lambda: (api.get("Lease", NAMESPACE, CONTROLLERS_LEASE) or {}).get("spec", {}).get("holderIdentity"), what="the Lease held")
+        wait_for(
+            lambda: (api.get("Lease", NAMESPACE, CONTROLLERS_LEASE) or {}).get("spec", {}).get("holderIdentity"), what="the Lease held"
+        )
         assert api.get("Lease", NAMESPACE, "dra-extender") is None and api.get("Lease", "default", "dra-extender") is None
 
         # Eviction: a NoExecute rule on the victim's device deletes it, and only it.
