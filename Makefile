@@ -1,4 +1,4 @@
-# Two entry points: `make run` (the extender on the bundled demo cluster) and
+# Two entry points: `make run` (the extender, verbs and controllers in one process, on the bundled demo cluster) and
 # `make test` (lint and the whole suite). Both bootstrap .venv on first use.
 # `make test-fast` runs the fast tier only: every test not marked `e2e` (tests/e2e/) or `slow`.
 PYTHON ?= python3
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	$(BIN)/dra-extender serve --source $(SOURCE) --listen $(LISTEN)
+	$(BIN)/dra-extender all --source $(SOURCE) --listen $(LISTEN)
 
 # The demo cluster in the fake API server with examples/health/policy.yaml, and the alert receiver on 127.0.0.1:9095 (docs/health.md).
 run-health: $(VENV)/.installed

@@ -162,7 +162,7 @@ async def run(nodes: int, sizes: tuple[int, ...] = SIZES, attribute: bool = Fals
         api_proc.send_signal(signal.SIGUSR1)  # freeze the seeded heap (bench/fakeapi_frozen.py)
         port, alerts_port = free_port(), free_port()
         cmd = [sys.executable, "-m", "bench.loop_holds", "--out", str(holds), *(["--attribute"] if attribute else []), "--"]
-        cmd += ["serve", "--kubeconfig", str(kubeconfig)]
+        cmd += ["all", "--kubeconfig", str(kubeconfig)]  # the one-process layout: the delivery on /filter's loop
         cmd += ["--standalone", "--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
         cmd += ["--alerts-listen", f"127.0.0.1:{alerts_port}", "--alerts-token-file", str(tmp / "token")]
         ext_proc, _ = start_server(cmd, port, tmp / "extender.log")

@@ -1,6 +1,6 @@
 """`dra-extender` with a probe of its main event loop, for bench/bench_health_storm.py.
 
-    .venv/bin/python -m bench.loop_holds --out FILE -- serve ARGS...
+    .venv/bin/python -m bench.loop_holds --out FILE -- serve|all ARGS...
 
 Runs `dra_extender.cli.main(ARGS)` in this process with one more task on the
 main event loop (the one that answers /filter): it sleeps 1 ms at a time and
@@ -116,16 +116,16 @@ def main(argv: list[str]) -> int:
 
     import dra_extender.cli as cli
 
-    serve = cli.serve
+    run_command = cli.run_command
 
-    async def probed(a: Any) -> int:
+    async def probed(args: argparse.Namespace) -> int:
         task = asyncio.create_task(probe(), name="loop-holds-probe")
         try:
-            return await serve(a)
+            return await run_command(args)
         finally:
             task.cancel()
 
-    cli.serve = probed  # type: ignore[assignment]  # the same signature
+    cli.run_command = probed  # the same signature: whichever command ARGS name
     threading.Thread(target=flush, name="loop-holds-flush", daemon=True).start()
     return cli.main(rest)
 

@@ -113,9 +113,7 @@ class Service:
 
     def not_ready(self) -> str | None:
         """Why verbs cannot be answered yet (the initial state of some kinds is missing), or None."""
-        if self.state.ready:
-            return None
-        return f"not ready: waiting for the initial state of {', '.join(self.state.missing())}"
+        return self.state.not_ready()
 
     def refresh_gauges(self) -> None:
         """On the main loop: the gauges that read the tracker's state."""

@@ -50,8 +50,12 @@ def served_api_versions() -> str:
 
 
 class Metrics:
-    def __init__(self, version: str = "unknown") -> None:
+    def __init__(self, version: str = "unknown", *, verbs: bool = True, controllers: bool = True) -> None:
+        """`verbs` / `controllers`: whether this process runs them; the other part's series are kept off /metrics
+        (their objects exist, unregistered, so a call on them is harmless)."""
         self.registry = CollectorRegistry()
+        self._verbs_registry = self.registry if verbs else None
+        self._controllers_registry = self.registry if controllers else None
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds, start time
         # In this order: it is the order of /metrics.
         self._declare_build_info(version)
@@ -63,7 +67,7 @@ class Metrics:
         self._declare_device_health()
         self._verb = {
             v: (self.latency.labels(v), self.requests.labels(v, "ok"), self.requests.labels(v, "error"))
-            for v in ("filter", "prioritize", "bind")
+            for v in (("filter", "prioritize", "bind") if verbs else ())
         }
         self._tracker_event_counts: dict[tuple[str, str], Counter] = {}  # (kind, type) -> its child of tracker_events
         self._gone_rules: OrderedDict[str, None] = OrderedDict()  # eviction `rule` labels of deleted rules, oldest first
@@ -83,30 +87,35 @@ class Metrics:
     def _declare_verbs(self) -> None:
         """The verbs, their outcomes, and what the tracker holds."""
         r = self.registry
-        self.requests = Counter("dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=r)
+        v = self._verbs_registry
+        self.requests = Counter("dra_extender_requests", "Extender requests by verb and result.", ["verb", "result"], registry=v)
         self.latency = Histogram(
             "dra_extender_request_duration_seconds",
             "Extender request latency by verb.",
             ["verb"],
             buckets=_LATENCY_BUCKETS,
-            registry=r,
+            registry=v,
         )
         self.outcomes = Counter(
             "dra_extender_allocation_outcomes",
             "Per-node allocation searches by outcome (ok or the failure reason); verdicts served from the cache are not counted.",
             ["reason"],
-            registry=r,
+            registry=v,
         )
-        self.binds = Counter("dra_extender_binds", "Bind attempts by result.", ["result"], registry=r)
+        self.binds = Counter("dra_extender_binds", "Bind attempts by result.", ["result"], registry=v)
         self.foreign_allocations = Counter(
             "dra_extender_foreign_allocations",
             "Claim allocations written by another allocator while this process led (one allocator per pool).",
-            registry=r,
+            registry=v,
         )
-        self.devices = Gauge("dra_extender_devices", "Published devices by state.", ["state"], registry=r)
+        self.devices = Gauge("dra_extender_devices", "Published devices by state.", ["state"], registry=v)
         self.tracker_events = Counter("dra_extender_tracker_events", "Object events applied to the tracker.", ["kind", "type"], registry=r)
         self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
-        self.leader = Gauge("dra_extender_leader", "1 while this process may allocate.", registry=r)
+        self.leader = Gauge(
+            "dra_extender_leader",
+            "1 while this process may write: serve allocates at /bind, controllers evict and write rules.",
+            registry=r,
+        )
         self.followed_lease_stale = Gauge(
             "dra_extender_followed_lease_stale",
             "1 while the Lease this sidecar follows is missing or not renewed by anyone for longer than its duration "
@@ -117,7 +126,7 @@ class Metrics:
             "dra_extender_foreign_scheduler_pods",
             "Pods using DRA devices whose schedulerName is not a profile this extender serves: another scheduler "
             "allocates their devices beside it (counted once per pod by the leader; each gets a Warning Event).",
-            registry=r,
+            registry=self._controllers_registry,
         )
         self.object_problems = Counter(
             "dra_extender_object_problems",
@@ -139,7 +148,7 @@ class Metrics:
 
     def _declare_waits(self) -> None:
         """The waits of /filter and the nudges that requeue pods."""
-        r = self.registry
+        r = self._verbs_registry
         self.placement_wait = Histogram(
             "dra_extender_placement_wait_seconds",
             "How long a /filter waited for the /bind of pods placed before it (the scheduler binds asynchronously).",
@@ -204,8 +213,8 @@ class Metrics:
         self.cel_cached_results = Gauge("dra_extender_cel_cache_results", "Cached CEL results (device x expression).", registry=r)
 
     def _declare_evictions(self) -> None:
-        """NoExecute and NoUse evictions, and volume rejections."""
-        r = self.registry
+        """NoExecute and NoUse evictions, and volume rejections (the one series of /filter here)."""
+        r = self._controllers_registry
         self.eviction_deletions = Counter(
             "dra_extender_eviction_pod_deletions",
             (
@@ -219,7 +228,7 @@ class Metrics:
             "dra_extender_volume_rejections",
             "/filter calls that fit no node because of a volume taint, by effect (Malformed: an unreadable annotation).",
             ["effect"],
-            registry=r,
+            registry=self._verbs_registry,
         )
         self.volume_evictions = Counter(
             "dra_extender_volume_evictions",
@@ -237,7 +246,7 @@ class Metrics:
 
     def _declare_device_health(self) -> None:
         """DeviceHealthPolicy: signals taken, devices per rung, guard trips, webhook deliveries (controllers/health/)."""
-        r = self.registry
+        r = self._controllers_registry
         self.health_signals = Counter(
             "dra_extender_health_signals",
             "Health signals by policy and outcome (firing, resolved, repeat, unmatched, unselected, no_rule).",

@@ -310,6 +310,12 @@ class ClusterState:
     def missing(self) -> list[str]:
         return sorted(f"{k}.{g}" if g else k for k, g in self._required - self._synced)
 
+    def not_ready(self) -> str | None:
+        """Why a process over this state cannot work yet (the initial state of some kinds is missing), or None."""
+        if self.ready:
+            return None
+        return f"not ready: waiting for the initial state of {', '.join(self.missing())}"
+
     @property
     def required(self) -> frozenset[tuple[str, str]]:
         return self._required

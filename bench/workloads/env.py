@@ -99,7 +99,7 @@ class Env:
         gc.freeze()  # the driver's own full collections must not show up as extender latency
         self.port = free_port()
         t = time.perf_counter()
-        argv = [*args, "--log-format", "json", "--no-eviction", *extra]
+        argv = [*args, "--log-format", "json", *extra]  # serve: the verbs alone (no eviction there)
         if PROFILE_DIR is not None:
             self.profile = PROFILE_DIR / f"{self.tmp.name}.prof"
             self.proc, self.client = start_extender_profiled(argv, self.port, self.tmp / "extender.log", self.profile)

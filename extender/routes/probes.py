@@ -1,17 +1,15 @@
-"""/livez (/healthz), /readyz and /metrics: answered on the HTTP thread, whatever the main loop is busy with."""
+"""/livez (/healthz), /readyz and /metrics of the extender's listeners (serving/probes.py), ready once the service is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI
 
 from extender.service import Service
-from serving.body import text
+from serving import probes
 from serving.http_thread import LoopBridge
-
-METRICS_REFRESH_WAIT = 0.05  # /metrics waits this long for fresh gauges from the main loop
 
 
 def add_probe_routes(
@@ -22,29 +20,8 @@ def add_probe_routes(
     source_status: Callable[[], dict[str, Any]] | None,
     lease_problem: Callable[[], str | None] | None,
 ) -> None:
-    """Liveness is about the loop turning; readiness also about the initial state; /metrics refreshes the gauges first."""
+    """Ready means able to answer verbs: the initial state of every kind is held."""
     metrics = service.metrics
-
-    @app.get("/livez")
-    @app.get("/healthz")
-    async def livez() -> Response:
-        return _stalled(bridge, "") or text("ok")
-
-    @app.get("/readyz")
-    async def readyz() -> Response:
-        # Ready means able to answer verbs: a loop that does not turn answers none.
-        refused = _stalled(bridge, "not ready: ")
-        if refused is not None:
-            return refused
-        # A followed Lease nobody renews keeps /readyz 200 (with the reason): the cache is complete and
-        # /filter answers; failing readiness would block rollouts and PDB-guarded drains of every replica
-        # while the scheduler is down, and the kubelet restarting nothing. The log and
-        # dra_extender_followed_lease_stale say it loudly; readiness stays about this process.
-        problem = lease_problem() if lease_problem is not None else None
-        waiting = service.not_ready()
-        if waiting is None:
-            return text("ok" if problem is None else f"ok\nwarning: {problem}")
-        return text(waiting, 503)
 
     def refresh_gauges() -> None:
         """On the main loop: gauges that read the tracker's state (through the service) and the source."""
@@ -52,21 +29,4 @@ def add_probe_routes(
         if source_status is not None:
             metrics.set_source_status(source_status())
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        metrics.ready.set(1 if service.ready else 0)
-        metrics.loop_stall.set(bridge.stalled_for())
-        if lease_problem is not None:
-            metrics.followed_lease_stale.set(0 if lease_problem() is None else 1)
-        # Fresh gauges if the main loop answers at once; else the last ones (a busy loop
-        # must not make the scrape time out).
-        await bridge.call_within(refresh_gauges, METRICS_REFRESH_WAIT)
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-def _stalled(bridge: LoopBridge, prefix: str) -> Response | None:
-    """A 503 when the main loop has not turned for longer than the threshold, else None."""
-    seconds = bridge.stalled_for()
-    if seconds <= bridge.stall_threshold:
-        return None
-    return text(f"{prefix}event loop stalled: it has not turned for {seconds:.1f} s (threshold {bridge.stall_threshold:g} s)", 503)
+    probes.add_probe_routes(app, metrics, bridge, not_ready=service.not_ready, refresh_gauges=refresh_gauges, lease_problem=lease_problem)

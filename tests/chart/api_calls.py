@@ -129,8 +129,12 @@ def seed(api: FakeApi, *objs: dict[str, Any]) -> None:
     api.control("POST", "objects", {"kind": "List", "items": list(objs)})
 
 
-def record_extender_calls() -> set[ApiCall]:
-    """Every distinct API call of the chart's configuration (follow the scheduler's Lease), both eviction modes."""
+COMPONENTS = ("serve", "controllers")
+
+
+def record_extender_calls() -> dict[str, set[ApiCall]]:
+    """Every distinct API call of the chart's configuration, by component (the request's User-Agent): the sidecar
+    following the scheduler's Lease, the controllers electing theirs; both eviction modes."""
     api = FakeApi(DEMO)
     try:
         api.create(_lease("rbac-a_0001"))
@@ -140,13 +144,17 @@ def record_extender_calls() -> set[ApiCall]:
         token = Path(tempfile.mkdtemp()) / "token"
         token.write_text("rbac-token\n")
         alerts = ("--alerts-listen", f"127.0.0.1:{free_port()}", "--alerts-token-file", str(token))
-        ext = cluster_extender(
-            api, *follow, *alerts, "--eviction-mode", "delete", env={"HOSTNAME": "rbac-a", "POD_NAME": "rbac-a", "POD_NAMESPACE": NAMESPACE}
-        )
+        ext = cluster_extender(api, *follow, env={"HOSTNAME": "rbac-a", "POD_NAMESPACE": NAMESPACE})
+        ctl = cluster_extender(
+            api, "--leader-elect", *alerts, "--eviction-mode", "delete", "--scheduler-name", "dra-scheduler",
+            env={"HOSTNAME": "rbac-a", "POD_NAME": "rbac-a", "POD_NAMESPACE": NAMESPACE}, command="controllers",
+        )  # fmt: skip
         try:
-            ext.wait_ready()
+            ext.wait_ready(120)  # two processes start at once on cores shared with other runs
+            ctl.wait_ready(120)
             wait_converged(api, ext)
             wait_for(lambda: ext.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="leadership")
+            wait_for(lambda: ctl.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="the controllers' leadership")
             wait_for(
                 lambda: (_must(api.get("Pod", NAMESPACE, "rbac-a"))["metadata"].get("labels") or {}).get(LEADER_LABEL) == "true",
                 what="the health leader label on the own pod",
@@ -183,17 +191,21 @@ def record_extender_calls() -> set[ApiCall]:
             _health_flow(api)
         finally:
             ext.stop()
+            ctl.stop()
         # The next replica's scheduler takes the Lease; evict mode, and upstream rules on request.
         lease = api.get("Lease", NAMESPACE, LEASE)
         assert lease is not None
         lease["spec"]["holderIdentity"] = "rbac-b_0002"
         lease["spec"]["renewTime"] = _micro_now()
         api.replace(lease)
-        ext = cluster_extender(
-            api, *follow, "--eviction-mode", "evict", "--evict-upstream", env={"HOSTNAME": "rbac-b", "POD_NAMESPACE": NAMESPACE}
-        )
+        ext = cluster_extender(api, *follow, env={"HOSTNAME": "rbac-b", "POD_NAMESPACE": NAMESPACE})
+        ctl = cluster_extender(
+            api, "--leader-elect", "--eviction-mode", "evict", "--evict-upstream", env={"HOSTNAME": "rbac-b", "POD_NAMESPACE": NAMESPACE},
+            command="controllers",
+        )  # fmt: skip
         try:
-            ext.wait_ready()
+            ext.wait_ready(120)  # two processes start at once on cores shared with other runs
+            ctl.wait_ready(120)
             seed(api, *claim_and_pod("victim-b", 1, node_name="node-evict"))
             api.create(
                 rule(
@@ -209,14 +221,17 @@ def record_extender_calls() -> set[ApiCall]:
             time.sleep(0.5)
         finally:
             ext.stop()
-        calls: set[ApiCall] = set()
+            ctl.stop()
+        calls: dict[str, set[ApiCall]] = {c: set() for c in COMPONENTS}
         records: list[dict[str, Any]] = api.requests()
         for r in records:
-            if r["user_agent"].startswith("python-httpx/"):
-                continue  # the test's own client (tests/e2e/cluster.py), not the extender
+            component = next((c for c in COMPONENTS if r["user_agent"].startswith(f"dra-extender-{c}/")), None)
+            if component is None:
+                assert r["user_agent"].startswith("python-httpx/"), r  # the test's own client (tests/e2e/cluster.py)
+                continue
             call = api_call(r["method"], r["path"], r.get("query") or {})
             if call is not None:
-                calls.add(call)
+                calls[component].add(call)
         return calls
     finally:
         api.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -42,7 +43,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "extender": {"debug": True, "eviction": {"mode": "evict", "upstream": True}, "extraArgs": ["--placement-wait=0.5"]},
     },
     "eviction-off": {"extender": {"eviction": {"enabled": False}}, "podDisruptionBudget": {"enabled": False}},
-    "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
+    "no-rbac": {
+        "rbac": {"create": False},
+        "serviceAccount": {"create": False, "name": "existing"},
+        "controllers": {"serviceAccount": {"create": False, "name": "existing-controllers"}},
+    },
     "webhook": {"webhook": {"enabled": True}},
     "webhook-cert-manager": {"webhook": {"enabled": True, "certManager": {"enabled": True}}},
     "health-alerts": {"extender": {"health": {"alerts": {"enabled": True, "tlsSecret": "alerts-tls"}}}},
@@ -53,6 +58,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
 def _container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
     [c] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
     return c
+
+
+SCHEDULER = "-dra-extender"  # the scheduler Deployment's name suffix (kube-scheduler and the sidecar)
+CONTROLLERS = "-controllers"  # the controllers' Deployment, and their PodDisruptionBudget, Role, Service ...
+
+
+def _controllers_args(objs: list[dict[str, Any]]) -> argparse.Namespace:
+    dep = one(objs, "Deployment", CONTROLLERS)
+    return build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.8"}) for a in _container(dep, "controllers")["args"]])
 
 
 def _expand(arg: str, env: dict[str, str]) -> str:
@@ -139,7 +153,7 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar(tmp_path) -> None:
     lease = config["leaderElection"]
     assert lease["leaderElect"] is True and (lease["resourceNamespace"], lease["resourceName"]) == (NAMESPACE, "dra-scheduler")
 
-    deployment = one(objs, "Deployment")
+    deployment = one(objs, "Deployment", SCHEDULER)
     args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(deployment, "dra-extender")["args"]])
     assert args.listen == "127.0.0.1:8888" and args.probe_listen == "10.0.0.7:8889"
     # The sidecar reads the Lease from the very file the scheduler reads: they cannot disagree.
@@ -150,7 +164,7 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar(tmp_path) -> None:
     config_path.write_text(one(objs, "ConfigMap", "-config")["data"]["config.yaml"])
     assert lease_from_scheduler_config(str(config_path)) == (NAMESPACE, "dra-scheduler")
     refuse_in_tree_allocator(str(config_path))  # every profile leaves allocation to the sidecar: it starts
-    assert args.no_debug and args.in_cluster and not args.no_eviction
+    assert args.command == "serve" and args.no_debug and args.in_cluster
     assert args.bind_timeout < 5, "the bind budget must end before kube-scheduler's httpTimeout"
     scheduler = _container(deployment, "kube-scheduler")
     assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.36.2", "default: the Kubernetes version the docs name"
@@ -159,7 +173,49 @@ def test_scheduler_configuration_hands_devices_to_the_sidecar(tmp_path) -> None:
     assert side["livenessProbe"]["httpGet"]["path"] == "/livez" and side["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert side["resources"]["requests"] and scheduler["resources"]["requests"]
     assert deployment["spec"]["replicas"] == 2
-    assert one(objs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    assert one(objs, "PodDisruptionBudget", SCHEDULER)["spec"]["maxUnavailable"] == 1
+
+
+def test_the_controllers_run_as_their_own_deployment_with_their_own_lease_pdb_and_rbac() -> None:
+    """`dra-extender controllers` beside the scheduler pods: 2 replicas electing one leader, its own budget,
+    ServiceAccount, roles (only what the controllers read and write) and metrics Service; no selector of one
+    component's objects matches the other's pods."""
+    objs = objects()
+    dep = one(objs, "Deployment", CONTROLLERS)
+    args = _controllers_args(objs)
+    assert args.command == "controllers" and args.leader_elect and args.in_cluster and args.listen == "10.0.0.8:8091"
+    assert args.scheduler_name == ["dra-scheduler"] and args.eviction_mode == "delete" and not args.no_health
+    assert dep["spec"]["replicas"] == 2
+    container = _container(dep, "controllers")
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "fieldRef" in e.get("valueFrom", {})}
+    assert env["POD_NAMESPACE"] == "metadata.namespace", "the Lease lives in the pod's namespace"
+    scheduler = one(objs, "Deployment", SCHEDULER)
+    pods = {"controllers": dep["spec"]["template"]["metadata"]["labels"], "scheduler": scheduler["spec"]["template"]["metadata"]["labels"]}
+    for selector_of, other in (("controllers", "scheduler"), ("scheduler", "controllers")):
+        owner = dep if selector_of == "controllers" else scheduler
+        assert not owner["spec"]["selector"]["matchLabels"].items() <= pods[other].items(), (
+            f"the {selector_of}' selector matches {other} pods"
+        )
+    pdb = one(objs, "PodDisruptionBudget", CONTROLLERS)
+    assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["selector"] == dep["spec"]["selector"]
+    service = one(objs, "Service", f"{CONTROLLERS}-metrics")
+    assert service["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"] and service["spec"]["ports"][0]["targetPort"] == "metrics"
+    sa = one(objs, "ServiceAccount", CONTROLLERS)["metadata"]["name"]
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa != scheduler["spec"]["template"]["spec"]["serviceAccountName"]
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        assert one(objs, kind, CONTROLLERS if kind == "ClusterRoleBinding" else f"{CONTROLLERS}-lease")["subjects"][0]["name"] == sa
+    [lease] = [r for r in one(objs, "Role", f"{CONTROLLERS}-lease")["rules"] if r.get("resourceNames")]
+    assert lease["resourceNames"] == ["dra-extender-controllers"] and set(lease["verbs"]) == {"get", "update"}
+    # The sidecar's role lost what only the controllers do: no deletion, no eviction, no rule or policy writes.
+    sidecar = {(v, r) for rule in one(objs, "ClusterRole", "-extender")["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    for gone in (("delete", "pods"), ("create", "pods/eviction"), ("create", "devicetaintrules"), ("patch", "devicehealthpolicies/status")):
+        assert gone not in sidecar, gone
+    controllers = {(v, r) for rule in one(objs, "ClusterRole", CONTROLLERS)["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("delete", "pods"), ("create", "pods/eviction"), ("create", "devicetaintrules")} <= controllers
+    assert not {
+        v for v, r in controllers if r in ("pods/binding", "resourceclaims", "resourceclaims/status") and v != "list" and v != "watch"
+    }
 
 
 def test_the_docs_version_is_the_default_scheduler_tag() -> None:
@@ -171,13 +227,22 @@ def test_the_docs_version_is_the_default_scheduler_tag() -> None:
 
 
 def test_flags_toggled_by_values() -> None:
-    dep = one(objects(VARIANTS["everything-on"]), "Deployment")
+    everything = objects(VARIANTS["everything-on"])
+    dep = one(everything, "Deployment", SCHEDULER)
     args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in _container(dep, "dra-extender")["args"]])
-    assert (args.no_debug, args.eviction_mode, args.evict_upstream, args.placement_wait) == (False, "evict", True, 0.5)
+    assert (args.no_debug, args.placement_wait) == (False, 0.5)
     assert (args.node_placement, args.device_placement) == ("binpack", "binpack")
-    dep = one(objects(VARIANTS["eviction-off"]), "Deployment")
-    assert "--no-eviction" in _container(dep, "dra-extender")["args"]
-    assert not [o for o in objects(VARIANTS["eviction-off"]) if o["kind"] == "PodDisruptionBudget"]
+    controllers = _controllers_args(everything)
+    assert (controllers.eviction_mode, controllers.evict_upstream) == ("evict", True)
+    assert _controllers_args(objects(VARIANTS["eviction-off"])).no_eviction
+    assert [o["metadata"]["name"] for o in objects(VARIANTS["eviction-off"]) if o["kind"] == "PodDisruptionBudget"] == [
+        "dra-dra-extender-controllers"
+    ]
+    assert not [
+        o
+        for o in objects({"controllers": {"podDisruptionBudget": {"enabled": False}}})
+        if o["kind"] == "PodDisruptionBudget" and o["metadata"]["name"].endswith(CONTROLLERS)
+    ]
     assert not [o for o in objects(VARIANTS["no-rbac"]) if o["kind"].startswith(("Role", "ClusterRole", "ServiceAccount"))]
 
 
@@ -186,8 +251,13 @@ def test_dashboard_ships_as_a_labelled_configmap_only_when_enabled() -> None:
     cm = one(objects(ALL_ON), "ConfigMap", "-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["dra-extender.json"]) == json.loads((CHART / "dashboards" / "dra-extender.json").read_text())
-    monitor = one(objects(ALL_ON), "ServiceMonitor")
-    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    for suffix in (SCHEDULER, CONTROLLERS):
+        monitor = one(objects(ALL_ON), "ServiceMonitor", suffix)
+        assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+        [service] = [
+            o for o in objects(ALL_ON) if o["kind"] == "Service" and o["metadata"]["name"] == f"{monitor['metadata']['name']}-metrics"
+        ]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
 
 
 def exported_metrics() -> set[str]:
@@ -220,8 +290,10 @@ def test_every_dashboard_query_names_an_exported_metric() -> None:
 
 
 def test_extra_args_reach_the_sidecar() -> None:
-    dep = one(objects({"extender": {"extraArgs": ["--claim-wait=0.2"]}}), "Deployment")
+    dep = one(objects({"extender": {"extraArgs": ["--claim-wait=0.2"]}}), "Deployment", SCHEDULER)
     assert "--claim-wait=0.2" in _container(dep, "dra-extender")["args"]
+    dep = one(objects({"controllers": {"extraArgs": ["--evict-upstream"]}}), "Deployment", CONTROLLERS)
+    assert "--evict-upstream" in _container(dep, "controllers")["args"]
 
 
 def test_the_fake_api_server_accepts_the_charts_crds_and_kubectl_dras_rules() -> None:
@@ -258,8 +330,8 @@ def test_the_fake_api_server_accepts_the_charts_crds_and_kubectl_dras_rules() ->
 
 def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> None:
     objs = objects(VARIANTS["health-alerts"])
-    dep = one(objs, "Deployment")
-    container = _container(dep, "dra-extender")
+    dep = one(objs, "Deployment", CONTROLLERS)
+    container = _container(dep, "controllers")
     args = build_parser().parse_args([_expand(a, {"POD_IP": "10.0.0.7"}) for a in container["args"]])
     assert (args.alerts_listen, args.alerts_token_file) == ("10.0.0.7:9095", "/etc/dra-extender/alerts-token/token")
     assert args.alerts_tls_cert_file == "/etc/dra-extender/alerts-tls/tls.crt"
@@ -286,5 +358,7 @@ def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> N
     # Off by default: no listener, no Service, no Secret; the controller itself runs (idle without a policy).
     default = objects({})
     assert not [o for o in default if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-alerts-token")]
-    assert not any(a.startswith("--alerts") or a == "--no-health" for a in _container(one(default, "Deployment"), "dra-extender")["args"])
-    assert "--no-health" in _container(one(objects(VARIANTS["health-off"]), "Deployment"), "dra-extender")["args"]
+    assert not any(
+        a.startswith("--alerts") or a == "--no-health" for a in _container(one(default, "Deployment", CONTROLLERS), "controllers")["args"]
+    )
+    assert "--no-health" in _container(one(objects(VARIANTS["health-off"]), "Deployment", CONTROLLERS), "controllers")["args"]

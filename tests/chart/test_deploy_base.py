@@ -55,7 +55,7 @@ def test_the_base_holds_exactly_the_charts_default_objects() -> None:
 
 
 def test_the_base_starts_a_sidecar_that_follows_its_scheduler() -> None:
-    [deployment] = [o for o in _base_objects() if o["kind"] == "Deployment"]
+    [deployment] = [o for o in _base_objects() if o["kind"] == "Deployment" and not o["metadata"]["name"].endswith("-controllers")]
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     extender = containers["dra-extender"]
     assert extender["image"].split(":")[0] == IMAGE_PLACEHOLDER, "the name `kustomize edit set image dra-extender=...` replaces"

@@ -74,9 +74,10 @@ def test_webhook_configuration(case: str) -> None:
     # The webhook leaves out what its namespaceSelector leaves out, and the extender names them when it flags a pod.
     assert args.excluded_namespace == excluded
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    sidecar = _extender_container({"webhook": {"enabled": True, **values}})
-    serve = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in sidecar["args"]])
-    assert serve.webhook_excluded_namespace == excluded
+    controllers = build_parser().parse_args(
+        [a.replace("$(POD_IP)", "10.0.0.1") for a in _controllers_container({"webhook": {"enabled": True, **values}})["args"]]
+    )
+    assert controllers.command == "controllers" and controllers.webhook_excluded_namespace == excluded
     [mount] = container["volumeMounts"]
     assert args.tls_cert_file.startswith(mount["mountPath"]) and args.tls_key_file.startswith(mount["mountPath"])
     [volume] = deployment["spec"]["template"]["spec"]["volumes"]
@@ -85,14 +86,15 @@ def test_webhook_configuration(case: str) -> None:
     assert objs["ClusterRole"]["rules"] == [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["list", "watch"]}]
 
 
-def _extender_container(values: dict[str, Any]) -> dict[str, Any]:
-    deployment = next(o for o in objects(values) if o["kind"] == "Deployment" and "webhook" not in o["metadata"]["name"])
-    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "dra-extender")
+def _controllers_container(values: dict[str, Any]) -> dict[str, Any]:
+    """The foreign-pod check runs in the controllers' Deployment: it names the webhook's exclusions."""
+    deployment = one(objects(values), "Deployment", "-controllers")
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "controllers")
 
 
-def test_without_the_webhook_the_extender_names_no_exclusions() -> None:
-    serve = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in _extender_container({})["args"]])
-    assert not serve.webhook_excluded_namespace and serve.scheduler_config  # the profiles come from the scheduler's file
+def test_without_the_webhook_the_controllers_name_no_exclusions() -> None:
+    controllers = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.1") for a in _controllers_container({})["args"]])
+    assert not controllers.webhook_excluded_namespace and controllers.scheduler_name == ["dra-scheduler"]  # the chart's one profile
 
 
 def test_the_ca_bundle_verifies_the_serving_certificate_for_the_service_name(tmp_path) -> None:

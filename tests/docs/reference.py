@@ -85,7 +85,7 @@ def _endpoints() -> list[str]:
     from extender.app import create_app
     from serving.metrics import Metrics
 
-    stub: Any = SimpleNamespace(metrics=Metrics(), state=None, foreground=None)
+    stub: Any = SimpleNamespace(metrics=Metrics(), state=None, foreground=None, not_ready=lambda: None)
     full = {r.path: sorted(r.methods or ()) for r in create_app(stub).routes}  # type: ignore[attr-defined]
     probes = {r.path for r in create_app(stub, probes_only=True).routes}  # type: ignore[attr-defined]
     missing = sorted(set(full) - set(ENDPOINTS))
@@ -148,7 +148,19 @@ def render() -> str:
         "",
         "## `dra-extender serve` flags",
         "",
+        "The kube-scheduler sidecar: the verbs and the requeue nudge.",
+        "",
         *_flags(_subparsers(build_parser())["serve"]),
+        "",
+        "## `dra-extender controllers` flags",
+        "",
+        (
+            "The eviction controller, the device health controller and the foreign-pod check, in their own process "
+            "(the Lease `dra-extender-controllers`; `--listen` serves `/livez`, `/readyz` and `/metrics` only). "
+            "`dra-extender all` takes the flags of both commands and runs both in one process (`make run`)."
+        ),
+        "",
+        *_flags(_subparsers(build_parser())["controllers"]),
         "",
         "## `dra-extender webhook` flags",
         "",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from dra_extender.cli import build_parser
 from serving.metrics import Metrics
 from tests.docs.reference import ROOT, _subparsers, render
@@ -15,7 +17,8 @@ def test_reference_is_generated_from_the_current_code() -> None:
 
 def test_every_flag_and_metric_is_in_the_reference() -> None:
     text = REFERENCE.read_text()
-    for action in [*_subparsers(build_parser())["serve"]._actions, *_subparsers(build_parser())["webhook"]._actions]:
+    commands = _subparsers(build_parser())
+    for action in [a for c in ("serve", "controllers", "webhook") for a in commands[c]._actions if a.help != argparse.SUPPRESS]:
         for option in action.option_strings:
             if option not in ("-h", "--help"):
                 assert f"`{option}" in text, f"flag {option} missing from docs/reference.md"

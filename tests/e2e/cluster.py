@@ -254,16 +254,17 @@ def wait_converged(api: FakeApi, ext: Extender, timeout: float = 10.0) -> float:
 LEADERSHIP_FLAGS = ("--leader-elect", "--follow-scheduler-lease", "--scheduler-config", "--standalone", "--read-only")
 
 
-def cluster_extender(api: FakeApi, *args: str, env: dict[str, str] | None = None) -> Extender:
-    """`serve --kubeconfig` against `api`; --standalone (the only allocator) unless ARGS make a leadership choice."""
+def cluster_extender(api: FakeApi, *args: str, env: dict[str, str] | None = None, command: str = "serve") -> Extender:
+    """`COMMAND --kubeconfig` against `api` (serve, controllers or all); --standalone (the only allocator or
+    evictor) unless ARGS make a leadership choice."""
     chosen = any(a.split("=")[0] in LEADERSHIP_FLAGS for a in args)
-    return Extender("--kubeconfig", str(api.kubeconfig), *(() if chosen else ("--standalone",)), *args, env=env)
+    return Extender("--kubeconfig", str(api.kubeconfig), *(() if chosen else ("--standalone",)), *args, env=env, command=command)
 
 
 @contextmanager
-def serving(api: FakeApi, *args: str) -> Iterator[Extender]:
+def serving(api: FakeApi, *args: str, command: str = "serve") -> Iterator[Extender]:
     """`cluster_extender(api, *args)`, ready and converged; on exit the extender and `api` both stop."""
-    ext = cluster_extender(api, *args)
+    ext = cluster_extender(api, *args, command=command)
     try:
         ext.wait_ready()
         wait_converged(api, ext)

@@ -1,4 +1,4 @@
-"""Start `dra-extender serve` as a real subprocess on a free loopback port."""
+"""Start `dra-extender serve` (or `controllers`, or `all`: both in one process) as a real subprocess on a free loopback port."""
 
 from __future__ import annotations
 
@@ -38,13 +38,17 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 class Extender:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    """`dra-extender COMMAND --listen 127.0.0.1:PORT ARGS`: `serve` (the verbs), `controllers` (its --listen serves
+    the probes and /metrics) or `all` (both in one process, as `make run`)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "serve") -> None:
+        self.command = command
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"dra-extender-{self.port}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dra_extender.cli", "serve", "--listen", f"127.0.0.1:{self.port}", *args],
+            [sys.executable, "-m", "dra_extender.cli", command, "--listen", f"127.0.0.1:{self.port}", *args],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,

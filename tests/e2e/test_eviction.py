@@ -1,4 +1,4 @@
-"""End to end: `dra-extender serve --kubeconfig` evicts for a NoExecute rule, unless `--no-eviction`."""
+"""End to end: `dra-extender controllers --kubeconfig` evicts for a NoExecute rule, unless `--no-eviction` (here in `all`, whose /debug shows the rule held)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def rule_condition(api: FakeApi, name: str) -> dict | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] == "EvictionInProgress"), None)
 
 
-def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
+def test_controllers_evict_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
     api = FakeApi()
     try:
         api.control(
@@ -20,7 +20,7 @@ def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
             "objects",
             {"kind": "List", "items": [node("node-a"), gpu_slice(2), *claim_and_pod("victim", 0), *claim_and_pod("bystander", 1)]},
         )
-        off = cluster_extender(api, "--no-eviction")
+        off = cluster_extender(api, "--no-eviction", command="all")
         try:
             off.wait_ready()
             wait_for(lambda: "NoExecute evictions off" in off.logs(), timeout=10, what="the evictions-off log line")
@@ -34,7 +34,7 @@ def test_serve_evicts_for_a_noexecute_rule_and_not_with_no_eviction() -> None:
         finally:
             off.stop()
 
-        on = cluster_extender(api)
+        on = cluster_extender(api, command="controllers")
         try:
             on.wait_ready()
             wait_for(lambda: api.get("Pod", "default", "victim") is None, timeout=15, what="the victim deleted")

@@ -200,7 +200,7 @@ def test_noexecute_taint_evicts_an_extended_resource_pod() -> None:
     api.create(device_class("gpu", DRIVER, extended_resource=RESOURCE))
     api.create(node("ev-a", hostname=True))
     api.create(gpu_slice("ev-a", 1, name="ev-a-slice"))
-    ext = cluster_extender(api, "--placement-wait", "0", "--evict-upstream")
+    ext = cluster_extender(api, "--placement-wait", "0", "--evict-upstream", command="all")
     try:
         ext.wait_ready()
         p = api.create(er_pod("ev-pod", {RESOURCE: 1}))

@@ -79,6 +79,7 @@ def test_dra_pods_of_another_scheduler_are_counted_and_told_once() -> None:
         "kube-system",
         "--webhook-excluded-namespace",
         "dra-system",
+        command="controllers",
     )
     try:
         ext.wait_ready()
@@ -121,7 +122,7 @@ def test_without_profiles_nothing_is_flagged_and_the_log_says_why() -> None:
     """No --scheduler-name, no --scheduler-config: the extender cannot tell its pods from others', and says so."""
     api = FakeApi(DEMO)
     api.create(_pod("claims-default", **_claims()))
-    ext = cluster_extender(api)
+    ext = cluster_extender(api, command="controllers")
     try:
         ext.wait_ready()
         assert "DRA pods of other schedulers are not checked" in ext.logs()
@@ -145,7 +146,7 @@ def test_a_default_scheduler_pod_beside_the_kube_scheduler_model_is_flagged() ->
 
     api = FakeApi()
     api.control("POST", "objects", {"kind": "List", "items": cluster_objects(Workload("foreign", nodes=2, devices_per_node=1, pods=1))})
-    ext = cluster_extender(api, "--scheduler-name", SCHEDULER_NAME)
+    ext = cluster_extender(api, "--scheduler-name", SCHEDULER_NAME, command="all")  # the model's extender and the check, as `make run`
     ours = pod_object(0)
     theirs = pod_object(1)
     theirs["spec"]["schedulerName"] = "default-scheduler"

@@ -1,4 +1,4 @@
-"""The alert receiver of a real `dra-extender serve` process: TLS, bearer token, the worked example's files, kubectl dra health."""
+"""The alert receiver of a real `dra-extender controllers` process: TLS, bearer token, the worked example's files, kubectl dra health."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_the_receiver_over_tls_takes_the_worked_examples_alerts(tmp_path: Path) 
     port = free_port()
     ext = Extender(
         "--kubeconfig", str(api.kubeconfig), "--standalone", "--alerts-listen", f"127.0.0.1:{port}", "--alerts-token-file", str(EXAMPLES / "token"),
-        "--alerts-tls-cert-file", str(cert), "--alerts-tls-key-file", str(key),
+        "--alerts-tls-cert-file", str(cert), "--alerts-tls-key-file", str(key), command="controllers",
     )  # fmt: skip
     token = (EXAMPLES / "token").read_text().strip()
     try:

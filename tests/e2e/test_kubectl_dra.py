@@ -38,7 +38,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "kubectl-dra"}
 def live() -> Iterator[tuple[FakeApi, Extender]]:
     api = FakeApi(DEMO)
     # No waits: every /filter here is a question, never followed by a /bind.
-    with serving(api, "--placement-wait", "0", "--claim-wait", "0") as ext:
+    with serving(api, "--placement-wait", "0", "--claim-wait", "0", command="all") as ext:
         yield api, ext
 
 

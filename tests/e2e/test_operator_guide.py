@@ -32,7 +32,7 @@ def test_the_guides_walkthrough() -> None:
     steps = walkthrough()
     assert [s[0] for s in steps] == ["taint", "explain-rule", "taint", "devices", "why", "taint", "untaint"]
     api = FakeApi(DEMO)
-    ext = cluster_extender(api, "--placement-wait", "0")
+    ext = cluster_extender(api, "--placement-wait", "0", command="all")
     try:
         ext.wait_ready()
         wait_converged(api, ext)

@@ -26,7 +26,7 @@ def test_read_only_answers_filter_and_never_writes() -> None:
         api.control("POST", "objects", {"kind": "List", "items": [node("node-a"), gpu_slice(2), *claim_and_pod("victim", 0), FAULTY_CLASS]})
         api.create(rule("drain", selector={"driver": "gpu.example.com", "device": "gpu-0"}))
         seen = len(api.requests())
-        ext = cluster_extender(api, "--read-only")
+        ext = cluster_extender(api, "--read-only", command="all")
         try:
             ext.wait_ready()
             wait_converged(api, ext)

@@ -30,7 +30,7 @@ STEPS = [
 def test_walkthrough_outputs_match_the_server(tmp_path) -> None:
     directory = tmp_path / "demo"
     shutil.copytree(DEMO, directory)
-    ext = Extender("--source", str(directory))
+    ext = Extender("--source", str(directory), command="all")
     printed: dict[str, list[str]] = {}
     try:
         ext.wait_ready()

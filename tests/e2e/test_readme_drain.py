@@ -19,7 +19,7 @@ def rule_file() -> str:
 def test_the_drain_walkthrough(tmp_path) -> None:
     directory = tmp_path / "demo"
     shutil.copytree(DEMO, directory)
-    ext = Extender("--source", str(directory))
+    ext = Extender("--source", str(directory), command="all")
     try:
         ext.wait_ready()
         assert ext.post("bind", (ROOT / "examples" / "requests" / "bind-trainer.json").read_bytes()).json() == {"Error": ""}

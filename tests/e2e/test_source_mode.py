@@ -331,7 +331,7 @@ def test_no_source_exits_2_naming_the_options(tmp_path) -> None:
 
 
 def test_json_logs(tmp_path) -> None:
-    ext = Extender("--source", str(DEMO), "--log-format", "json")
+    ext = Extender("--source", str(DEMO), "--log-format", "json", command="all")
     try:
         ext.wait_ready()
     finally:
@@ -344,7 +344,7 @@ def test_json_logs(tmp_path) -> None:
 
 
 def test_no_eviction_warning_with_no_eviction(tmp_path) -> None:
-    ext = Extender("--source", str(DEMO), "--no-eviction")
+    ext = Extender("--source", str(DEMO), "--no-eviction", command="all")
     try:
         ext.wait_ready()
     finally:

@@ -129,7 +129,7 @@ def world(request, tmp_path: Path):
             if doc:
                 put(doc)
         (directory / "volumes.yaml").unlink()
-        ext = Extender("--source", str(directory))
+        ext = Extender("--source", str(directory), command="all")
 
         def events() -> list[dict[str, Any]]:
             return []  # --source: Events are logged (checked through the logs)
@@ -143,7 +143,7 @@ def world(request, tmp_path: Path):
         ext.stop()
         return
     api = FakeApi(DEMO)
-    ext = cluster_extender(api)
+    ext = cluster_extender(api, command="all")
 
     def put_api(obj: dict[str, Any]) -> None:
         current = api.get(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])

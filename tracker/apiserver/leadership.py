@@ -62,6 +62,12 @@ def pod_namespace() -> str:
         return "default"
 
 
+# The Leases this project elects on: `serve --leader-elect` (the verbs) and the controllers (`controllers --leader-elect`,
+# and `all` whenever the verbs have a Lease). One name for the controllers whatever the mode: two controllers
+# processes never lead side by side.
+SERVE_LEASE = "dra-extender"
+CONTROLLERS_LEASE = "dra-extender-controllers"
+
 # kube-scheduler's defaults for leaderElection (k8s.io/kube-scheduler config v1).
 SCHEDULER_LEASE_DEFAULTS = ("kube-system", "kube-scheduler")
 
@@ -237,8 +243,13 @@ class Leadership:
             if not sep or not namespace or not name:
                 raise ValueError(f"--follow-scheduler-lease: expected NAMESPACE/NAME, got {follow_scheduler_lease!r}")
             return cls(source, mode="follow", namespace=namespace, name=name, identity=hostname, hostname=hostname)
-        identity = f"{hostname}_{uuid.uuid4()}"
-        return cls(source, mode="elect", namespace=pod_namespace(), name="dra-extender", identity=identity, hostname=hostname)
+        return cls.elect(source, namespace=pod_namespace(), name=SERVE_LEASE)
+
+    @classmethod
+    def elect(cls, source: Transport, *, namespace: str, name: str) -> Leadership:
+        """Take part in the election on the Lease NAMESPACE/NAME (client-go's leaderelection, one identity per process)."""
+        hostname = os.environ.get("HOSTNAME") or socket.gethostname()
+        return cls(source, mode="elect", namespace=namespace, name=name, identity=f"{hostname}_{uuid.uuid4()}", hostname=hostname)
 
     def is_leader(self) -> bool:
         # Leadership lapses on its own if renewals (follow: polls) stop, e.g. the API

@@ -72,8 +72,12 @@ class ApiSource(ApiWrites):
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         stale_threshold: float = STALE_THRESHOLD,
         read_only: bool = False,
+        user_agent: str | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
+        # Which command asks (e.g. dra-extender-controllers/1.2.0), as kube-scheduler names itself: the API server's
+        # audit log and the fake API's request log tell the sidecar's requests from the controllers'.
+        self.user_agent = user_agent
         # --read-only: every write is refused here, whatever asks for it, so the promise holds in one place.
         self.read_only = read_only
         self.in_cluster = in_cluster
@@ -126,6 +130,8 @@ class ApiSource(ApiWrites):
         else:
             await config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=configuration)
         api = api_client_type(configuration)
+        if self.user_agent:
+            api.user_agent = self.user_agent
         _without_per_request_env_lookups(api, configuration)
         host = configuration.host or ""
         if not api.rest_client.proxy and host.startswith(("http:", "https:")):

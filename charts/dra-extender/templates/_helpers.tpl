@@ -41,3 +41,30 @@ containers' flags read the same one. */}}
 {{- define "dra-extender.webhookExcludedNamespaces" -}}
 {{- uniq (prepend (.Values.webhook.excludedNamespaces | default list) .Release.Namespace) | toJson -}}
 {{- end -}}
+
+{{/* The controllers' pods (`dra-extender controllers`): a name of their own, so that no selector of the
+scheduler's pods (Deployment, PodDisruptionBudget, Services) ever matches them, nor theirs the scheduler's. */}}
+{{- define "dra-extender.controllersFullname" -}}
+{{- printf "%s-controllers" (include "dra-extender.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "dra-extender.controllersSelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-controllers
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controllers
+{{- end -}}
+
+{{- define "dra-extender.controllersLabels" -}}
+{{ include "dra-extender.controllersSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "dra-extender.controllersServiceAccountName" -}}
+{{- if .Values.controllers.serviceAccount.create -}}
+{{- default (include "dra-extender.controllersFullname" .) .Values.controllers.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.controllers.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
