@@ -44,7 +44,7 @@ class Cluster:
     """The admin's cluster through their kubeconfig (tracker.apiserver.source.ApiSource does auth and HTTP; tracker.resources says where each kind lives)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        self.source = ApiSource(kubeconfig=kubeconfig, context=context)
+        self.source = ApiSource(kubeconfig=kubeconfig, context=context, program=PLUGIN)
         self._upstream: Resource | None = None
         self._upstream_known = False
 
