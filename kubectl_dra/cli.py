@@ -35,6 +35,7 @@ from tracker.resources import KIND_RESOURCES
 from tracker.timestamps import rfc3339
 
 if TYPE_CHECKING:
+    from kubectl_dra.views import RuleExplanation
     from tracker.state import ClusterState
 
 EXAMPLES = {
@@ -422,7 +423,8 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
     from kubectl_dra.views import explain_rule
 
     res = await cluster.rule_resource(args.upstream)
-    explained = explain_rule(await cluster.snapshot(), res.group, args.name)
+    raw = await _get(cluster, res.item("", args.name))
+    explained = explain_rule(await cluster.snapshot(), res.group, args.name, (raw or {}).get("status"))
     if explained is None:
         print(
             f"Error: DeviceTaintRule {args.name} ({res.group}) not found{'' if args.upstream else '; an upstream rule? add --upstream'}",
@@ -442,16 +444,35 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
     out(f"Devices:    {d.published_devices} published, {d.allocated_devices} allocated")
     for dev in explained.devices:
         out(f"  {dev}{'  -> ' + explained.allocated[dev] if dev in explained.allocated else ''}")
-    if not explained.evicted:
+    if explained.acting:
+        out(f"Still to evict: {_pods_phrase(d.pods, d.namespaces)}{':' if explained.evicted else '.'}")
+    elif not explained.evicted:
         out("As NoExecute it would evict no pods.")
     else:
         out(f"As NoExecute it would evict {_pods_phrase(d.pods, d.namespaces)}:")
     for p in explained.evicted:
         due = "now" if p["due"] <= 0 else rfc3339(p["due"])
         out(f"  {p['pod']}  claims {', '.join(p['claims'])}  due {due}  ({', '.join(p['taints'])})")
-    # The message the eviction controller writes into the rule's EvictionInProgress condition while its effect is None.
-    out(f"Status:     {explained.message}")
+    if not explained.acting:
+        # The message the eviction controller writes into the rule's EvictionInProgress condition while its effect is None.
+        out(f"Status:     {explained.message}")
+    out(f"Condition:  {_condition_line(explained)}")
     return 0
+
+
+def _condition_line(explained: RuleExplanation) -> str:
+    """The rule's actual EvictionInProgress condition, labelled as the controller's, or why there is none."""
+    c = explained.condition
+    if c is None:
+        if explained.acting:
+            return "EvictionInProgress not written yet (the eviction controller writes it once it acts on the rule: is it running and leading?)"
+        return "EvictionInProgress not written yet"
+    line = f"EvictionInProgress={c.get('status')} {c.get('reason')}, written {c.get('lastTransitionTime') or '<no time>'}"
+    observed = c.get("observedGeneration")
+    if observed is not None and observed != explained.generation:
+        line += f" for generation {observed} (the rule is at {explained.generation}: not yet updated)"
+    message = c.get("message")
+    return f"{line}: {message}" if message else line
 
 
 def _default_namespace(args: argparse.Namespace) -> str:
