@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     taint.add_argument("--name", help="rule name (default: generated); an existing kubectl-dra rule of that name is updated")
     taint.add_argument("--upstream", action="store_true", help="create a resource.k8s.io DeviceTaintRule instead of the CRD's")
     taint.add_argument("--all-devices", action="store_true", help="allow no selector at all (every device) with NoExecute")
+    taint.add_argument(
+        "--allow-empty", action="store_true", help="create the rule even if it matches no device now (default: refused, exit 2)"
+    )
     _dry_run_flag(taint, "client: print the rule without sending it; server: the API server validates it without storing it")
     _output_flag(taint)
 
@@ -237,6 +240,11 @@ async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[s
         and await _get(cluster, KIND_RESOURCES[ev.DEVICE_CLASS].item("", args.device_class)) is None
     ):
         raise UsageError(f"--device-class {args.device_class}: no such DeviceClass (the rule would taint no device)")
+    from kubectl_dra.taint_checks import refusal
+
+    refused = refusal(await cluster.snapshot(), res.group, obj, args)
+    if refused is not None:
+        raise UsageError(refused)
     query = {"dryRun": "All"} if args.dry_run == "server" else None
     existing = await _get(cluster, res.item("", args.name)) if args.name else None
     if existing is not None:

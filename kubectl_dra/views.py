@@ -18,10 +18,10 @@ from typing import Any
 from allocator.allocation import Allocator
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NONE, DeviceID, DeviceTaint
 from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
+from controllers.eviction.rule_checks import rule_problems
 from controllers.eviction.rule_status import RuleCounts, condition, existing
 from extender.service import build_service
 from extender.wire import BadRequest, ExtenderArgs
-from kubectl_dra.rule_checks import rule_problems
 from serving.metrics import Metrics
 from tracker.clock import parse_time
 from tracker.device_rows import device_row
