@@ -21,7 +21,7 @@ import yaml
 from allocator.extended_resources import class_mapping
 from allocator.parse import parse_pod
 from allocator.pod_claims import dra_use
-from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
+from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, NotServed, ReadOnlySource
 from kubectl_dra.health import cmd_health
 from kubectl_dra.taint_spec import (
     EFFECTS,
@@ -706,6 +706,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TaintSyntaxError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except NotServed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ApiError as e:
         print(f"Error from server: {e}", file=sys.stderr)
         return 1
