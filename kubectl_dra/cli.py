@@ -31,7 +31,7 @@ from kubectl_dra.taint_spec import (
     parse_taint,
 )
 from tracker import events as ev
-from tracker.resources import KIND_RESOURCES
+from tracker.resources import EVENTS, KIND_RESOURCES
 from tracker.timestamps import rfc3339
 
 if TYPE_CHECKING:
@@ -515,8 +515,13 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         return 1
     scheduler = (raw.get("spec") or {}).get("schedulerName") or "default-scheduler"
     ours = scheduler == args.scheduler_name
+    from kubectl_dra import scheduler_says
+
+    events = await cluster.list(EVENTS, namespace=namespace, field_selector=scheduler_says.field_selector(args.pod))
+    says = scheduler_says.latest(events, raw)
     if args.output in ("json", "yaml"):
         answer = {"pod": f"{namespace}/{args.pod}", "schedulerName": scheduler, "extenderProfile": ours, "nodes": reasons}
+        answer["schedulerSays"] = says.to_json() if says is not None else None
         _dump(answer, args.output, out)
         return 0
     if args.output == "name":  # the nodes that fit, as kubectl names them
@@ -538,6 +543,8 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
     if len(fits) == len(reasons) and dra_use(parse_pod(raw), class_mapping(state.classes)) is None:
         out(f"pod {namespace}/{args.pod} uses no DRA device (no resource claim, no DRA-backed extended resource)")
     out(f"{len(fits)} of {len(reasons)} nodes fit{': ' + ', '.join(fits) if fits else ''}")
+    for line in scheduler_says.lines(says, len(fits), bool(node_name)):
+        out(line)
     rows = [["NODE", "REASON"]] + [[n, r] for n, r in sorted(reasons.items()) if r is not None]
     if len(rows) > 1:
         _table(rows, out)

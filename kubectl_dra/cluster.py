@@ -46,7 +46,7 @@ UPSTREAM_RULES_NEED: dict[int, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def upstream_rules_needs(minor: int | None, served: list[str]) -> str:
+def upstream_rules_needs(minor: int | None, served: tuple[str, ...]) -> str:
     """What this server needs to serve resource.k8s.io DeviceTaintRule, from its version and the resource.k8s.io versions it serves."""
     group = ev.GROUP_RESOURCE
     has = f"serves {group} {', '.join(served)}" if served else f"serves no {group}"
@@ -96,15 +96,19 @@ class Cluster:
             raise ApiError(status, _message(status, data))
         return orjson.loads(data) if data else None
 
-    async def list(self, res: Resource, *, label_selector: str | None = None) -> list[dict[str, Any]]:
-        """Every object of a kind (all namespaces), page by page; [] when the API is not served."""
+    async def list(
+        self, res: Resource, *, label_selector: str | None = None, field_selector: str | None = None, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (all namespaces, or `namespace`'s), page by page; [] when the API is not served."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"limit": 500}
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         while True:
             try:
-                page = await self.call("GET", res.collection(), query=query)
+                page = await self.call("GET", res.collection(namespace), query=query)
             except ApiError as e:
                 if e.status == 404 and not res.required:
                     return []
@@ -140,13 +144,13 @@ class Cluster:
             raise NotServed(upstream_rules_needs(await self._minor(), await self._served(ev.GROUP_RESOURCE)))
         return res
 
-    async def _served(self, group: str) -> list[str]:
+    async def _served(self, group: str) -> tuple[str, ...]:
         """The versions of `group` the server serves (discovery), [] when none or it cannot say."""
         try:
             listing = await self.call("GET", f"/apis/{group}")
         except ApiError:
-            return []
-        return [str(v.get("version")) for v in (listing or {}).get("versions") or () if isinstance(v, dict)]
+            return ()
+        return tuple(str(v.get("version")) for v in (listing or {}).get("versions") or () if isinstance(v, dict))
 
     async def _minor(self) -> int | None:
         """The server's Kubernetes minor version from /version ("36", or "36+" from some distributions); None if it cannot say."""

@@ -27,8 +27,7 @@ def refusal(state: ClusterState, group: str, rule: dict[str, Any], args: argpars
     obj = copy.deepcopy(rule)
     name = obj["metadata"].get("name") or PROBE_NAME
     obj["metadata"]["name"] = name
-    kind = "MODIFIED" if (group, name) in state.rules else "ADDED"
-    state.apply(ev.ObjectEvent(kind, ev.DEVICE_TAINT_RULE, group, name, obj))
+    state.apply(ev.ObjectEvent("MODIFIED" if (group, name) in state.rules else "ADDED", ev.DEVICE_TAINT_RULE, group, name, obj))
     parsed = state.rules.get((group, name))
     if parsed is None:
         return None  # the tracker refused it as invalid: the API server will say why
