@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Final
 
 from allocator.parse import ValidationError
+from allocator.rfc3339 import parse_rfc3339
 from allocator.types import KNOWN_EFFECTS
 
 # apimachinery/pkg/util/validation.
@@ -25,7 +25,6 @@ DNS1123_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 QUALIFIED_NAME_PART: Final = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")  # <= 63
 LABEL_VALUE: Final = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 C_IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-RFC3339: Final = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")
 
 # Limits written into the CRDs (and upstream's where the CRD copies a type).
 TAINT_KEY_MAX: Final = 253
@@ -48,13 +47,7 @@ def is_qualified_name(value: str) -> bool:
 
 
 def is_rfc3339(value: str) -> bool:
-    if not RFC3339.fullmatch(value):
-        return False
-    try:
-        datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T"))
-    except ValueError:
-        return False
-    return True
+    return parse_rfc3339(value) is not None
 
 
 def fully_qualified_problem(name: str) -> str | None:

@@ -8,6 +8,7 @@ and `kubectl dra` cannot drift apart on what "tolerated" means.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from allocator.types import (
     BLOCKING_EFFECTS,
@@ -38,6 +39,32 @@ def tolerates_taint(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
 
 def taint_tolerated(taint: DeviceTaint, tolerations: Iterable[DeviceToleration]) -> bool:
     return any(tolerates_taint(t, taint) for t in tolerations)
+
+
+NOW: Final = 0.0  # an eviction time: at once, whenever the plan is made
+
+
+def eviction_time(taint: DeviceTaint, tolerations: Iterable[DeviceToleration], added: float) -> float | None:
+    """When a pod using something under this evicting `taint` (added at `added`, epoch seconds) must go; None: never.
+
+    Upstream's device-taint eviction rule (`claimEvictionTime` in
+    pkg/controller/devicetainteviction): not tolerated, at once (`NOW`); a
+    matching toleration without `tolerationSeconds` tolerates for good,
+    whatever the others say; otherwise `added` plus the smallest of the
+    matching tolerations' seconds, a value of 0 or less counting as 0. The
+    one rule for NoExecute device taints and NoUse volume taints, whichever
+    controller or view asks; matching is `tolerates_taint` (an empty
+    toleration effect matches every effect, see docs/design.md#eviction).
+    """
+    seconds: int | None = None
+    for toleration in tolerations:
+        if not tolerates_taint(toleration, taint):
+            continue
+        if toleration.toleration_seconds is None:
+            return None
+        own = max(0, toleration.toleration_seconds)
+        seconds = own if seconds is None else min(seconds, own)
+    return NOW if seconds is None else added + seconds
 
 
 def blocks_allocation(taint: DeviceTaint) -> bool:

@@ -65,6 +65,7 @@ from kubesim.processes import seed as seed_objects
 from kubesim.scheduler.api import Api
 from kubesim.scheduler.config import DRIVER, NAMESPACE, SCHEDULER_NAME, SchedulerConfig, now
 from kubesim.scheduler.cycle import KubeSchedulerModel
+from tracker.apiserver.requests import MERGE_PATCH
 
 GPUS = 8
 PART_GI = PARTITIONS_GI[0]  # a one-partition pod's need (first fit takes a 10Gi partition)
@@ -204,7 +205,7 @@ async def _release(api: Api, name: str) -> None:
     """A pod leaves: the pod deleted, its claim's finalizer dropped and the claim deleted (as the claim controller does)."""
     await api.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
     path = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/{name}"
-    await api.request("PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+    await api.request("PATCH", path, {"metadata": {"finalizers": None}}, MERGE_PATCH)
     await api.request("DELETE", path)
 
 

@@ -44,6 +44,7 @@ from kubesim.measure import cpu_seconds, machine, proc_status_mb
 from kubesim.objects import daemon_pods, heavy_node, node
 from kubesim.scheduler.config import NAMESPACE
 from kubesim.scheduler.workloads import WORKLOADS, Workload, _node_slices, cluster_objects, node_name, pod_object
+from tracker.apiserver.requests import MERGE_PATCH
 
 IN_FLIGHT = 16
 LEAN_ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "pods": "110"}  # a lean workload's Node status (cluster_objects)
@@ -104,9 +105,7 @@ class Cluster:
 
     async def patch_status(self, path: str, status: dict[str, Any], manager: str) -> None:
         """A merge patch of `path`/status, as a kubelet posts a node's or a pod's status."""
-        code, body = await self.request(
-            "PATCH", f"{path}/status?fieldManager={manager}", {"status": status}, content_type="application/merge-patch+json"
-        )
+        code, body = await self.request("PATCH", f"{path}/status?fieldManager={manager}", {"status": status}, content_type=MERGE_PATCH)
         if code != 200:
             raise RuntimeError(f"patch {path}/status: HTTP {code}: {str(body)[:300]}")
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from allocator.extended_resources import class_mapping
 from allocator.pod_claims import dra_use
 from tracker import events as ev
+from tracker.leadership_gate import LeadershipGate, MayWrite
 
 if TYPE_CHECKING:  # the CLI imports add_flags before anything heavy is loaded
     from allocator.types import Pod
@@ -89,14 +90,14 @@ class ForeignSchedulerPods:
         *,
         profiles: Collection[str],
         excluded: Collection[str] = (),
-        is_leader: Callable[[], bool] = lambda: True,
+        leadership: MayWrite | None = None,
     ) -> None:
         self.state = state
         self.metrics = metrics
         self.events = events
         self.profiles = frozenset(profiles)
         self.excluded = frozenset(excluded)
-        self.is_leader = is_leader
+        self.leadership: MayWrite = leadership or LeadershipGate.always()
         self._flagged: set[str] = set()  # pod uids (namespace/name when a pod has none)
         self._checked = False  # the startup check ran
         state.subscribe(self._on_event)
@@ -107,10 +108,10 @@ class ForeignSchedulerPods:
             # Readiness comes with no tracker event of its own: poll it (as the eviction controller does).
             await asyncio.sleep(0.05)
         self._startup_check()
-        led = self.is_leader()
+        led = self.leadership.may_write()
         while True:
             await asyncio.sleep(LEADER_POLL_SECONDS)
-            leads = self.is_leader()
+            leads = self.leadership.may_write()
             if leads and not led:
                 self.sweep()
             led = leads
@@ -149,7 +150,7 @@ class ForeignSchedulerPods:
         if why is None:
             return False
         key = pod.meta.uid or pod.key
-        if key in self._flagged or not self.is_leader():
+        if key in self._flagged or not self.leadership.may_write():
             return True
         self._flagged.add(key)
         self.metrics.foreign_scheduler_pods.inc()

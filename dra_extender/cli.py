@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from tracker.apiserver.leadership import Leadership
     from tracker.apiserver.source import ApiSource
     from tracker.k8s_events import EventRecorder
+    from tracker.leadership_gate import LeadershipGate, MayWrite
     from tracker.source import Source
     from tracker.state import ClusterState, Problem
 
@@ -492,7 +493,7 @@ def _leadership(args: argparse.Namespace, cluster: ApiSource | None) -> Leadersh
 
 
 def _foreign_pods(
-    args: argparse.Namespace, state: ClusterState, metrics: Metrics, events: EventRecorder, is_leader: Callable[[], bool]
+    args: argparse.Namespace, state: ClusterState, metrics: Metrics, events: EventRecorder, leadership: MayWrite
 ) -> ForeignSchedulerPods | None:
     """Flags DRA pods of schedulers other than the profiles served (built before the source runs: it sees every pod)."""
     from controllers.foreign_pods import ForeignSchedulerPods, profiles_from
@@ -508,7 +509,7 @@ def _foreign_pods(
         )
         return None
     return ForeignSchedulerPods(
-        state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace or (), is_leader=is_leader
+        state, metrics, events, profiles=profiles, excluded=args.webhook_excluded_namespace or (), leadership=leadership
     )
 
 
@@ -523,11 +524,11 @@ async def _connect(cluster: ApiSource, args: argparse.Namespace) -> None:
         raise UsageError(str(e)) from None
 
 
-def _is_leader(args: argparse.Namespace, leadership: Leadership | None) -> Callable[[], bool]:
-    """--read-only: never; a Lease: while it is held; --standalone and --source: always."""
-    if args.read_only:
-        return lambda: False
-    return leadership.is_leader if leadership is not None else lambda: True
+def _gate(args: argparse.Namespace, leadership: Leadership | None) -> LeadershipGate:
+    """The one leadership answer every writer asks (tracker/leadership_gate.py): --read-only never; a Lease while held; else always."""
+    from tracker.leadership_gate import LeadershipGate
+
+    return LeadershipGate(leadership, read_only=args.read_only)
 
 
 def _apps(
@@ -608,7 +609,7 @@ async def serve(args: argparse.Namespace) -> int:
     leadership = _leadership(args, cluster)
     if cluster is not None:
         await _connect(cluster, args)
-    is_leader = _is_leader(args, leadership)
+    gate = _gate(args, leadership)
     features = features_from(args)
     # The composition root: the parts are built here and handed in.
     binder = Binder(
@@ -617,9 +618,7 @@ async def serve(args: argparse.Namespace) -> int:
         Allocator(cel, features=features, device_placement=args.device_placement),
         metrics,
         PlacementGate(args.placement_wait),
-        is_leader=is_leader,
-        leading_in=leadership.leading_in if leadership is not None and not args.read_only else lambda: None,
-        refresh_leadership=leadership.poll_if_missing if leadership is not None and not args.read_only else None,
+        leadership=gate,
         timeout=args.bind_timeout,
         features=features,
         binding_timeout=args.binding_timeout,
@@ -635,20 +634,20 @@ async def serve(args: argparse.Namespace) -> int:
             state,
             source,
             Settings(mode=args.eviction_mode, ownership=Ownership(evict_upstream=args.evict_upstream)),
-            is_leader=is_leader,
+            leadership=gate,
             metrics=metrics,
         )
     else:
         log.info("NoExecute evictions off (--no-eviction)")
     if health is not None:
-        health.start(state, is_leader, metrics)
+        health.start(state, gate, metrics)
 
-    foreign = _foreign_pods(args, state, metrics, events, is_leader) if events is not None else None
+    foreign = _foreign_pods(args, state, metrics, events, gate) if events is not None else None
     requeuer = None
     if cluster is not None and not args.read_only:  # cluster mode: there is a kube-scheduler whose queue to wake
         from extender.requeue import Requeuer
 
-        requeuer = Requeuer(state, cluster.patch_pod, metrics, is_leader=is_leader)
+        requeuer = Requeuer(state, cluster.patch_pod, metrics, leadership=gate)
     service = Service(
         state,
         binder,

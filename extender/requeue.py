@@ -24,6 +24,7 @@ from typing import Any
 
 from serving.metrics import Metrics
 from tracker import events as ev
+from tracker.leadership_gate import MayWrite
 from tracker.source import SourceError
 from tracker.state import ClusterState
 from tracker.timestamps import rfc3339
@@ -44,14 +45,14 @@ class Requeuer:
         patch_pod: PatchPod,
         metrics: Metrics,
         *,
-        is_leader: Callable[[], bool],
+        leadership: MayWrite,
         interval: float = 1.0,
         batch: int = 200,
     ) -> None:
         self.state = state
         self.patch_pod = patch_pod
         self.metrics = metrics
-        self.is_leader = is_leader
+        self.leadership = leadership
         self.interval = interval
         self.batch = batch
         self._rejected: OrderedDict[str, str] = OrderedDict()  # pod uid -> namespace/name, oldest first
@@ -81,7 +82,7 @@ class Requeuer:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.is_leader():
+            if self.leadership.may_write():
                 await self._nudge()
             await asyncio.sleep(self.interval)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from allocator.allocation import Allocator, Outcome
@@ -45,6 +44,7 @@ from extender.wire import BadRequest, BindingArgs, ExtenderArgs
 from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.foreground import Foreground
+from tracker.leadership_gate import LeadershipGate, MayWriteBy
 from tracker.source import BindingSource
 from tracker.state import ClusterState, Problem
 
@@ -65,7 +65,7 @@ class NotReady(Exception):
 class Service:
     """The verbs over the state. Its parts are built by the composition root (`serve` in dra_extender/cli.py,
     or `build_service` for tools and tests) and handed in: the binder (and through it the placement gate,
-    the source, the allocator, the features and the leadership test) and, in cluster mode, the requeuer."""
+    the source, the allocator, the features and the leadership gate) and, in cluster mode, the requeuer."""
 
     def __init__(
         self,
@@ -89,7 +89,7 @@ class Service:
         self.source = binder.source
         self.allocator = binder.allocator
         self.metrics = metrics
-        self.is_leader = binder.is_leader
+        self.leadership = binder.leadership
         self.placements = binder.gate
         self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
@@ -119,7 +119,7 @@ class Service:
 
     def refresh_gauges(self) -> None:
         """On the main loop: the gauges that read the tracker's state."""
-        self.metrics.leader.set(1 if self.is_leader() else 0)
+        self.metrics.leader.set(1 if self.leadership.may_write() else 0)
         for k, v in self.state.queries.device_state_counts().items():
             self.metrics.devices.labels(k).set(v)
         self.metrics.set_cel_stats(self.state.cel.stats)
@@ -367,7 +367,7 @@ class Service:
         """
         try:
             deadline = time.monotonic() + self.binder.timeout
-            if not self.is_leader() and not await self.binder.leadership_by(deadline):
+            if not await self.leadership.may_write_by(deadline):
                 return plain(REASON_NOT_BOUND, "not leader")
             self._check_ready()
             return await self.binder.bind(args, deadline=deadline)
@@ -390,9 +390,7 @@ def build_service(
     allocator: Allocator[Any],
     metrics: Metrics,
     *,
-    is_leader: Callable[[], bool] = lambda: True,
-    leading_in: Callable[[], float | None] = lambda: None,
-    refresh_leadership: Callable[[], Awaitable[None]] | None = None,
+    leadership: MayWriteBy | None = None,
     placement_wait: float = DEFAULT_PLACEMENT_WAIT,
     bind_timeout: float = DEFAULT_BIND_TIMEOUT,
     features: Features = DEFAULT_FEATURES,
@@ -408,9 +406,7 @@ def build_service(
         allocator,
         metrics,
         gate,
-        is_leader=is_leader,
-        leading_in=leading_in,
-        refresh_leadership=refresh_leadership,
+        leadership=leadership or LeadershipGate.always(),
         timeout=bind_timeout,
         features=features,
         binding_timeout=binding_timeout,

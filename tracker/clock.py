@@ -1,4 +1,4 @@
-"""Time for the eviction controller, injectable so tests run on a fake clock (kubesim/clock.py).
+"""Time for the controllers and the leadership gate, injectable so tests run on a fake clock (kubesim/clock.py).
 
 Every deadline the controller keeps (tolerationSeconds, rate-limit tokens,
 status throttling, 429 backoff) is read from a `Clock` and waited for with
@@ -18,7 +18,7 @@ from tracker.timestamps import parse_rfc3339, rfc3339
 
 class Clock(Protocol):
     def now(self) -> float:
-        """Seconds since the epoch."""
+        """Seconds: since the epoch (SystemClock), or on the monotonic clock (MonotonicClock)."""
         ...
 
     async def wait(self, wake: asyncio.Event, deadline: float | None) -> None:
@@ -33,10 +33,17 @@ class SystemClock:
     async def wait(self, wake: asyncio.Event, deadline: float | None) -> None:
         if wake.is_set():
             return
-        timeout = None if deadline is None else max(0.0, deadline - time.time())
+        timeout = None if deadline is None else max(0.0, deadline - self.now())
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancellation
                 await wake.wait()
+
+
+class MonotonicClock(SystemClock):
+    """time.monotonic(): for deadlines kept within the process (a bind's), which a step of the wall clock must not move."""
+
+    def now(self) -> float:
+        return time.monotonic()
 
 
 def format_time(t: float) -> str:

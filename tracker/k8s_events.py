@@ -2,23 +2,19 @@
 
 Not the object-change events of tracker/events.py: these are written to the
 API server for `kubectl describe` to show. A source records them through
-`EventWriter.create_event` (the API server posts them with `post_event`; the
-manifest source logs them); `EventRecorder` fires them without waiting, so a
-slow API server never holds the caller.
+`EventWriter.create_event` (the API server posts them through its writes,
+tracker/apiserver/writes.py; the manifest source logs them); `EventRecorder`
+fires them without waiting, so a slow API server never holds the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from tracker.resources import EVENTS
-from tracker.source import EventWriter, SourceError
+from tracker.source import EventWriter
 from tracker.timestamps import rfc3339
-
-log = logging.getLogger("dra_extender.source")
 
 COMPONENT = "dra-extender"
 
@@ -74,19 +70,6 @@ def event_object(event: dict[str, Any], now: float | None = None) -> dict[str, A
         "lastTimestamp": stamp,
         "count": 1,
     }
-
-
-Write = Callable[[str, str, Any, str], Awaitable[Any]]  # (method, path, body, what)
-
-
-async def post_event(write: Write, event: dict[str, Any]) -> None:
-    """Create the Event on the API server; a failure is logged (Events are best effort)."""
-    body = event_object(event)
-    namespace = body["metadata"]["namespace"]
-    try:
-        await write("POST", EVENTS.collection(namespace), body, "create Event")
-    except (TimeoutError, SourceError, OSError) as e:
-        log.warning("could not record event", extra={"err": str(e), "object": body["involvedObject"].get("name")})
 
 
 class EventRecorder:

@@ -65,6 +65,8 @@ UPSTREAM_RULE_VERSIONS: Final[tuple[str, ...]] = ("v1", "v1beta2", "v1alpha3")
 UPSTREAM_RULES_PLURAL: Final = "devicetaintrules"
 OWN_RULES: Final = Resource(ev.DEVICE_TAINT_RULE, ev.GROUP_EXTENDER, "v1alpha1", "devicetaintrules", False, required=False)
 OWN_PATCHES: Final = Resource(ev.RESOURCE_SLICE_PATCH, ev.GROUP_EXTENDER, "v1alpha1", "resourceslicepatches", False, required=False)
+# The health controller's policies: watched by it alone (controllers/health), their status written through the tracker's writes.
+HEALTH_POLICIES: Final = Resource("DeviceHealthPolicy", ev.GROUP_EXTENDER, "v1alpha1", "devicehealthpolicies", False, required=False)
 # What is addressed while discovery has not (yet) found the served version.
 DEFAULT_UPSTREAM_RULE_VERSION: Final = "v1beta2"
 

@@ -2,9 +2,11 @@
 
 Narrow protocols, one per job: `ObjectFeed` (run into an EventSink),
 `ObjectReader` (fresh reads), `ClaimWriter`, `PodBindWriter`,
-`PodEvictionWriter`, `RuleStatusWriter`, `VolumeTaintWriter` and
-`EventWriter`. A consumer declares the ones it uses
-(`BindingSource`, `EvictionSource` combine them); `Source` is all of them.
+`PodEvictionWriter`, `RuleStatusWriter`, `VolumeTaintWriter`,
+`OwnRuleWriter`, `PolicyStatusWriter`, `PodLabelWriter` and `EventWriter`.
+A consumer declares the ones it uses (`BindingSource`, `EvictionSource`,
+`HealthSource` combine them); `Source` is all that both sources serve (the
+health writes are the API server's alone).
 
 Two implementations: a manifest directory (`--source DIR`, writes kept in an
 in-memory overlay) and the API server (reflectors, writes over HTTP).
@@ -162,6 +164,42 @@ class VolumeTaintWriter(Protocol):
         ...
 
 
+class OwnRuleWriter(Protocol):
+    """The project's DeviceTaintRules a controller writes whole (the health controller's, one per failing device)."""
+
+    async def list_own_rules(self, label_selector: str) -> list[dict[str, Any]]:
+        """The rules `label_selector` selects, listed fresh from the API server (not the tracker's cache, which may lag)."""
+        ...
+
+    async def create_own_rule(self, rule: dict[str, Any]) -> dict[str, Any]:
+        """Create a rule (Conflict when one of its name exists)."""
+        ...
+
+    async def patch_own_rule(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of a rule (NotFound when it is gone)."""
+        ...
+
+    async def delete_own_rule(self, name: str) -> None:
+        """Delete a rule (NotFound when already gone)."""
+        ...
+
+
+class PolicyStatusWriter(Protocol):
+    """The health controller's DeviceHealthPolicy status."""
+
+    async def update_policy_status(self, name: str, status: dict[str, Any]) -> None:
+        """Merge `status` into a DeviceHealthPolicy's status subresource."""
+        ...
+
+
+class PodLabelWriter(Protocol):
+    """Labels on one pod: the health leader's own pod, which the alerts Service selects."""
+
+    async def label_pod(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        """Merge `labels` into the pod's labels (a None value removes that label)."""
+        ...
+
+
 class EventWriter(Protocol):
     """core/v1 Events about objects, named at the apiVersion this source serves them at."""
 
@@ -180,6 +218,10 @@ class BindingSource(ObjectReader, ClaimWriter, PodBindWriter, EventWriter, Proto
 
 class EvictionSource(PodEvictionWriter, RuleStatusWriter, VolumeTaintWriter, EventWriter, Protocol):
     """What the eviction controller writes (controllers.eviction)."""
+
+
+class HealthSource(OwnRuleWriter, PolicyStatusWriter, EventWriter, Protocol):
+    """What the device-health controller writes (controllers.health); the API server's alone (it needs a cluster)."""
 
 
 class Source(ObjectFeed, BindingSource, EvictionSource, Protocol):

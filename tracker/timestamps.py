@@ -1,13 +1,18 @@
 """RFC 3339 timestamps in UTC, as the API server writes them: metav1.Time and metav1.MicroTime.
 
-The one formatter (and lenient parser) of the project; the layers above
-import it from here (allocator/ never formats a time).
+The one formatter of the project, with the one parser (`allocator/rfc3339.py`,
+strict as the API server) beside it; the layers above import both from here
+(allocator/ never formats a time).
 """
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+
+from allocator.rfc3339 import parse_rfc3339
+
+__all__ = ["parse_rfc3339", "rfc3339"]
 
 _TIME = "%Y-%m-%dT%H:%M:%SZ"  # metav1.Time: second resolution
 _MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # metav1.MicroTime (Lease renewTime, events.k8s.io)
@@ -26,13 +31,3 @@ def rfc3339(t: datetime | float | None = None, *, micro: bool = False) -> str:
     elif t.tzinfo is not None:
         t = t.astimezone(UTC)
     return t.strftime(_MICRO_TIME if micro else _TIME)
-
-
-def parse_rfc3339(text: str) -> datetime | None:
-    """RFC 3339 with or without fractional seconds ("Z" or an offset); None if empty or unparseable."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None

@@ -5,7 +5,8 @@ The API has no `spec.volumeTaints`, so taints live in the annotation
 PersistentVolumeClaim and tolerations in the pod annotation
 `resource.dra-extender.io/volume-tolerations`. They are parsed into the
 device taint and toleration types so that matching is the one function
-devices use (`allocator.tolerations.tolerates_taint`). The pod's side (its
+devices use (`allocator.tolerations.tolerates_taint`), and a pod's time
+under a `NoUse` taint is the devices' `eviction_time`. The pod's side (its
 PVCs and tolerations) is read once into the parsed `Pod`
 (allocator/pod_volumes.py); the volumes' side is read here.
 
@@ -29,7 +30,8 @@ from allocator.pod_volumes import (
     annotation_entries,
     entry_string,
 )
-from allocator.tolerations import tolerates_taint
+from allocator.rfc3339 import parse_rfc3339
+from allocator.tolerations import taint_tolerated
 from allocator.types import DeviceTaint, DeviceToleration, Pod
 
 log = logging.getLogger("dra_extender.volumes")
@@ -54,6 +56,9 @@ def parse_taints(text: str) -> tuple[DeviceTaint, ...]:
             value=entry_string(item, "value", where),
             time_added=entry_string(item, "timeAdded", where),
         )
+        if taint.time_added and parse_rfc3339(taint.time_added) is None:
+            # As the API server refuses a taint's malformed metav1.Time: a typo must not restart the clock each restart.
+            raise MalformedAnnotation(f"{where}.timeAdded: must be an RFC 3339 date-time, got {taint.time_added!r}")
         if taint.effect not in VOLUME_EFFECTS:
             if taint.effect not in _warned_effects:
                 _warned_effects.add(taint.effect)
@@ -234,19 +239,9 @@ def admission_verdict(index: VolumeIndex, claims: tuple[str, ...], tolerations: 
                     None,
                 )
             for taint in volume.taints:
-                if not any(tolerates_taint(t, taint) for t in tolerations):
+                if not taint_tolerated(taint, tolerations):
                     return Verdict(f"{where}: taint {taint} not tolerated", claim, volume, taint)
     return None
-
-
-def tolerated_for_good(taint: DeviceTaint, tolerations: tuple[DeviceToleration, ...]) -> tuple[bool, int | None]:
-    """(tolerated at all, seconds it is tolerated for; None = for good) of a NoUse taint."""
-    matching = [t for t in tolerations if tolerates_taint(t, taint)]
-    if not matching:
-        return False, None
-    if any(t.toleration_seconds is None for t in matching):
-        return True, None
-    return True, max(0, min(t.toleration_seconds or 0 for t in matching))
 
 
 def stamp_time_added(text: str, times: Mapping[str, str]) -> str | None:
@@ -285,7 +280,7 @@ def debug_volumes(index: VolumeIndex) -> list[dict[str, Any]]:
                     "pod": key,
                     "node": node,
                     # A malformed annotation tolerates nothing.
-                    "tolerates": {str(t): tolerated_for_good(t, tolerations)[0] for t in volume.taints} if volume.malformed is None else {},
+                    "tolerates": {str(t): taint_tolerated(t, tolerations) for t in volume.taints} if volume.malformed is None else {},
                     **({"tolerationsProblem": problem} if problem else {}),
                 }
             )

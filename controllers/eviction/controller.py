@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,6 +33,7 @@ from controllers.eviction.rule_view import RuleView
 from controllers.eviction.stamping import RuleStamps, VolumeStamps
 from serving.metrics import Metrics
 from tracker.clock import Clock, Deadlines, SystemClock
+from tracker.leadership_gate import LeadershipGate, MayWrite
 from tracker.source import EvictionSource
 from tracker.state import ClusterState
 
@@ -57,18 +57,18 @@ class EvictionController:
         source: EvictionSource,
         settings: Settings = Settings(),
         *,
-        is_leader: Callable[[], bool] = lambda: True,
+        leadership: MayWrite | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
-        self.is_leader = is_leader
+        self.leadership: MayWrite = leadership or LeadershipGate.always()
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self._leading = False  # as of the last pass: a new term resets the rate limits (rate_limit.py)
         self.idle = False  # waiting for the clock or a tracker event (tests step the fake clock then)
         self.deadlines = Deadlines(self.clock, settings.retry_initial)
-        self.events = events = Events(source, is_leader)
+        self.events = events = Events(source, self.leadership)
         self.intake = Intake(state, own_write=self._own_write, on_rule=events.unknown_effect, on_rule_gone=self._rule_gone)
         self.rule_stamps = RuleStamps(self.intake, source, self.deadlines)
         self.volume_stamps = VolumeStamps(state, source, self.deadlines)
@@ -142,7 +142,7 @@ class EvictionController:
                 continue
             self.intake.wake.clear()
             self.deadlines.times.clear()
-            if self.is_leader():
+            if self.leadership.may_write():
                 if not self._leading:
                     self._leading = True
                     self.dispatcher.limiters.began_leading(self.clock.now())

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from allocator.tolerations import unknown_effect
 from allocator.types import DeviceTaint
 from controllers.eviction.plan import PodEviction
 from controllers.eviction.rule_view import RuleView
+from tracker.leadership_gate import MayWrite
 from tracker.source import EventWriter
 from tracker.volumes import VolumeTaints
 
@@ -28,9 +28,9 @@ UNKNOWN_EFFECT_REASON = "UnknownTaintEffect"
 
 
 class Events:
-    def __init__(self, source: EventWriter, is_leader: Callable[[], bool]) -> None:
+    def __init__(self, source: EventWriter, leadership: MayWrite) -> None:
         self.source = source
-        self.is_leader = is_leader
+        self.leadership = leadership
         self._unknown_effects: dict[tuple[str, str], tuple[str, str]] = {}  # (group, name) -> (uid, effect) announced
         self._not_effective: set[tuple[str, str, str]] = set()  # (volume uid or key, kind, taint) announced
 
@@ -71,7 +71,7 @@ class Events:
         if effect is None or plainly is None:
             self._unknown_effects.pop(rule.ident, None)  # fixed: a later unknown effect is announced anew
             return
-        if not self.is_leader():
+        if not self.leadership.may_write():
             return
         seen = (rule.uid, effect)
         if self._unknown_effects.get(rule.ident) == seen:

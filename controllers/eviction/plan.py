@@ -1,13 +1,10 @@
 """Who is evicted, and when: a pure function of the tracker's views.
 
 docs/design.md#eviction: pods bound to a node and holding a reservation on an
-allocated claim are considered; per NoExecute taint on an allocated device,
-an untolerated taint evicts now, one tolerated only by tolerations with
-`tolerationSeconds` evicts at `timeAdded` + the smallest of them (≤ 0: now),
-and one tolerated without seconds never evicts. The pod's time is the
-earliest over its taints. Unlike upstream's controller (which only counts
-tolerations whose effect is literally NoExecute) an empty toleration effect
-matches every effect, as the API documents.
+allocated claim are considered; each NoExecute taint on an allocated device
+gives a time by `allocator.tolerations.eviction_time` (upstream's
+tolerationSeconds rule), and a pod under several taints, claims or volumes
+goes at the earliest of them (`PodEviction.merged`, `add_eviction`).
 """
 
 from __future__ import annotations
@@ -15,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from allocator.tolerations import allocated_tolerations, tolerates_taint
-from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceTaintRule, DeviceToleration, ResourceClaim
+from allocator.device_selector import names_device, reads_attributes
+from allocator.tolerations import allocated_tolerations, eviction_time
+from allocator.types import EFFECT_NO_EXECUTE, DeviceID, DeviceTaint, DeviceTaintRule, DeviceToleration, Pod, ResourceClaim
 from controllers.eviction.rate_limit import DEFAULT_RATE
 from tracker.events import GROUP_EXTENDER
 from tracker.state import ClusterState
@@ -95,6 +93,11 @@ class TaintRef:
         return self.origin.source
 
 
+def _once_by_id(*reasons: Iterable[TaintRef]) -> tuple[TaintRef, ...]:
+    """Every reason once, ordered by id (as Events, status and logs list them)."""
+    return tuple(sorted(dict.fromkeys(r for group in reasons for r in group), key=lambda r: r.id))
+
+
 @dataclass(frozen=True, slots=True)
 class PodEviction:
     key: str  # namespace/name
@@ -103,6 +106,23 @@ class PodEviction:
     taint_time: float  # earliest timeAdded of the reasons (the deletion latency starts here)
     reasons: tuple[TaintRef, ...]
     claims: tuple[str, ...]
+
+    @staticmethod
+    def of(key: str, uid: str, found: Sequence[tuple[float, TaintRef]], claims: tuple[str, ...]) -> PodEviction:
+        """The pod's eviction for these (time, taint) pairs, at least one: the earliest time and timeAdded."""
+        due = min(when for when, _ in found)
+        return PodEviction(key, uid, due, min(r.time_added for _, r in found), _once_by_id(r for _, r in found), claims)
+
+    def merged(self, other: PodEviction) -> PodEviction:
+        """The same pod evicted for more reasons (another claim, a volume): the earlier time, every reason once."""
+        return PodEviction(
+            self.key,
+            self.uid,
+            min(self.due, other.due),
+            min(self.taint_time, other.taint_time),
+            _once_by_id(self.reasons, other.reasons),
+            (*self.claims, *other.claims),
+        )
 
     @property
     def namespace(self) -> str:
@@ -140,6 +160,20 @@ class PodEviction:
 TaintTime = Callable[[DeviceID, DeviceTaint, str], float]
 
 
+def running(pod: Pod | None) -> bool:
+    """A pod eviction is for: bound to a node and not being deleted already."""
+    return pod is not None and bool(pod.node_name) and not pod.meta.deletion_timestamp
+
+
+def add_eviction(plan: dict[str, PodEviction], eviction: PodEviction) -> None:
+    """Put a pod's eviction into the plan, merged with what it holds for the pod (another pod of the name keeps its place)."""
+    held = plan.get(eviction.key)
+    if held is None:
+        plan[eviction.key] = eviction
+    elif held.uid == eviction.uid:
+        plan[eviction.key] = held.merged(eviction)
+
+
 def slice_taint_id(device: DeviceID, taint: DeviceTaint) -> str:
     return f"slice:{device}:{taint}"
 
@@ -152,9 +186,9 @@ def device_taints(state: ClusterState, did: DeviceID) -> Iterator[tuple[DeviceTa
         return
     for rule in state.rules.values():
         s = rule.selector
-        if s is None or s.device_class_name or s.selectors:
+        if s is None or reads_attributes(s):
             continue  # class and CEL selectors need a published device (docs/design.md#devicetaintrule-selectors)
-        if (s.driver in (None, did.driver)) and (s.pool in (None, did.pool)) and (s.device in (None, did.device)):
+        if names_device(s, did):
             yield rule.taint, rule.source
 
 
@@ -173,12 +207,10 @@ def _claim_eviction(
     ownership: Ownership,
     taint_time: TaintTime,
     simulate: str | None,
-) -> tuple[float, float, list[TaintRef]] | None:
-    """(due, earliest taint time, reasons) for an allocated claim, None if nothing evicts its users."""
+) -> list[tuple[float, TaintRef]]:
+    """(when, why) for each taint that evicts the users of an allocated claim."""
     assert claim.allocation is not None
-    due: float | None = None
-    earliest = float("inf")
-    reasons: list[TaintRef] = []
+    found: list[tuple[float, TaintRef]] = []
     for result in claim.allocation.results:
         did = result.device_id
         tolerations: tuple[DeviceToleration, ...] | None = None
@@ -192,21 +224,13 @@ def _claim_eviction(
                 continue
             if tolerations is None:
                 tolerations = allocated_tolerations(claim, result)
-            matching = [t for t in tolerations if tolerates_taint(t, taint)]
             added = taint_time(did, taint, source)
-            if not matching:
-                when = 0.0
-            elif any(t.toleration_seconds is None for t in matching):
+            when = eviction_time(taint, tolerations, added)
+            if when is None:
                 continue  # tolerated for good: never for this taint
-            else:
-                when = added + max(0, min(t.toleration_seconds or 0 for t in matching))
             ref_id = source if source != SLICE_SOURCE else slice_taint_id(did, taint)
-            reasons.append(TaintRef(ref_id, origin, taint, did, added, rule_rate(state, origin)))
-            earliest = min(earliest, added)
-            due = when if due is None else min(due, when)
-    if due is None:
-        return None
-    return due, earliest, reasons
+            found.append((when, TaintRef(ref_id, origin, taint, did, added, rule_rate(state, origin))))
+    return found
 
 
 def plan_evictions(
@@ -221,16 +245,15 @@ def plan_evictions(
     `simulate`: only the taints of this source count, as if their effect were
     NoExecute (the `effect: None` dry run).
     """
-    per_pod: dict[str, tuple[str, float, float, list[TaintRef], list[str]]] = {}
+    plan: dict[str, PodEviction] = {}
     if simulate is None and not state.queries.may_evict():
-        return {}  # no NoExecute taint anywhere: nothing to look for in every allocated claim
+        return plan  # no NoExecute taint anywhere: nothing to look for in every allocated claim
     for claim in state.claims.values():
         if claim.allocation is None or not claim.reserved_for:
             continue
         found = _claim_eviction(state, claim, ownership, taint_time, simulate)
-        if found is None:
+        if not found:
             continue
-        due, earliest, reasons = found
         for ref in claim.reserved_for:
             if ref.resource != "pods" or ref.api_group:
                 continue
@@ -238,20 +261,10 @@ def plan_evictions(
             pod = state.pods.get(key)
             if pod is None or (ref.uid and pod.meta.uid != ref.uid):
                 continue  # gone, or a new pod under the old name: not the one holding the claim
-            if not pod.node_name or pod.meta.deletion_timestamp:
+            if not running(pod):
                 continue
-            held = per_pod.get(key)
-            if held is None:
-                per_pod[key] = (pod.meta.uid, due, earliest, list(reasons), [claim.key])
-            else:
-                uid, d, e, rs, cs = held
-                rs.extend(r for r in reasons if r not in rs)
-                cs.append(claim.key)
-                per_pod[key] = (uid, min(d, due), min(e, earliest), rs, cs)
-    return {
-        key: PodEviction(key, uid, due, earliest, tuple(sorted(rs, key=lambda r: r.id)), tuple(cs))
-        for key, (uid, due, earliest, rs, cs) in per_pod.items()
-    }
+            add_eviction(plan, PodEviction.of(key, pod.meta.uid, found, (claim.key,)))
+    return plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,11 @@
 """Who leaves a volume with a `NoUse` taint, and when: a pure function of the tracker's views.
 
 Pods bound to a node that use a PVC (directly or as a generic ephemeral
-volume) are considered; per `NoUse` taint on the PVC or its bound PV, an
-untolerated taint evicts now, one tolerated only with `tolerationSeconds`
-evicts at `timeAdded` + the smallest of them (≤ 0: now), one tolerated
-without seconds never. Matching is the device tolerations' function. A
-malformed taint annotation keeps new pods off (the filter) but evicts
-nobody: a typo must not delete running pods either.
+volume) are considered; each `NoUse` taint on the PVC or its bound PV gives
+a time by the devices' rule (`allocator.tolerations.eviction_time`), and the
+pod goes at the earliest (`PodEviction.merged`). A malformed taint
+annotation keeps new pods off (the filter) but evicts nobody: a typo must
+not delete running pods either.
 """
 
 from __future__ import annotations
@@ -14,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from allocator.pod_volumes import EFFECT_NO_USE
+from allocator.tolerations import eviction_time, taint_tolerated
 from allocator.types import DeviceTaint, DeviceToleration
-from controllers.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef
+from controllers.eviction.plan import PodEviction, TaintKind, TaintOrigin, TaintRef, add_eviction, running
 from controllers.eviction.rate_limit import DEFAULT_RATE
 from tracker.pod_status import PodStatus
 from tracker.state import ClusterState
-from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, VolumeTaints, tolerated_for_good
+from tracker.volumes import EFFECT_NO_ATTACH_OR_MOUNT, VolumeTaints
 
 VolumeTaintTime = Callable[[VolumeTaints, DeviceTaint], float]
 
@@ -46,46 +46,30 @@ def plan_volume_evictions(state: ClusterState, pods: Mapping[str, PodStatus], ta
             continue
         for key in sorted(users):
             pod = state.pods.get(key)
-            if pod is None or not pod.node_name or pod.meta.deletion_timestamp:
+            if pod is None or not running(pod):
                 continue
             tolerations = _tolerations(pods, key)
-            due: float | None = None
-            earliest = float("inf")
-            reasons: list[TaintRef] = []
+            found: list[tuple[float, TaintRef]] = []
             for volume in volumes:
                 for taint in volume.taints:
                     if taint.effect != EFFECT_NO_USE:
                         continue
-                    tolerated, seconds = tolerated_for_good(taint, tolerations)
                     added = taint_time(volume, taint)
-                    if tolerated and seconds is None:
+                    when = eviction_time(taint, tolerations, added)
+                    if when is None:
                         continue
-                    when = 0.0 if not tolerated else added + (seconds or 0)
                     origin = volume_origin(volume)
-                    reasons.append(TaintRef(f"volume:{origin.source}:{taint}", origin, taint, None, added, DEFAULT_RATE))
-                    earliest = min(earliest, added)
-                    due = when if due is None else min(due, when)
-            if due is None:
-                continue
-            held = out.get(key)
-            if held is not None:
-                merged = tuple(sorted({*held.reasons, *reasons}, key=lambda r: r.id))
-                out[key] = PodEviction(key, pod.meta.uid, min(held.due, due), min(held.taint_time, earliest), merged, (*held.claims, claim))
-            else:
-                out[key] = PodEviction(key, pod.meta.uid, due, earliest, tuple(sorted(reasons, key=lambda r: r.id)), (claim,))
+                    found.append((when, TaintRef(f"volume:{origin.source}:{taint}", origin, taint, None, added, DEFAULT_RATE)))
+            if found:
+                add_eviction(out, PodEviction.of(key, pod.meta.uid, found, (claim,)))
     return out
 
 
 def merge(device: dict[str, PodEviction], volume: dict[str, PodEviction]) -> dict[str, PodEviction]:
     """One plan: a pod evicted for both keeps the earliest time and all reasons (and the device wording)."""
     out = dict(device)
-    for key, v in volume.items():
-        d = out.get(key)
-        if d is None or d.uid != v.uid:
-            out[key] = v if d is None else d
-            continue
-        reasons = tuple(sorted({*d.reasons, *v.reasons}, key=lambda r: r.id))
-        out[key] = PodEviction(key, d.uid, min(d.due, v.due), min(d.taint_time, v.taint_time), reasons, (*d.claims, *v.claims))
+    for eviction in volume.values():
+        add_eviction(out, eviction)
     return out
 
 
@@ -108,9 +92,9 @@ def ineffective_no_attach(state: ClusterState, pods: Mapping[str, PodStatus]) ->
             ignoring = []
             for key in users:
                 pod = state.pods.get(key)
-                if pod is None or not pod.node_name or pod.meta.deletion_timestamp:
+                if not running(pod):
                     continue
-                if not tolerated_for_good(taint, _tolerations(pods, key))[0]:
+                if not taint_tolerated(taint, _tolerations(pods, key)):
                     ignoring.append(key)
             if ignoring:
                 out.append((volume, taint, ignoring))

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import orjson
+from typing import Any
 
 from allocator.device_view import DeviceView
 from allocator.types import DeviceID
@@ -35,15 +33,16 @@ from controllers.health.policy import GROUP, KIND, POLICIES, Policy, PolicyError
 from controllers.health.resolver import device_key
 from controllers.health.rules import PIN, POLICY_LABEL, STATE, decode, encode_state, label_value, rule_name, rule_object
 from controllers.health.sinks import NodeSink, ObjectSink
-from controllers.health.status import MERGE_PATCH, PolicyStatus, Unmatched, Writes, write
+from controllers.health.status import PolicyStatus, Unmatched
 from serving.metrics import Metrics
 from tracker import events as ev
-from tracker.apiserver.discovery import Transport, served
+from tracker.apiserver.discovery import served
 from tracker.apiserver.reflector import Freshness, Reflector, WatchTransport
 from tracker.apiserver.source import OPTIONAL_RECHECK_SECONDS
 from tracker.clock import Clock, SystemClock, format_time
-from tracker.resources import KIND_RESOURCES, OWN_RULES, Resource
-from tracker.source import NotFound, SourceError, status_error
+from tracker.leadership_gate import LeadershipGate, MayWrite
+from tracker.resources import KIND_RESOURCES, Resource
+from tracker.source import Conflict, HealthSource, NotFound, SourceError
 from tracker.state import ClusterState
 
 log = logging.getLogger("dra_extender.health")
@@ -51,10 +50,6 @@ log = logging.getLogger("dra_extender.health")
 WRITERS = 64  # API writes in flight at once
 WRITES_PER_TURN = 64  # devices one writer looks at between two turns of the event loop (an unchanged one costs a comparison)
 Taint = tuple[str, str, str]  # key, value, effect
-
-
-class HealthSource(Transport, Writes, Protocol):
-    """What the controller needs of the API server (ApiSource provides it): requests, sends and Events."""
 
 
 class SelectorFailed(Exception):
@@ -80,7 +75,7 @@ class HealthController:
         source: HealthSource,
         *,
         feed: WatchTransport | None = None,
-        is_leader: Callable[[], bool] = lambda: True,
+        leadership: MayWrite | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         leader_poll: float = 1.0,
@@ -90,7 +85,7 @@ class HealthController:
         self.state = state
         self.source = source
         self.feed: WatchTransport = feed if feed is not None else source  # type: ignore[assignment]  # ApiSource is both
-        self.is_leader = is_leader
+        self.leadership: MayWrite = leadership or LeadershipGate.always()
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
         self.leader_poll = leader_poll
@@ -227,7 +222,7 @@ class HealthController:
             self.wake.clear()
             now = self.clock.now()
             self._follow_nodes()
-            if self.is_leader():
+            if self.leadership.may_write():
                 full = self._full or now >= full_at
                 only, self.dirty, self._full = (None if full else self.dirty), set(), False
                 async with self.lock:
@@ -299,13 +294,11 @@ class HealthController:
 
     async def _load(self) -> None:
         """Every rule we own, listed fresh from the API (not the tracker's cache, which may lag a hand-over)."""
-        status, body = await self.source.request("GET", OWN_RULES.collection(), query={"labelSelector": POLICY_LABEL})
-        if status != 200:
-            raise status_error(status, body, "list health DeviceTaintRules")
+        rules = await self.source.list_own_rules(POLICY_LABEL)
         self.states.clear()
         self.written.clear()
         self._same.clear()
-        for obj in orjson.loads(body).get("items") or ():
+        for obj in rules:
             owned = decode(obj)
             if owned is None:
                 continue
@@ -327,7 +320,7 @@ class HealthController:
         the API server refuses the writes: Alertmanager then retries, and the retry is idempotent.
         The window between the 200 and the write is in docs/health.md (Limits).
         """
-        if not self.is_leader():
+        if not self.leadership.may_write():
             return Answer(503, {"error": "not the leader: retry"})
         if not self.ready:
             return Answer(503, {"error": "not synced with the API server yet: retry"})
@@ -654,11 +647,10 @@ class HealthController:
                     effect=effect,
                     state=st,
                 )
-                status, data = await self.source.send("POST", OWN_RULES.collection(), obj)
-                if status == 409:
+                try:
+                    await self.source.create_own_rule(obj)
+                except Conflict:  # there already (written by an earlier leadership): brought to what it should be
                     await self._patch(name, taint, annotation)
-                elif status not in (200, 201):
-                    raise status_error(status, data, f"create DeviceTaintRule {name}")
                 else:
                     self.status.event(policy, "Normal", "DeviceTainted", f"{did} ({node}): {rule.name} {effect} ({st.cause})")
             else:
@@ -682,7 +674,7 @@ class HealthController:
             "spec": {"taint": {"key": key, "value": value or None, "effect": effect}},
         }
         try:
-            await write(self.source, "PATCH", OWN_RULES.item("", name), patch, f"patch DeviceTaintRule {name}", MERGE_PATCH)
+            await self.source.patch_own_rule(name, patch)
         except NotFound:
             self.written.pop(name, None)
             raise
@@ -691,7 +683,7 @@ class HealthController:
         did, node = self.where[key]
         name = rule_name(policy.name, rule.name, did)
         try:
-            await write(self.source, "DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
+            await self.source.delete_own_rule(name)
         except NotFound:
             pass
         except (SourceError, OSError, TimeoutError) as e:
@@ -743,7 +735,7 @@ class HealthController:
                 if not self.failures.due(name, self.clock.now()):
                     continue
                 try:
-                    await write(self.source, "DELETE", OWN_RULES.item("", name), {}, f"delete DeviceTaintRule {name}")
+                    await self.source.delete_own_rule(name)
                 except NotFound:
                     pass
                 except (SourceError, OSError, TimeoutError) as e:

@@ -15,22 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
-from typing import Any, Protocol
 
 from tracker.clock import Clock, SystemClock
-from tracker.source import status_error
+from tracker.leadership_gate import LeadershipGate, MayWrite
+from tracker.source import PodLabelWriter
 
 log = logging.getLogger("dra_extender.health")
 
 LABEL = "resource.dra-extender.io/health-leader"
-MERGE_PATCH = "application/merge-patch+json"
-
-
-class PodWriter(Protocol):
-    async def send(
-        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
-    ) -> tuple[int, bytes]: ...
 
 
 def own_pod() -> tuple[str, str] | None:
@@ -42,18 +34,18 @@ def own_pod() -> tuple[str, str] | None:
 class LeaderLabel:
     def __init__(
         self,
-        source: PodWriter,
+        source: PodLabelWriter,
         namespace: str,
         name: str,
-        is_leader: Callable[[], bool],
+        leadership: MayWrite,
         *,
         clock: Clock | None = None,
         poll: float = 1.0,
     ) -> None:
         self.source = source
-        self.path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        self.namespace, self.name = namespace, name
         self.pod = f"{namespace}/{name}"
-        self.is_leader = is_leader
+        self.leadership = leadership
         self.clock: Clock = clock or SystemClock()
         self.poll = poll
         self.labelled: bool | None = None  # what the pod carries, as last written (None: not known yet)
@@ -61,14 +53,11 @@ class LeaderLabel:
 
     async def step(self) -> None:
         """Label or unlabel the pod if leadership differs from what was last written; a failure is retried at the next poll."""
-        want = self.is_leader()
+        want = self.leadership.may_write()
         if want == self.labelled:
             return
-        patch = {"metadata": {"labels": {LABEL: "true" if want else None}}}
         try:
-            status, data = await self.source.send("PATCH", self.path, patch, content_type=MERGE_PATCH)
-            if status not in (200, 201):
-                raise status_error(status, data, f"patch Pod {self.pod} label {LABEL}")
+            await self.source.label_pod(self.namespace, self.name, {LABEL: "true" if want else None})
         except Exception as e:  # any failure (refused, unreachable, the session gone) is retried at the next poll, never fatal
             log.warning(
                 "could not set the health leader label on the own pod", extra={"object": self.pod, "err": str(e) or type(e).__name__}
@@ -85,7 +74,7 @@ class LeaderLabel:
                 await self.clock.wait(self.wake, self.clock.now() + self.poll)
         finally:
             if self.labelled:  # stopping: the Service stops sending deliveries here at once
-                self.is_leader = lambda: False
+                self.leadership = LeadershipGate.never()
                 await asyncio.shield(self.step())
                 if self.labelled:
                     log.error(

@@ -13,13 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tracker.resources import Resource
+from tracker.resources import HEALTH_POLICIES
 
-GROUP = "resource.dra-extender.io"
-VERSION = "v1alpha1"
-KIND = "DeviceHealthPolicy"
-PLURAL = "devicehealthpolicies"
-POLICIES = Resource(KIND, GROUP, VERSION, PLURAL, False, required=False)  # optional: the CRD may not be installed
+POLICIES = HEALTH_POLICIES  # optional: the CRD may not be installed
+GROUP = POLICIES.group
+VERSION = POLICIES.version
+KIND = POLICIES.kind
 
 EFFECTS = ("None", "NoSchedule", "NoExecute")
 RANK = {"None": 0, "NoSchedule": 1, "NoExecute": 2}

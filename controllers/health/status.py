@@ -19,30 +19,15 @@ from typing import Any, Protocol
 from controllers.health import ladder
 from controllers.health.failures import WriteFailures
 from controllers.health.ladder import DeviceState
-from controllers.health.policy import DEFAULT_GUARD, GROUP, KIND, POLICIES, VERSION, Policy, PolicyError
+from controllers.health.policy import DEFAULT_GUARD, GROUP, KIND, VERSION, Policy, PolicyError
 from tracker.clock import Clock, format_time
-from tracker.source import NotFound, SourceError, status_error
+from tracker.source import EventWriter, NotFound, PolicyStatusWriter, SourceError
 
 log = logging.getLogger("dra_extender.health")
 
-MERGE_PATCH = "application/merge-patch+json"
 
-
-class Writes(Protocol):
-    """The API server as the health controller writes to it (ApiSource provides it): sends and Events."""
-
-    async def send(
-        self, method: str, path: str, body: Any, *, content_type: str = "application/json", timeout: float = 30.0
-    ) -> tuple[int, bytes]: ...
-
-    async def create_event(self, event: dict[str, Any]) -> None: ...
-
-
-async def write(source: Writes, method: str, path: str, body: Any, what: str, content_type: str = "application/json") -> None:
-    """One API write; a status other than 200, 201 or 202 raises the SourceError that names `what`."""
-    status, data = await source.send(method, path, body, content_type=content_type)
-    if status not in (200, 201, 202):
-        raise status_error(status, data, what)
+class Writes(PolicyStatusWriter, EventWriter, Protocol):
+    """What the policies' status needs of the API server (the tracker's writes): the status subresource and Events."""
 
 
 @dataclass
@@ -255,9 +240,7 @@ class PolicyStatus:
             return
         key = _status_key(name)
         try:
-            await write(
-                self.source, "PATCH", POLICIES.item("", name) + "/status", {"status": status}, f"patch {KIND} {name} status", MERGE_PATCH
-            )
+            await self.source.update_policy_status(name, status)
         except NotFound:
             self.failures.forget(key)
             return

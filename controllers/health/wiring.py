@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from serving.http_thread import Limits, Listener, LoopBridge
 from serving.metrics import Metrics
+from tracker.leadership_gate import MayWrite
 from tracker.state import ClusterState
 
 if TYPE_CHECKING:  # imported when started: a process without health never loads the controller
@@ -50,11 +51,11 @@ class HealthSetup:
     background: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = field(default_factory=list)
     controller: HealthController | None = None
 
-    def start(self, state: ClusterState, is_leader: Callable[[], bool], metrics: Metrics) -> None:
+    def start(self, state: ClusterState, leadership: MayWrite, metrics: Metrics) -> None:
         """Build the controller before the source runs (it subscribes to the tracker's events)."""
         from controllers.health.controller import HealthController
 
-        self.controller = HealthController(state, self.cluster, is_leader=is_leader, metrics=metrics)
+        self.controller = HealthController(state, self.cluster, leadership=leadership, metrics=metrics)
         self.background.append(("health", self.controller.run))
         if self.listen is not None:
             from controllers.health.leader_label import LeaderLabel, own_pod
@@ -63,7 +64,7 @@ class HealthSetup:
             if pod is None:
                 log.info("no POD_NAME/POD_NAMESPACE: the own pod is not labelled as the health leader")
             else:
-                self.background.append(("health-leader-label", LeaderLabel(self.cluster, *pod, is_leader).run))
+                self.background.append(("health-leader-label", LeaderLabel(self.cluster, *pod, leadership).run))
 
     def apps(self, bridge: LoopBridge, limits: Limits) -> list[Listener]:
         if self.sock is None or self.controller is None or self.listen is None:

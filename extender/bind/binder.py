@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from allocator.allocation import Allocator
@@ -46,6 +46,7 @@ from extender.placements import PlacementGate
 from extender.wire import BindingArgs
 from serving.metrics import Metrics
 from tracker import events as ev
+from tracker.leadership_gate import MayWriteBy
 from tracker.ledger import Reservation
 from tracker.source import BindingSource, Conflict, SourceError
 from tracker.state import ClusterState
@@ -56,7 +57,6 @@ __all__ = ["BIND_ATTEMPTS", "DEFAULT_BIND_TIMEOUT", "BindFailed", "Binder"]
 log = logging.getLogger("dra_extender.bind")
 _T = TypeVar("_T")
 
-LEADERSHIP_RESERVE = 1.0  # seconds of a bind's timeout left for the bind itself after waiting out a hand-over
 DEFAULT_BIND_TIMEOUT = 4.0  # kube-scheduler's default httpTimeout is 5 s and covers /bind
 
 
@@ -75,9 +75,7 @@ class Binder:
         metrics: Metrics,
         gate: PlacementGate,
         *,
-        is_leader: Callable[[], bool],
-        leading_in: Callable[[], float | None] = lambda: None,
-        refresh_leadership: Callable[[], Awaitable[None]] | None = None,
+        leadership: MayWriteBy,
         timeout: float = DEFAULT_BIND_TIMEOUT,
         features: Features = DEFAULT_FEATURES,
         binding_timeout: float = 600.0,
@@ -89,15 +87,13 @@ class Binder:
         self.allocator = allocator
         self.metrics = metrics
         self.gate = gate
-        self.is_leader = is_leader
-        self.leading_in = leading_in  # seconds until a fresh Lease's wait ends (tracker/apiserver/leadership.py), else None
-        self.refresh_leadership = refresh_leadership  # read the Lease now if the last read found none
+        self.leadership = leadership  # asked before each write; a bind may wait out a fresh Lease's hand-over
         self.timeout = timeout
         self.lock = asyncio.Lock()  # held for decisions only, never across an API call
         background = BackgroundTasks()
         self.owners = PodOwners()  # a pod's claims: bound by its /bind or deallocated, never both at once
-        self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, is_leader), timeout, is_leader)
-        self.undo = BindUndo(source, self.claims, background, self._release, is_leader)
+        self.claims = ClaimWrites(state, source, ForeignAllocations(state, metrics, leadership), timeout, leadership)
+        self.undo = BindUndo(source, self.claims, background, self._release, leadership)
         self.binding = BindingWait(state, source, self.claims, metrics, background, self.owners, timeout=binding_timeout)
 
     # ------------------------------------------------------------------ entry point
@@ -110,7 +106,7 @@ class Binder:
         uid = args.pod_uid
         try:
             deadline = deadline if deadline is not None else time.monotonic() + self.timeout
-            if not self.is_leader() and not await self.leadership_by(deadline):
+            if not await self.leadership.may_write_by(deadline):
                 self.metrics.binds.labels("not_leader").inc()
                 return plain(REASON_NOT_BOUND, "not leader")
             try:
@@ -127,37 +123,6 @@ class Binder:
             return e.failure
         finally:
             self.gate.decided(uid)
-
-    async def leadership_by(self, deadline: float) -> bool:
-        """Whether this process leads in time for a bind due by `deadline`, having waited for it if it will.
-
-        A scheduler that creates its Lease leads at once, while its sidecar
-        learns of it at its next read and then waits a little more for any
-        earlier holder's sidecar to stop (tracker/apiserver/leadership.py).
-        Without this, the first binds of a fresh start fail as "not leader",
-        each a FailedScheduling and a retry with backoff. So when the last
-        read found no Lease, read it now; if a fresh Lease's wait ends in
-        time (leaving LEADERSHIP_RESERVE for the bind), wait for it, then ask
-        again (a read meanwhile may have seen the Lease move on).
-        """
-        left = self.leading_in()
-        if left is None and self.refresh_leadership is not None:
-            budget = deadline - LEADERSHIP_RESERVE - time.monotonic()
-            if budget <= 0:
-                return False
-            try:
-                async with asyncio.timeout(budget):
-                    await self.refresh_leadership()
-            except Exception as e:  # a read that failed or took too long: not leading, as before
-                log.info("reading the followed Lease for a bind failed", extra={"err": str(e) or type(e).__name__})
-                return False
-            if self.is_leader():
-                return True
-            left = self.leading_in()
-        if left is None or time.monotonic() + left > deadline - LEADERSHIP_RESERVE:
-            return False
-        await asyncio.sleep(left)
-        return self.is_leader()
 
     async def _pod(self, args: BindingArgs) -> Pod:
         """The pod as the state holds it (parsed at intake), else as the API server has it."""
@@ -279,7 +244,7 @@ class Binder:
 
     def _decide(self, pod: Pod, node_name: str) -> tuple[list[ResourceClaim], dict[str, AllocationResult], Reservation, Extended | None]:
         """Under the lock, without I/O: allocate against allocated + in-flight devices and hold them."""
-        if not self.is_leader():
+        if not self.leadership.may_write():
             # Checked under the lock: binds queued when leadership ended must not allocate.
             self.metrics.binds.labels("not_leader").inc()
             raise BindFailed("not leader")
@@ -375,7 +340,7 @@ class Binder:
     # ------------------------------------------------------------------ the Binding
 
     async def _create_binding(self, args: BindingArgs, uid: str) -> None:
-        if not self.is_leader():  # each claim write asked first; so does the Binding
+        if not self.leadership.may_write():  # each claim write asked first; so does the Binding
             raise NotLeading(f"not leader: leadership ended before binding pod {args.pod_namespace}/{args.pod_name}")
         try:
             await self.source.bind_pod(args.pod_namespace, args.pod_name, uid, args.node)
@@ -409,7 +374,7 @@ class Binder:
 
         Only the leader writes: a standby replica's /filter answers the same, and leaves the claims to the leader.
         """
-        if self.is_leader():
+        if self.leadership.may_write():
             self.binding.failed_in_background(pod, uid, claims, bad, keep_ready=keep_ready)
 
     def binding_readiness(self, claims: list[ResourceClaim]) -> Readiness | None:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +25,7 @@ from allocator.types import DELETE_PROTECTION_FINALIZER, AllocationResult, Devic
 from serving.metrics import Metrics
 from tracker import events as ev
 from tracker.claim_status import ClaimStatus, parse_claim_status
+from tracker.leadership_gate import MayWrite
 from tracker.source import BindingSource, SourceError
 from tracker.state import ClusterState
 
@@ -76,10 +76,10 @@ class ForeignAllocations:
     allocation made by anyone else can be named (see docs/kube-scheduler.md).
     """
 
-    def __init__(self, state: ClusterState, metrics: Metrics, is_leader: Callable[[], bool]) -> None:
+    def __init__(self, state: ClusterState, metrics: Metrics, leadership: MayWrite) -> None:
         self.state = state
         self.metrics = metrics
-        self.is_leader = is_leader
+        self.leadership = leadership
         self._seen: dict[str, frozenset[DeviceID]] = {}
         self._own: set[tuple[str, frozenset[DeviceID]]] = set()
         state.subscribe(self.on_event)
@@ -106,7 +106,7 @@ class ForeignAllocations:
         if (event.key, devices) in self._own:
             self._own.discard((event.key, devices))
             return
-        if self.is_leader():
+        if self.leadership.may_write():
             self.metrics.foreign_allocations.inc()
             log.warning(
                 "claim allocated by another allocator: only one allocator may manage a device pool",
@@ -118,13 +118,13 @@ class ClaimWrites:
     """Reads, writes and re-reads the claims of one bind; the state hears of every write's result."""
 
     def __init__(
-        self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float, is_leader: Callable[[], bool]
+        self, state: ClusterState, source: BindingSource, foreign: ForeignAllocations, timeout: float, leadership: MayWrite
     ) -> None:
         self.state = state
         self.source = source
         self.foreign = foreign
         self.timeout = timeout  # the bind budget, named in messages
-        self.is_leader = is_leader
+        self.leadership = leadership
 
     def leading(self, key: str) -> None:
         """Raise NotLeading unless this process leads: asked right before each write, so an ex-leader never writes.
@@ -132,7 +132,7 @@ class ClaimWrites:
         The lead is counted from before its renewal was sent (tracker/apiserver/leadership.py), so a write
         that starts while this holds starts inside the lease; the undo that follows a refusal checks again.
         """
-        if not self.is_leader():
+        if not self.leadership.may_write():
             raise NotLeading(f"not leader: leadership ended before writing claim {key}")
 
     def apply(self, raw: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from extender.bind.background import BackgroundTasks
 from extender.bind.claim_writes import BIND_ATTEMPTS, ClaimWrites, Written
 from tracker import events as ev
 from tracker.claim_status import parse_claim_status
+from tracker.leadership_gate import MayWrite
 from tracker.ledger import Reservation
 from tracker.source import BindingSource, Conflict, SourceError
 
@@ -40,10 +41,10 @@ class BindUndo:
         writer: ClaimWrites,
         background: BackgroundTasks,
         release: Callable[[Reservation], None],
-        is_leader: Callable[[], bool],
+        leadership: MayWrite,
     ) -> None:
         self.source = source
-        self.is_leader = is_leader
+        self.leadership = leadership
         self.writer = writer
         self.background = background
         self.release = release  # frees the in-flight devices, once the undo is done
@@ -97,7 +98,7 @@ class BindUndo:
 
     def _leading(self, key: str) -> None:
         """Raise _NotLeading unless this process leads: asked right before each write, so an ex-leader never writes."""
-        if not self.is_leader():
+        if not self.leadership.may_write():
             raise _NotLeading(key)
 
     async def _bound_here(self, pod: Pod, node: str) -> bool:

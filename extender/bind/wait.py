@@ -190,7 +190,7 @@ class BindingWait:
                         log.info("binding conditions met meanwhile: the claim keeps its allocation", extra={"claim": claim.key})
                         return False
                     warn()
-                    if not self.writer.is_leader():
+                    if not self.writer.leadership.may_write():
                         log.warning("not leading: the claim's deallocation is left to the new leader", extra={"claim": claim.key})
                         return True
                     patch = {

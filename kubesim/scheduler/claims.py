@@ -8,6 +8,7 @@ from typing import Any
 
 from kubesim.scheduler.api import Api
 from kubesim.scheduler.config import DELETE_PROTECTION, ClaimControllerConfig, key_of, now
+from tracker.apiserver.requests import MERGE_PATCH
 
 
 class TokenBucket:
@@ -163,7 +164,7 @@ class ClaimController:
             "PATCH",
             f"/api/v1/namespaces/{ns}/pods/{name}/status",
             {"metadata": {"uid": uid}, "status": {"resourceClaimStatuses": statuses}},
-            "application/merge-patch+json",
+            MERGE_PATCH,
         )
         if status == 404:
             return

@@ -17,6 +17,7 @@ from kubesim.scheduler.config import WATCHED, ClaimControllerConfig, SchedulerCo
 from kubesim.scheduler.oracle import FitOracle, claim_allocated, pod_devices
 from kubesim.scheduler.queue import QueuedPod, SchedulingQueue
 from kubesim.scheduler.stats import Stats
+from tracker.apiserver.requests import MERGE_PATCH
 from tracker.timestamps import rfc3339
 
 
@@ -303,7 +304,7 @@ class KubeSchedulerModel:
                 "PATCH",
                 f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
                 {"status": {"conditions": conds}},
-                "application/merge-patch+json",
+                MERGE_PATCH,
             )
             self.stats.status_patches += 1
         except (TimeoutError, aiohttp.ClientError, OSError):

@@ -11,6 +11,7 @@ from kubesim.scheduler.config import key_of, now
 from kubesim.scheduler.cycle import KubeSchedulerModel
 from kubesim.scheduler.readings import summary_ms
 from kubesim.scheduler.workloads import Workload
+from tracker.apiserver.requests import MERGE_PATCH
 from tracker.timestamps import rfc3339
 
 
@@ -70,7 +71,7 @@ class FakeDriver:
             "PATCH",
             f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}/status",
             {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": {"devices": devices}},
-            "application/merge-patch+json",
+            MERGE_PATCH,
         )
         if status == 200:
             if fail:

@@ -1,4 +1,4 @@
-"""Toleration matching: upstream ToleratesTaint, row by row."""
+"""Toleration matching (upstream ToleratesTaint) and the tolerationSeconds rule, row by row."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import pytest
 
 from allocator.tolerations import (
     blocks_allocation,
+    eviction_time,
     tolerates_taint,
     untolerated_blocking_taints,
     untolerated_no_execute_taints,
 )
 from allocator.types import DeviceTaint, DeviceToleration
+from tests.allocator.eviction_time_rows import IDS, KEY, ROWS, VALUE, Row, due
 
 T = DeviceTaint
 Tol = DeviceToleration
@@ -73,3 +75,13 @@ def test_untolerated_no_execute_ignores_other_effects() -> None:
     taints = [T("a", "NoSchedule"), T("b", "NoExecute", "x")]
     assert untolerated_no_execute_taints(taints, []) == [T("b", "NoExecute", "x")]
     assert untolerated_no_execute_taints(taints, [Tol("b", "Equal", "x")]) == []
+
+
+ADDED = 1_767_225_600.0
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_eviction_time(row: Row) -> None:
+    """The shared table, on the pure function (the device and volume plans run it too)."""
+    tolerations = [t.parsed("NoExecute", "NoSchedule") for t in row.tolerations]
+    assert eviction_time(T(KEY, "NoExecute", VALUE), tolerations, ADDED) == due(row.want, ADDED)

@@ -24,8 +24,10 @@ from controllers.eviction import EvictionController, Ownership, Settings
 from kubesim import objects
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
+from kubesim.lease import FakeLease
 from serving.metrics import Metrics
 from tracker.apiserver.source import ApiSource
+from tracker.leadership_gate import LeadershipGate
 from tracker.state import ClusterState
 
 DRIVER = "gpu.example.com"
@@ -114,13 +116,23 @@ class CountedWrites:
 class Cluster:
     """The fake API server plus one running controller (restartable)."""
 
+    @property
+    def leading(self) -> bool:
+        return self.lease.held
+
+    @leading.setter
+    def leading(self, value: bool) -> None:
+        """The Lease moves to this replica (True) or away from it, to the standby (False)."""
+        self.lease.held, self.standby_lease.held = value, not value
+
     def __init__(self, api: FakeApiServer, tmp_path: Path) -> None:
         self.api = api
         self.kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         self.clock = FakeClock(T0)
         self.recorder = Recorder(self.clock)
         api.add_reactor(self.recorder)
-        self.leading = True
+        self.lease = FakeLease()  # this replica's
+        self.standby_lease = FakeLease(held=False)  # a second replica's (tests/health/harness.py): held while this one's is not
         self.tasks: list[asyncio.Task] = []
         self.controller: EvictionController | None = None
         self.state: ClusterState | None = None
@@ -132,7 +144,7 @@ class Cluster:
         settings = Settings(mode=mode, ownership=Ownership(evict_upstream=evict_upstream), debounce=0.005)  # type: ignore[arg-type]
         self.writes = CountedWrites(source)
         self.controller = EvictionController(
-            self.state, self.writes, settings, is_leader=lambda: self.leading, clock=self.clock, metrics=Metrics()
+            self.state, self.writes, settings, leadership=LeadershipGate(self.lease), clock=self.clock, metrics=Metrics()
         )
         self.tasks = [asyncio.create_task(source.run(self.state)), asyncio.create_task(self.controller.run())]
         for _ in range(500):

@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from allocator.cel import CelEnvironment
+from allocator.pod_volumes import TOLERATIONS_ANNOTATION
+from allocator.types import DeviceID, DeviceTaint
 from controllers.eviction import rule_status, rule_time
-from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
+from controllers.eviction.plan import (
+    DryRun,
+    Ownership,
+    PodEviction,
+    TaintKind,
+    TaintOrigin,
+    TaintRef,
+    add_eviction,
+    device_origin,
+    dry_run,
+    plan_evictions,
+)
 from controllers.eviction.rate_limit import TaintLimiters
+from controllers.eviction.volume_plan import plan_volume_evictions
+from kubesim import objects
 from kubesim.objects import node
+from tests.allocator import eviction_time_rows as shared
 from tests.eviction.harness import CRD, T0, claim_and_pod, gpu_slice, rule
 from tracker import events as ev
 from tracker.clock import format_time, parse_time
 from tracker.state import ClusterState
+from tracker.volumes import TAINTS_ANNOTATION
 
 ADDED = T0 - 1000  # the taint's timeAdded
 KEY = "example.com/broken"
@@ -57,19 +75,11 @@ class Row:
     want: float | None = 0.0  # seconds after ADDED; 0.0 = now; None = never
 
 
+# The toleration rows both paths share are in tests/allocator/eviction_time_rows.py; these are the device's own.
 ROWS = [
     Row("untolerated: now"),
-    Row("tolerationSeconds delays from timeAdded", [tol(60)], want=ADDED + 60),
-    Row("the smallest of several tolerationSeconds wins", [tol(300), tol(30), tol(120)], want=ADDED + 30),
-    Row("tolerationSeconds 0 is now", [tol(0)], want=ADDED),
-    Row("negative tolerationSeconds is now (as 0)", [tol(-5)], want=ADDED),
-    Row("tolerated without seconds: never", [tol()], want=None),
-    Row("one toleration without seconds wins over one with", [tol(30), tol()], want=None),
-    Row("an empty toleration effect matches NoExecute (the API's rule)", [tol(45, effect="")], want=ADDED + 45),
-    Row("a NoSchedule toleration does not tolerate NoExecute", [tol(effect="NoSchedule")]),
-    Row("another key does not tolerate", [tol(key="example.com/other")]),
-    Row("Equal with another value does not tolerate", [tol(operator="Equal", value="x")]),
-    Row("empty key with Exists tolerates everything", [{"operator": "Exists"}], want=None),
+    # The volume annotation allows tolerationSeconds only with effect NoUse.
+    Row("an empty toleration effect with seconds matches NoExecute (the API's rule)", [tol(45, effect="")], want=ADDED + 45),
     Row("annotation tolerations count", annotation=[tol(90)], want=ADDED + 90),
     Row(
         "the earliest over several taints wins",
@@ -106,6 +116,108 @@ def test_when_a_pod_is_evicted(row: Row) -> None:
     else:
         assert list(plan) == ["default/p"]
         assert plan["default/p"].due == row.want
+
+
+@pytest.mark.parametrize("row", shared.ROWS, ids=shared.IDS)
+def test_when_a_pod_is_evicted_for_a_device_taint(row: shared.Row) -> None:
+    """The table the volume plan and the pure function run, on NoExecute device taints."""
+    claim, pod = claim_and_pod("p", 0, tolerations=[t.api("NoExecute", "NoSchedule") for t in row.tolerations])
+    state = build([node("node-a"), gpu_slice(1), rule("r1", key=shared.KEY, value=shared.VALUE, timeAdded=format_time(ADDED)), claim, pod])
+    plan = plan_evictions(state, Ownership(), time_of)
+    assert {k: p.due for k, p in plan.items()} == ({} if (want := shared.due(row.want, ADDED)) is None else {"default/p": want})
+
+
+@pytest.mark.parametrize("row", shared.ROWS, ids=shared.IDS)
+def test_when_a_pod_is_evicted_for_a_volume_taint(row: shared.Row) -> None:
+    """The same table on a NoUse taint of the pod's PV, its tolerations in the pod's annotation."""
+    taint = {"key": shared.KEY, "value": shared.VALUE, "effect": "NoUse", "timeAdded": format_time(ADDED)}
+    tolerations = json.dumps([t.api("NoUse", "NoAttachOrMount") for t in row.tolerations])
+    volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
+    state = build(
+        [
+            node("node-a"),
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": "pv-1", "annotations": {TAINTS_ANNOTATION: json.dumps([taint])}},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "default"},
+                "spec": {"volumeName": "pv-1"},
+            },
+            objects.pod(
+                "p", node_name="node-a", meta={"annotations": {TOLERATIONS_ANNOTATION: tolerations}}, phase="Running", volumes=[volume]
+            ),
+        ]
+    )
+    plan = plan_volume_evictions(state, state.pod_statuses, lambda _volume, t: parse_time(t.time_added) or T0)
+    assert {k: p.due for k, p in plan.items()} == ({} if (want := shared.due(row.want, ADDED)) is None else {"default/p": want})
+
+
+def _ref(source: str, added: float) -> TaintRef:
+    kind = TaintKind.VOLUME if source.startswith("Persistent") else device_origin(source).kind
+    device = None if kind is TaintKind.VOLUME else DeviceID("d", "p", "gpu-0")
+    return TaintRef(source, TaintOrigin(source, kind), DeviceTaint(KEY, "NoExecute"), device, added, 10.0)
+
+
+RULE_A, RULE_B, VOLUME = (
+    _ref(f"DeviceTaintRule/{CRD}/a", ADDED),
+    _ref(f"DeviceTaintRule/{CRD}/b", ADDED - 50),
+    _ref("PersistentVolume/pv-1", ADDED + 9),
+)
+
+# name, evictions added in order, (due, taint time, reason ids, claims, volume wording) of the pod; None: the first one stays
+MERGES: list[tuple[str, list[PodEviction], tuple[float, float, list[str], tuple[str, ...], bool] | None]] = [
+    (
+        "another claim: the earlier time and timeAdded, both reasons by id, both claims",
+        [
+            PodEviction("ns/p", "u", ADDED + 60, ADDED, (RULE_A,), ("ns/c1",)),
+            PodEviction("ns/p", "u", ADDED + 10, ADDED - 50, (RULE_B,), ("ns/c2",)),
+        ],
+        (ADDED + 10, ADDED - 50, [RULE_A.id, RULE_B.id], ("ns/c1", "ns/c2"), False),
+    ),
+    (
+        "the same reason twice is listed once",
+        [PodEviction("ns/p", "u", 0.0, ADDED, (RULE_A,), ("ns/c1",)), PodEviction("ns/p", "u", 0.0, ADDED, (RULE_A,), ("ns/c2",))],
+        (0.0, ADDED, [RULE_A.id], ("ns/c1", "ns/c2"), False),
+    ),
+    (
+        "a device and a volume: the device wording, the earlier time",
+        [
+            PodEviction("ns/p", "u", ADDED + 60, ADDED, (RULE_A,), ("ns/c1",)),
+            PodEviction("ns/p", "u", 0.0, ADDED + 9, (VOLUME,), ("ns/data",)),
+        ],
+        (0.0, ADDED, [RULE_A.id, VOLUME.id], ("ns/c1", "ns/data"), False),
+    ),
+    (
+        "volumes alone keep the volume wording",
+        [PodEviction("ns/p", "u", 0.0, ADDED + 9, (VOLUME,), ("ns/data",))],
+        (0.0, ADDED + 9, [VOLUME.id], ("ns/data",), True),
+    ),
+    (
+        "another pod under the name keeps the first one's place",
+        [
+            PodEviction("ns/p", "u", ADDED + 60, ADDED, (RULE_A,), ("ns/c1",)),
+            PodEviction("ns/p", "other", 0.0, ADDED, (RULE_B,), ("ns/c2",)),
+        ],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("evictions", "want"), [m[1:] for m in MERGES], ids=[m[0] for m in MERGES])
+def test_a_pods_evictions_merge(evictions: list[PodEviction], want: tuple[float, float, list[str], tuple[str, ...], bool] | None) -> None:
+    """The one merge of the device plan (claims), the volume plan (PVCs) and the two plans together."""
+    plan: dict[str, PodEviction] = {}
+    for eviction in evictions:
+        add_eviction(plan, eviction)
+    got = plan["ns/p"]
+    if want is None:
+        assert got == evictions[0]
+    else:
+        assert (got.due, got.taint_time, [r.id for r in got.reasons], got.claims, got.volume) == want
 
 
 def test_only_bound_pods_that_hold_the_reservation_are_considered() -> None:

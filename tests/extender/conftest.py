@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -13,50 +12,25 @@ import pytest
 from allocator.allocation import Allocator
 from allocator.cel import CelEnvironment
 from extender.service import build_service
+from kubesim.lease import FakeLease
 from serving.metrics import Metrics
 from tests.e2e.harness import DEMO
 from tests.extender.manifest_cluster import load
+from tracker.leadership_gate import LeadershipGate
 from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState, Problem
 
 
 class DemoService:
-    """The service, the problems it reported, and a switch for leadership."""
+    """The service, the problems it reported, and the Lease it leads with (held; a test drops or hands it over)."""
 
     def __init__(self, directory: Path) -> None:
         self.problems: list[Problem] = []
-        self.leading = True
-        self.hand_over_ends: float | None = None  # time.monotonic() at which a hand-over wait ends (leading only after)
-        # What a Lease read asked for by a bind finds: (leading, seconds of the fresh Lease's wait); None: nothing new.
-        self.on_read: tuple[bool, float] | None = None
-        self.reads = 0
+        self.lease = FakeLease()
         cel = CelEnvironment()
         self.state = ClusterState(cel, on_problem=self.problems.append)
         self.source = ManifestSource(directory, watch=False)
-        self.service = build_service(
-            self.state,
-            self.source,
-            Allocator(cel),
-            Metrics(),
-            is_leader=self._is_leader,
-            leading_in=self._leading_in,
-            refresh_leadership=self._read_lease,
-        )
-
-    async def _read_lease(self) -> None:
-        self.reads += 1
-        if self.on_read is not None:
-            self.leading, wait = self.on_read
-            self.hand_over_ends = time.monotonic() + wait
-
-    def _is_leader(self) -> bool:
-        return self.leading and (self.hand_over_ends is None or time.monotonic() >= self.hand_over_ends)
-
-    def _leading_in(self) -> float | None:
-        if not self.leading or self.hand_over_ends is None:
-            return None
-        left = self.hand_over_ends - time.monotonic()
-        return left if left > 0 else None
+        self.service = build_service(self.state, self.source, Allocator(cel), Metrics(), leadership=LeadershipGate(self.lease))
 
 
 async def running_demo(directory: Path) -> AsyncIterator[DemoService]:

@@ -14,9 +14,11 @@ import pytest
 from extender.bind.binder import DEFAULT_BIND_TIMEOUT
 from extender.wire import BindingArgs
 from kubesim.fakeapi import FakeApiServer, RequestInfo
+from kubesim.lease import FakeLease
 from kubesim.objects import claim, node
 from tests.e2e.harness import DEMO_UIDS
 from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, pod_with_claim
+from tracker.leadership_gate import LeadershipGate
 
 
 async def test_bind_queued_behind_the_lock_when_leadership_ends_does_not_allocate(demo_service) -> None:
@@ -29,7 +31,7 @@ async def test_bind_queued_behind_the_lock_when_leadership_ends_does_not_allocat
         await asyncio.sleep(0.05)
         assert not waiting.done()
         # ...when this process stops leading (a hand-over noticed at the next Lease poll).
-        demo.leading = False
+        demo.lease.held = False
     refusal = await waiting
     assert refusal is not None and refusal.message == "not leader"
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
@@ -61,13 +63,13 @@ async def test_bind_while_leading_allocates(demo_service) -> None:
 async def test_a_bind_during_a_hand_over_wait(case: str, wait: float, bound: bool, demo_service) -> None:
     demo = await demo_service()
     svc = demo.service
-    demo.hand_over_ends = time.monotonic() + wait
+    demo.lease.active_from = time.monotonic() + wait
     refusal = await svc.bind(BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a"))
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
     assert claim is not None
     if bound:
         assert refusal is None, case
-        assert time.monotonic() >= demo.hand_over_ends, "allocated only once leading"
+        assert time.monotonic() >= demo.lease.active_from, "allocated only once leading"
         assert claim["status"]["allocation"]["devices"]["results"]
     else:
         assert refusal is not None and refusal.message == "not leader", case
@@ -77,10 +79,10 @@ async def test_a_bind_during_a_hand_over_wait(case: str, wait: float, bound: boo
 async def test_a_bind_that_waited_for_a_hand_over_refuses_if_the_lease_moved_on_meanwhile(demo_service) -> None:
     demo = await demo_service()
     svc = demo.service
-    demo.hand_over_ends = time.monotonic() + 0.2
+    demo.lease.active_from = time.monotonic() + 0.2
     waiting = asyncio.create_task(svc.bind(BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a")))
     await asyncio.sleep(0.05)
-    demo.leading = False  # a poll saw another holder during the wait
+    demo.lease.held = False  # a poll saw another holder during the wait
     refusal = await waiting
     assert refusal is not None and refusal.message == "not leader"
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
@@ -99,10 +101,10 @@ async def test_a_bind_that_waited_for_a_hand_over_refuses_if_the_lease_moved_on_
 async def test_a_bind_while_not_leading_reads_the_lease_first(case: str, on_read, bound: bool, demo_service) -> None:
     demo = await demo_service()
     svc = demo.service
-    demo.leading = False
-    demo.on_read = on_read
+    demo.lease.held = False
+    demo.lease.on_read = on_read
     refusal = await svc.bind(BindingArgs("trainer", "default", DEMO_UIDS["trainer"], "node-a"))
-    assert demo.reads >= 1, case
+    assert demo.lease.reads >= 1, case
     claim = await demo.source.get("ResourceClaim", "default", "gpu-claim")
     assert claim is not None
     if bound:
@@ -113,10 +115,10 @@ async def test_a_bind_while_not_leading_reads_the_lease_first(case: str, on_read
         assert not (claim.get("status") or {}).get("allocation")
 
 
-def _binding_fails_as_leadership_ends(leading: list[bool]) -> Callable[[RequestInfo], Any]:
+def _binding_fails_as_leadership_ends(lease: FakeLease) -> Callable[[RequestInfo], Any]:
     def react(info: RequestInfo) -> Any:
         if info.resource == "pods" and info.subresource == "binding":
-            leading[0] = False  # the Lease was lost while the binding was on its way
+            lease.held = False  # the Lease was lost while the binding was on its way
             return 500, {"kind": "Status", "status": "Failure", "code": 500, "message": "injected"}
         return None
 
@@ -124,15 +126,15 @@ def _binding_fails_as_leadership_ends(leading: list[bool]) -> Callable[[RequestI
 
 
 @contextlib.asynccontextmanager
-async def _leading_cluster(tmp_path: Path, leading: list[bool]) -> AsyncIterator[tuple[FakeApiServer, ApiCluster, dict[str, Any]]]:
-    """One GPU node and a pod whose claim wants it, with a cluster that leads while `leading[0]`."""
+async def _leading_cluster(tmp_path: Path, lease: FakeLease) -> AsyncIterator[tuple[FakeApiServer, ApiCluster, dict[str, Any]]]:
+    """One GPU node and a pod whose claim wants it, with a cluster that leads while `lease.held`."""
     async with FakeApiServer() as api:
         api.create(gpu_class())
         api.create(node("n1", hostname=True))
         api.create(node_slice("n1", 1))
         api.create(claim("c1"))
         pod = api.create(pod_with_claim("p1", "c1"))
-        cluster = ApiCluster(api, tmp_path, is_leader=lambda: leading[0])
+        cluster = ApiCluster(api, tmp_path, leadership=LeadershipGate(lease))
         try:
             await cluster.start()
             await cluster.caught_up()
@@ -143,12 +145,12 @@ async def _leading_cluster(tmp_path: Path, leading: list[bool]) -> AsyncIterator
 
 async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> None:
     """The pod's binding fails as leadership moves on: the undo that follows leaves the claim to the new leader."""
-    leading = [True]
-    async with _leading_cluster(tmp_path, leading) as (api, cluster, pod):
-        api.add_reactor(_binding_fails_as_leadership_ends(leading))
+    lease = FakeLease()
+    async with _leading_cluster(tmp_path, lease) as (api, cluster, pod):
+        api.add_reactor(_binding_fails_as_leadership_ends(lease))
         api.clear_requests()
         answer = await cluster.bind(pod, "n1")  # the undo runs within the bind's budget
-        assert answer and not leading[0], answer
+        assert answer and not lease.held, answer
         requests = list(api.requests)
         binding = next(i for i, r in enumerate(requests) if r.resource == "pods/binding")
         claim_writes = [(r.method, r.path) for r in requests if r.method != "GET" and r.resource.startswith("resourceclaims")]
@@ -159,12 +161,12 @@ async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> 
         assert not cluster.state.inflight, "the in-flight devices are released all the same"
 
 
-def _leadership_ends_at(leading: list[bool], subresource: str) -> Callable[[RequestInfo], Any]:
+def _leadership_ends_at(lease: FakeLease, subresource: str) -> Callable[[RequestInfo], Any]:
     """The Lease is lost while one claim write is on its way; the write itself lands."""
 
     def react(info: RequestInfo) -> Any:
         if info.method == "PATCH" and info.resource == "resourceclaims" and (info.subresource or "") == subresource:
-            leading[0] = False
+            lease.held = False
         return None
 
     return react
@@ -181,12 +183,12 @@ def _leadership_ends_at(leading: list[bool], subresource: str) -> Callable[[Requ
 )
 async def test_a_bind_stops_writing_when_leadership_ends(tmp_path: Path, ends_at: str, landed: list[tuple[str, str]]) -> None:
     """Each of a bind's writes asks whether this process still leads: an ex-leader never writes after its lead ended."""
-    leading = [True]
-    async with _leading_cluster(tmp_path, leading) as (api, cluster, pod):
-        api.add_reactor(_leadership_ends_at(leading, ends_at))
+    lease = FakeLease()
+    async with _leading_cluster(tmp_path, lease) as (api, cluster, pod):
+        api.add_reactor(_leadership_ends_at(lease, ends_at))
         api.clear_requests()
         answer = await cluster.bind(pod, "n1")
-        assert answer and "not leader" in str(answer) and not leading[0], answer
+        assert answer and "not leader" in str(answer) and not lease.held, answer
         writes = [(r.method, r.resource) for r in api.requests if r.method != "GET" and r.resource.startswith(("resourceclaims", "pods"))]
         assert writes == landed, f"an ex-leader wrote {writes[len(landed) :]}"
         assert not cluster.state.inflight, "the in-flight devices are released all the same"

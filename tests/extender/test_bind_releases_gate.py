@@ -22,7 +22,7 @@ UID = DEMO_UIDS["plain"]
 
 
 def _not_leader(demo: DemoService) -> None:
-    demo.leading = False
+    demo.lease.held = False
 
 
 def _not_ready(demo: DemoService) -> None:

@@ -17,8 +17,10 @@ import pytest
 
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer, RequestInfo
+from kubesim.lease import FakeLease
 from kubesim.objects import claim, node
 from tests.extender.api_cluster import ApiCluster, Held, gpu_class, node_slice, pod_with_claim, ready_condition, until
+from tracker.leadership_gate import LeadershipGate
 
 TIMEOUT = 600.0
 
@@ -99,8 +101,8 @@ async def test_ready_at_the_timeout_never_leaves_the_pod_bound_to_a_deallocated_
 
 async def test_a_standby_replicas_filter_never_deallocates(cluster: ApiCluster) -> None:
     """A replica that is not leader answers /filter as the leader would, but never writes a claim."""
-    leading = [True]
-    cluster.service_args["is_leader"] = lambda: leading[0]
+    lease = FakeLease()
+    cluster.service_args["leadership"] = LeadershipGate(lease)
     api = cluster.api
     api.create(claim("c1"))
     pod = api.create(pod_with_claim("p1", "c1"))
@@ -112,7 +114,7 @@ async def test_a_standby_replicas_filter_never_deallocates(cluster: ApiCluster) 
     assert "waiting for binding conditions" in pending, pending
     await cluster.caught_up()
 
-    leading[0] = False  # leadership moved on; this replica's /filter still sees the timed-out claim
+    lease.held = False  # leadership moved on; this replica's /filter still sees the timed-out claim
     clock.advance(TIMEOUT + 60)
     passed, failed = await cluster.filter(pod, ["bc-a"])
     assert passed == [] and "device binding timeout" in failed["bc-a"], failed

@@ -57,6 +57,6 @@ async def test_only_allocations_written_elsewhere_are_foreign(demo_service) -> N
     assert _foreign(service) == 1
     await _allocated_elsewhere(demo, "maintenance-ok", "gpu-0")
     assert _foreign(service) == 1, "the same allocation seen again is not counted again"
-    demo.leading = False
+    demo.lease.held = False
     await _allocated_elsewhere(demo, "two-gpus", "gpu-1")
     assert _foreign(service) == 1, "a replica that does not lead expects the leader's allocations"

@@ -24,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubesim.fakeapi import FakeApiError, FakeApiServer
 from kubesim.objects import claim, node, pod
+from tracker.apiserver.requests import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = "resource.dra-extender.io"
@@ -493,7 +494,7 @@ async def test_merge_strategic_and_json_patch(api, kc):
         "PATCH",
         "/api/v1/nodes/n1",
         body={"metadata": {"resourceVersion": "1", "labels": {"z": "1"}}},
-        content_type="application/merge-patch+json",
+        content_type=MERGE_PATCH,
     )
     assert status == 409 and body["reason"] == "Conflict"
 
@@ -509,13 +510,11 @@ async def test_merge_strategic_and_json_patch(api, kc):
         "devicetaintrules",
         "r1",
         {"spec": {"taint": {"value": None, "effect": "NoExecute"}}},
-        _content_type="application/merge-patch+json",
+        _content_type=MERGE_PATCH,
     )
     assert out["spec"]["taint"] == {"key": "k", "effect": "NoExecute"} and out["metadata"]["generation"] == 2
     # strategic merge patch is refused for custom resources, as by the real server
-    status, _ = await raw(
-        kc, "PATCH", f"/apis/{RULES}/v1alpha1/devicetaintrules/r1", body={"spec": {}}, content_type="application/strategic-merge-patch+json"
-    )
+    status, _ = await raw(kc, "PATCH", f"/apis/{RULES}/v1alpha1/devicetaintrules/r1", body={"spec": {}}, content_type=STRATEGIC_MERGE_PATCH)
     assert status == 415
 
     # strategic merge on pods/status merges conditions by type (what production sends)
@@ -526,7 +525,7 @@ async def test_merge_strategic_and_json_patch(api, kc):
             "PATCH",
             "/api/v1/namespaces/default/pods/p1/status",
             body={"status": {"conditions": [cond]}},
-            content_type="application/strategic-merge-patch+json",
+            content_type=STRATEGIC_MERGE_PATCH,
         )
         assert status == 200
     conds = api.get("pods", "default", "p1")["status"]["conditions"]
@@ -600,7 +599,7 @@ async def test_status_subresource_is_isolated(api, kc):
         "devicetaintrules",
         "r1",
         {"status": {"conditions": [cond]}, "spec": {"taint": {"key": "changed"}}},
-        _content_type="application/merge-patch+json",
+        _content_type=MERGE_PATCH,
     )
     assert out["status"]["conditions"] == [cond] and out["spec"]["taint"]["key"] == "k"
 
@@ -625,9 +624,7 @@ async def test_pod_binding(api, kc):
     status, _ = await raw(kc, "POST", "/api/v1/namespaces/default/pods/ghost/binding", body=binding("ghost", "n1"))
     assert status == 404
     # spec.nodeName cannot be changed by an update: binding is the only way
-    status, body = await raw(
-        kc, "PATCH", "/api/v1/namespaces/default/pods/p1", body={"spec": {"nodeName": "n9"}}, content_type="application/merge-patch+json"
-    )
+    status, body = await raw(kc, "PATCH", "/api/v1/namespaces/default/pods/p1", body={"spec": {"nodeName": "n9"}}, content_type=MERGE_PATCH)
     assert status == 422
 
 
@@ -837,7 +834,7 @@ async def test_annotations_over_256_kib_are_refused_on_every_write(api, kc, row:
             ops = [{"op": "add", "path": "/metadata/annotations", "value": big["metadata"]["annotations"]}]
             status, body = await raw(kc, "PATCH", item, body=ops, content_type="application/json-patch+json")
         else:
-            kind = "application/merge-patch+json" if row.verb == "merge" else "application/strategic-merge-patch+json"
+            kind = MERGE_PATCH if row.verb == "merge" else STRATEGIC_MERGE_PATCH
             status, body = await raw(kc, "PATCH", item, body={"metadata": big["metadata"]}, content_type=kind)
     if not row.refused:
         assert status in (200, 201), body

@@ -25,6 +25,7 @@ import pytest
 from kubesim.fakeapi import FakeApiServer
 from kubesim.objects import claim, node
 from tests.extender.api_cluster import ApiCluster, gpu_class, pod_with_claim
+from tracker.apiserver.requests import MERGE_PATCH
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 Slice = dict[str, Any]
@@ -695,6 +696,6 @@ async def test_a_patch_is_validated_like_a_write(api: FakeApiServer) -> None:
     patch = {"spec": {"devices": [{"name": "gpu-0", "taints": [{"key": "example.com/broken", "effect": "Later"}]}]}}
     async with (
         aiohttp.ClientSession(api.url) as s,
-        s.patch(f"{SLICES}/s", json=patch, headers={"Content-Type": "application/merge-patch+json"}) as r,
+        s.patch(f"{SLICES}/s", json=patch, headers={"Content-Type": MERGE_PATCH}) as r,
     ):
         assert r.status == 422 and "spec.devices[0].taints[0].effect" in (await r.json())["message"]

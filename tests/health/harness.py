@@ -25,6 +25,7 @@ from serving.http_thread import Limits
 from serving.metrics import Metrics
 from tests.eviction.harness import DRIVER, Cluster, CountedWrites
 from tracker.apiserver.source import ApiSource
+from tracker.leadership_gate import LeadershipGate
 from tracker.state import ClusterState
 
 TOKEN = "s3cret-token"
@@ -47,13 +48,13 @@ class HealthCluster(Cluster):
         settings = Settings(mode=mode, ownership=Ownership(evict_upstream=evict_upstream), debounce=0.005)  # type: ignore[arg-type]
         self.metrics = Metrics()
         self.controller = EvictionController(
-            self.state, self.writes, settings, is_leader=lambda: self.leading, clock=self.clock, metrics=self.metrics
+            self.state, self.writes, settings, leadership=LeadershipGate(self.lease), clock=self.clock, metrics=self.metrics
         )
         self.health = HealthController(
             self.state,
             self.writes,
             feed=source,
-            is_leader=lambda: self.leading,
+            leadership=LeadershipGate(self.lease),
             clock=self.clock,
             metrics=self.metrics,  # type: ignore[arg-type]
         )
@@ -76,7 +77,9 @@ class HealthCluster(Cluster):
         state = ClusterState(CelEnvironment())
         source = ApiSource(kubeconfig=str(self.kubeconfig))
         writes = CountedWrites(source)
-        ctrl = HealthController(state, writes, feed=source, is_leader=lambda: not self.leading, clock=self.clock, metrics=Metrics())  # type: ignore[arg-type]
+        ctrl = HealthController(
+            state, writes, feed=source, leadership=LeadershipGate(self.standby_lease), clock=self.clock, metrics=Metrics()
+        )  # type: ignore[arg-type]
         self.standby = (ctrl, writes)
         self.tasks += [asyncio.create_task(source.run(state)), asyncio.create_task(ctrl.run())]
         for _ in range(500):

@@ -8,8 +8,10 @@ from pathlib import Path
 from controllers.health.leader_label import LABEL, LeaderLabel
 from kubesim.clock import FakeClock
 from kubesim.fakeapi import FakeApiServer
+from kubesim.lease import FakeLease
 from kubesim.objects import pod
 from tracker.apiserver.source import ApiSource
+from tracker.leadership_gate import LeadershipGate
 
 NAMESPACE = "dra-system"
 
@@ -36,11 +38,11 @@ async def test_the_leader_labels_its_pod_and_removes_the_label_when_it_stops_lea
             pod("ext-a", NAMESPACE, labels={"app": "dra-extender", LABEL: "true"})
         )  # a stale label: this container restarted as a follower
         api.create(pod("ext-b", NAMESPACE, labels={"app": "dra-extender"}))
-        leader = {"ext-a": False, "ext-b": True}
+        leader = {"ext-a": FakeLease(held=False), "ext-b": FakeLease()}
         clock = FakeClock()
         source = ApiSource(kubeconfig=str(kubeconfig))
-        a = LeaderLabel(source, NAMESPACE, "ext-a", lambda: leader["ext-a"], clock=clock)
-        b = LeaderLabel(source, NAMESPACE, "ext-b", lambda: leader["ext-b"], clock=clock)
+        a = LeaderLabel(source, NAMESPACE, "ext-a", LeadershipGate(leader["ext-a"]), clock=clock)
+        b = LeaderLabel(source, NAMESPACE, "ext-b", LeadershipGate(leader["ext-b"]), clock=clock)
         tasks = [asyncio.create_task(a.run()), asyncio.create_task(b.run())]
         try:
             await settle(api, a, False)
@@ -49,7 +51,7 @@ async def test_the_leader_labels_its_pod_and_removes_the_label_when_it_stops_lea
             assert labels(api, "ext-b")[LABEL] == "true"
             assert labels(api, "ext-b")["app"] == "dra-extender"  # the pod's other labels are kept
 
-            leader.update({"ext-a": True, "ext-b": False})  # hand-over
+            leader["ext-a"].held, leader["ext-b"].held = True, False  # hand-over
             clock.advance(1.0)
             await settle(api, a, True)
             await settle(api, b, False)
@@ -57,7 +59,7 @@ async def test_the_leader_labels_its_pod_and_removes_the_label_when_it_stops_lea
             assert LABEL not in labels(api, "ext-b")
 
             api.set_faults(error_rate=1.0, error_status=500, verbs=("patch",), paths=("pods",))
-            leader["ext-a"] = False  # loses the lease while the API server refuses: retried at each poll
+            leader["ext-a"].held = False  # loses the lease while the API server refuses: retried at each poll
             clock.advance(1.0)
             for _ in range(500):  # until the refused patch is answered
                 if any(r.fault for r in api.requests_for(verb="patch", resource="pods")):
@@ -71,7 +73,7 @@ async def test_the_leader_labels_its_pod_and_removes_the_label_when_it_stops_lea
             await settle(api, a, False)
             assert LABEL not in labels(api, "ext-a")
 
-            leader["ext-b"] = True
+            leader["ext-b"].held = True
             clock.advance(1.0)
             await settle(api, b, True)
         finally:

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from kubesim.fakeapi import FakeApiServer, Faults
 from tests.extender.api_cluster import Held
+from tracker.apiserver.requests import MERGE_PATCH
 from tracker.apiserver.source import ApiSource
 from tracker.apiserver.writer import KEEPALIVE_SECONDS, Writer
 from tracker.source import Conflict, Invalid, NotFound, SourceError
@@ -64,7 +65,7 @@ ROWS: list[tuple[str, Write, int]] = [
             "PATCH",
             f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c",
             {"metadata": {"labels": {"a": "b"}}},
-            content_type="application/merge-patch+json",
+            content_type=MERGE_PATCH,
         ),
         200,
     ),
@@ -74,7 +75,7 @@ ROWS: list[tuple[str, Write, int]] = [
             "PATCH",
             f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c/status",
             {"metadata": {"resourceVersion": "1"}, "status": {"reservedFor": []}},
-            content_type="application/merge-patch+json",
+            content_type=MERGE_PATCH,
         ),
         409,
     ),
@@ -84,7 +85,7 @@ ROWS: list[tuple[str, Write, int]] = [
             "PATCH",
             f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/none",
             {"metadata": {}},
-            content_type="application/merge-patch+json",
+            content_type=MERGE_PATCH,
         ),
         404,
     ),
@@ -239,7 +240,7 @@ async def test_a_write_that_takes_too_long_times_out_and_its_connection_is_not_r
                     "PATCH",
                     f"/apis/resource.k8s.io/v1/namespaces/{NS}/resourceclaims/c",
                     {"metadata": {}},
-                    content_type="application/merge-patch+json",
+                    content_type=MERGE_PATCH,
                     timeout=0.2,
                 )
             writer = source._writer

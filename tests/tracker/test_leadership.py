@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,13 @@ RENEWAL_CASES: dict[str, tuple[Callable[[], dict[str, Any] | None], float, str |
         "not renewed for 40 s (leaseDurationSeconds 15)",
     ),
     "never renewed": (lambda: {"holderIdentity": "x_1", "leaseDurationSeconds": 15}, 0, "never renewed"),
+    # The one RFC 3339 parser reads a Lease's times as the API server does: an offset is a time, not "never".
+    "renewed, written with an offset": (
+        lambda: {**spec("other_1"), "renewTime": datetime.now(UTC).astimezone(timezone(timedelta(hours=2))).isoformat()},
+        60,
+        None,
+    ),
+    "renewTime not a string": (lambda: {**spec("x_1"), "renewTime": 1767225600}, 0, "never renewed"),
     "missing, but only just started": (lambda: None, 10, None),
     "missing for longer than a lease duration": (lambda: None, 20, "has not existed for 20 s"),
 }

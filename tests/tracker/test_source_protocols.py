@@ -25,10 +25,12 @@ from tracker.source import (
     ClaimWriter,
     EventWriter,
     EvictionSource,
+    HealthSource,
     ObjectFeed,
     ObjectReader,
     PodBindWriter,
     PodEvictionWriter,
+    PodLabelWriter,
     RuleStatusWriter,
     Source,
     VolumeTaintWriter,
@@ -56,12 +58,14 @@ def _implementations(api: ApiSource, manifest: ManifestSource, null: NullSource,
     _every_protocol(api)
     _every_protocol(manifest)
     transport: Transport = api  # leadership, discovery and the reflectors: the API server only
+    health: HealthSource = api  # the device-health controller's writes: the API server only
+    label: PodLabelWriter = api
     leases: Transport = lease
     binding: BindingSource = null
     bench: BindingSource = memory
     EventRecorder(api)
     EventRecorder(manifest)
-    del transport, leases, binding, bench
+    del transport, health, label, leases, binding, bench
 
 
 @pytest.mark.slow  # mypy over this file: ten seconds

@@ -18,7 +18,6 @@ from tracker.volumes import (
     admission_verdict,
     parse_taints,
     stamp_time_added,
-    tolerated_for_good,
 )
 
 NOT_READY = DeviceTaint("example.com/data-not-ready", "NoAttachOrMount", "true")
@@ -31,8 +30,8 @@ def tol(**fields: object) -> DeviceToleration:
 
 
 def test_matching_is_the_device_toleration_function() -> None:
-    """Not a copy: the module uses the allocator's function object."""
-    assert tracker.volumes.tolerates_taint is allocator.tolerations.tolerates_taint
+    """Not a copy: the module uses the allocator's function object (and the eviction plan its `eviction_time`)."""
+    assert tracker.volumes.taint_tolerated is allocator.tolerations.taint_tolerated
 
 
 MATCH_CASES = [
@@ -74,15 +73,9 @@ MATCH_CASES = [
 def test_toleration_matching(toleration: dict[str, object], taint: DeviceTaint, tolerated: bool, seconds: int | None) -> None:
     parsed = tol(**toleration)
     assert allocator.tolerations.tolerates_taint(parsed, taint) is tolerated
-    assert tolerated_for_good(taint, (parsed,)) == (tolerated, seconds)
-
-
-def test_the_smallest_seconds_of_matching_tolerations_wins_and_one_without_seconds_tolerates_for_good() -> None:
-    a = tol(key="example.com/migrating", operator="Exists", effect="NoUse", tolerationSeconds=60)
-    b = tol(operator="Exists", effect="NoUse", tolerationSeconds=10)
-    forever = tol(key="example.com/migrating", operator="Exists")
-    assert tolerated_for_good(MIGRATING, (a, b)) == (True, 10)
-    assert tolerated_for_good(MIGRATING, (a, forever)) == (True, None)
+    added = 1000.0
+    want = (None if seconds is None else added + seconds) if tolerated else allocator.tolerations.NOW
+    assert allocator.tolerations.eviction_time(taint, (parsed,), added) == want
 
 
 MALFORMED_TOLERATIONS = [
@@ -110,6 +103,11 @@ MALFORMED_TAINTS = [
     ("missing-key", '[{"effect": "NoUse"}]'),
     ("missing-effect", '[{"key": "k"}]'),
     ("value-not-string", '[{"key": "k", "value": true, "effect": "NoUse"}]'),
+    # As the API server refuses a malformed metav1.Time; before, the time was dropped (the clock restarted each restart)
+    # or a zone-less one read as the machine's local time.
+    ("time-added-not-a-time", '[{"key": "k", "effect": "NoUse", "timeAdded": "yesterday"}]'),
+    ("time-added-without-a-zone", '[{"key": "k", "effect": "NoUse", "timeAdded": "2026-01-01T00:00:00"}]'),
+    ("time-added-a-date-alone", '[{"key": "k", "effect": "NoUse", "timeAdded": "2026-01-01"}]'),
 ]
 
 

@@ -29,7 +29,7 @@ import orjson
 
 from tracker.apiserver.discovery import Transport
 from tracker.resources import LEASES
-from tracker.timestamps import rfc3339
+from tracker.timestamps import parse_rfc3339, rfc3339
 
 log = logging.getLogger("dra_extender.leadership")
 
@@ -49,17 +49,6 @@ ON_DEMAND_INTERVAL = 0.25  # seconds: the least time between Lease reads asked f
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.strptime(value, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    return None
 
 
 def pod_namespace() -> str:
@@ -166,9 +155,14 @@ def refuse_in_tree_allocator(path: str) -> None:
         )
 
 
+def _renewed(spec: dict[str, Any]) -> datetime | None:
+    """When the Lease was last renewed (else acquired); None if it says neither as an RFC 3339 time."""
+    return parse_rfc3339(spec.get("renewTime")) or parse_rfc3339(spec.get("acquireTime"))
+
+
 def _expired_for(spec: dict[str, Any], now: datetime) -> float:
     """Seconds since an expired Lease's term ended (renewTime + leaseDurationSeconds); 0 when it has no time."""
-    renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+    renew = _renewed(spec)
     if renew is None:
         return 0.0
     duration = float(spec.get("leaseDurationSeconds") or LEASE_DURATION)
@@ -176,7 +170,7 @@ def _expired_for(spec: dict[str, Any], now: datetime) -> float:
 
 
 def lease_expired(spec: dict[str, Any], now: datetime) -> bool:
-    renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+    renew = _renewed(spec)
     duration = spec.get("leaseDurationSeconds") or LEASE_DURATION
     return renew is None or (now - renew).total_seconds() > float(duration)
 
@@ -256,7 +250,7 @@ class Leadership:
         """Seconds until this sidecar may allocate, while it waits after its scheduler created a fresh Lease; else None.
 
         A /bind that arrives in that wait may wait for it within its own
-        deadline (extender/bind/binder.py) rather than fail as "not leader":
+        deadline (LeadershipGate.may_write_by in tracker/leadership_gate.py) rather than fail as "not leader":
         it still asks `is_leader` afterwards, so a poll that saw the Lease
         move on in the meantime still refuses it. A hand-over from another
         holder is not waited for: those binds answer "not leader" at once.
@@ -374,7 +368,7 @@ class Leadership:
             return
         self._missing_since = None
         spec = lease.get("spec") or {}
-        renew = _parse_time(spec.get("renewTime")) or _parse_time(spec.get("acquireTime"))
+        renew = _renewed(spec)
         duration = float(spec.get("leaseDurationSeconds") or LEASE_DURATION)
         age = None if renew is None else (_now() - renew).total_seconds()
         if age is None or age > duration:
@@ -408,7 +402,7 @@ class Leadership:
         if not self._leader:
             # Our scheduler just took the Lease. If it took it from someone else, that
             # holder's sidecar may still be allocating until its own next poll: wait.
-            acquired = _parse_time(spec.get("acquireTime"))
+            acquired = parse_rfc3339(spec.get("acquireTime"))
             recent = acquired is not None and (_now() - acquired).total_seconds() < self.takeover_delay
             handed_over = holder != previous if previous is not None else recent
             self._active_from = asked_at + self.takeover_delay if handed_over else 0.0

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from allocator.device_selector import reads_attributes
 from allocator.device_view import DeviceView, SliceView
 from allocator.tolerations import blocks_allocation
 from allocator.types import (
@@ -151,8 +152,8 @@ class ViewBuilder:
     def needs_selectors(self, did: DeviceID) -> bool:
         """Whether a rule or patch that may touch the device needs a selector evaluated to know."""
         patches, rules = self._candidates(did)
-        return any(p.filter.selectors or p.filter.device_class_name for p in patches) or any(
-            r.selector is not None and (r.selector.selectors or r.selector.device_class_name) for r in rules
+        return any(reads_attributes(p.filter) for p in patches) or any(
+            r.selector is not None and reads_attributes(r.selector) for r in rules
         )
 
     def compute(self, slice_: ResourceSlice, index: int, ctx: SelectorContext, *, provisional: bool = False) -> DeviceView:
@@ -163,8 +164,8 @@ class ViewBuilder:
         patches, rules = self._candidates(did)
         version = self._versions.devices[slice_.meta.name][device.name][2]
         if provisional:
-            patches = [p for p in patches if not p.filter.selectors and not p.filter.device_class_name]
-            rules = [r for r in rules if r.selector is None or (not r.selector.selectors and not r.selector.device_class_name)]
+            patches = [p for p in patches if not reads_attributes(p.filter)]
+            rules = [r for r in rules if r.selector is None or not reads_attributes(r.selector)]
             view = effective_view(ctx, slice_, device, patches, rules, None, version, self._versions.patches)
             return replace(view, taints=(*view.taints, PENDING_TAINT), taint_sources=(*view.taint_sources, PENDING_SOURCE))
         return effective_view(ctx, slice_, device, patches, rules, self.devices.get(did), version, self._versions.patches)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from allocator.device_selector import DeviceSelection, names_device, reads_attributes
 from allocator.device_view import DeviceView
 from allocator.quantity import Quantity
 from allocator.types import (
@@ -20,10 +21,8 @@ from allocator.types import (
     Device,
     DeviceClass,
     DeviceID,
-    DevicePatchFilter,
     DeviceTaint,
     DeviceTaintRule,
-    DeviceTaintSelector,
     NodeSelector,
     ResourceSlice,
     ResourceSlicePatch,
@@ -106,34 +105,23 @@ def _selectors_match(
     return True
 
 
-def patch_matches(ctx: SelectorContext, patch: ResourceSlicePatch, original: DeviceView) -> bool:
-    f: DevicePatchFilter = patch.filter
-    if f.driver is not None and f.driver != original.id.driver:
+def _selects(ctx: SelectorContext, selection: DeviceSelection, kind: str, group: str, name: str, device: DeviceView) -> bool:
+    """Driver, pool and device by name (`allocator.device_selector`), then the class and CEL selectors."""
+    if not names_device(selection, device.id):
         return False
-    if f.pool is not None and f.pool != original.id.pool:
-        return False
-    if f.device is not None and f.device != original.id.device:
-        return False
-    if f.device_class_name is None and not f.selectors:
+    if not reads_attributes(selection):
         return True
-    return _selectors_match(
-        ctx, "ResourceSlicePatch", "resource.dra-extender.io", patch.meta.name, f.device_class_name, f.selectors, original
-    )
+    return _selectors_match(ctx, kind, group, name, selection.device_class_name, selection.selectors, device)
+
+
+def patch_matches(ctx: SelectorContext, patch: ResourceSlicePatch, original: DeviceView) -> bool:
+    return _selects(ctx, patch.filter, "ResourceSlicePatch", "resource.dra-extender.io", patch.meta.name, original)
 
 
 def rule_matches(ctx: SelectorContext, rule: DeviceTaintRule, device: DeviceView) -> bool:
-    sel: DeviceTaintSelector | None = rule.selector
-    if sel is None:
+    if rule.selector is None:
         return False  # the API's documented rule: a missing selector selects nothing
-    if sel.driver is not None and sel.driver != device.id.driver:
-        return False
-    if sel.pool is not None and sel.pool != device.id.pool:
-        return False
-    if sel.device is not None and sel.device != device.id.device:
-        return False
-    if sel.device_class_name is None and not sel.selectors:
-        return True
-    return _selectors_match(ctx, "DeviceTaintRule", rule.group, rule.meta.name, sel.device_class_name, sel.selectors, device)
+    return _selects(ctx, rule.selector, "DeviceTaintRule", rule.group, rule.meta.name, device)
 
 
 def patch_order(patch: ResourceSlicePatch) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
