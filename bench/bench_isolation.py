@@ -107,6 +107,31 @@ class Process:
     ready_port: int
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` onto `cpus` (threads started before the call too: /proc/PID/task)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
+
+
+def pin_pods(a: argparse.Namespace, started: list[tuple[Process, Any]], api_pid: int) -> dict[str, list[int]] | None:
+    """--pin: the chart's pods on their own CPUs. The scheduler pod (kube-scheduler, here the model in this
+    process, and the process answering the verbs) gets CPU 0; the API server and the controllers' pod CPU 1.
+    Without it every process shares every CPU, and what the controllers spend is taken from /filter."""
+    if not a.pin:
+        return None
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--pin: needs two CPUs")
+    sidecar, rest = {0}, {1}
+    placed: dict[str, list[int]] = {"bench (kube-scheduler model)": sorted(sidecar), "fake API": sorted(rest)}
+    pin(os.getpid(), sidecar)
+    pin(api_pid, rest)
+    for p, proc in started:
+        cpus = rest if p.role == "controllers" else sidecar
+        pin(proc.pid, cpus)
+        placed[p.role] = sorted(cpus)
+    return placed
+
+
 def has_controllers_command() -> bool:
     """Whether this dra-extender has `controllers` (issue 40 item 1): the split layout needs it."""
     return importlib.util.find_spec("dra_extender.controllers") is not None
@@ -373,11 +398,14 @@ def run_layout(layout: str, a: argparse.Namespace) -> dict[str, Any]:
                 while receiver.post("/alerts", content=body([]), headers={"Content-Type": "application/json"}).status_code != 200:
                     time.sleep(0.2)  # 503 while the health controller syncs
         pids = {p.role: proc.pid for p, proc in started}
+        cpus = pin_pods(a, started, api_proc.pid)
         import uvloop
 
         result = uvloop.run(drive(api_url, f"http://127.0.0.1:{ports.verbs}", alerts_url, {**pids, "fake API": api_proc.pid}, a, holds))
         exited = {p.role: proc.returncode for p, proc in started if proc.poll() is not None}
     finally:
+        if a.pin:
+            pin(os.getpid(), set(range(os.cpu_count() or 1)))
         for _, proc in reversed(started):
             stop_process(proc)
         stop_process(api_proc)
@@ -393,6 +421,7 @@ def run_layout(layout: str, a: argparse.Namespace) -> dict[str, Any]:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "steal_s": round(steal_after - steal_before, 2) if steal_before is not None and steal_after is not None else None,
         "exited": exited,
+        "cpus": cpus,
         **result,
     }
 
@@ -483,6 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--evict-rate", type=float, default=100.0, help="the NoExecute rule's evictionsPerSecond (default %(default)s)")
     p.add_argument("--no-ceiling", action="store_true", help="skip the no-op extender's quiet window")
     p.add_argument("--loop-holds", action="store_true", help="run the verbs process under bench/loop_holds.py")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the chart's pods on their own CPUs: the scheduler pod (model + verbs process) on CPU 0, the API server and the controllers on CPU 1",
+    )
     p.add_argument("--note", default="", help="a sentence for the markdown")
     p.add_argument("--name", default="isolation", help="results file name under bench/results (default %(default)s)")
     a = p.parse_args(argv)
@@ -501,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         "keep": a.keep,
         "evictions_per_second": a.evict_rate,
         "note": a.note,
+        "pinned": a.pin,
         "runs": [],
     }
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops the processes it started

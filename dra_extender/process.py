@@ -197,7 +197,7 @@ def pick_source(args: argparse.Namespace) -> PickedSource:
         in_cluster=in_cluster,
         stale_threshold=args.source_stale_threshold,
         read_only=args.read_only,
-        user_agent=f"dra-extender-{args.command}/{version()}",
+        program=f"dra-extender-{args.command}",
     )
     return PickedSource(cluster, cluster)
 

@@ -21,7 +21,7 @@ import yaml
 from allocator.extended_resources import class_mapping
 from allocator.parse import parse_pod
 from allocator.pod_claims import dra_use
-from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, ReadOnlySource
+from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, NotServed, ReadOnlySource
 from kubectl_dra.health import cmd_health
 from kubectl_dra.taint_spec import (
     EFFECTS,
@@ -31,10 +31,11 @@ from kubectl_dra.taint_spec import (
     parse_taint,
 )
 from tracker import events as ev
-from tracker.resources import KIND_RESOURCES
+from tracker.resources import EVENTS, KIND_RESOURCES
 from tracker.timestamps import rfc3339
 
 if TYPE_CHECKING:
+    from kubectl_dra.views import RuleExplanation
     from tracker.state import ClusterState
 
 EXAMPLES = {
@@ -121,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     taint.add_argument("--name", help="rule name (default: generated); an existing kubectl-dra rule of that name is updated")
     taint.add_argument("--upstream", action="store_true", help="create a resource.k8s.io DeviceTaintRule instead of the CRD's")
     taint.add_argument("--all-devices", action="store_true", help="allow no selector at all (every device) with NoExecute")
+    taint.add_argument(
+        "--allow-empty", action="store_true", help="create the rule even if it matches no device now (default: refused, exit 2)"
+    )
     _dry_run_flag(taint, "client: print the rule without sending it; server: the API server validates it without storing it")
     _output_flag(taint)
 
@@ -236,6 +240,11 @@ async def cmd_taint(cluster: Cluster, args: argparse.Namespace, out: Callable[[s
         and await _get(cluster, KIND_RESOURCES[ev.DEVICE_CLASS].item("", args.device_class)) is None
     ):
         raise UsageError(f"--device-class {args.device_class}: no such DeviceClass (the rule would taint no device)")
+    from kubectl_dra.taint_checks import refusal
+
+    refused = refusal(await cluster.snapshot(), res.group, obj, args)
+    if refused is not None:
+        raise UsageError(refused)
     query = {"dryRun": "All"} if args.dry_run == "server" else None
     existing = await _get(cluster, res.item("", args.name)) if args.name else None
     if existing is not None:
@@ -422,7 +431,8 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
     from kubectl_dra.views import explain_rule
 
     res = await cluster.rule_resource(args.upstream)
-    explained = explain_rule(await cluster.snapshot(), res.group, args.name)
+    raw = await _get(cluster, res.item("", args.name))
+    explained = explain_rule(await cluster.snapshot(), res.group, args.name, (raw or {}).get("status"))
     if explained is None:
         print(
             f"Error: DeviceTaintRule {args.name} ({res.group}) not found{'' if args.upstream else '; an upstream rule? add --upstream'}",
@@ -442,16 +452,35 @@ async def cmd_explain(cluster: Cluster, args: argparse.Namespace, out: Callable[
     out(f"Devices:    {d.published_devices} published, {d.allocated_devices} allocated")
     for dev in explained.devices:
         out(f"  {dev}{'  -> ' + explained.allocated[dev] if dev in explained.allocated else ''}")
-    if not explained.evicted:
+    if explained.acting:
+        out(f"Still to evict: {_pods_phrase(d.pods, d.namespaces)}{':' if explained.evicted else '.'}")
+    elif not explained.evicted:
         out("As NoExecute it would evict no pods.")
     else:
         out(f"As NoExecute it would evict {_pods_phrase(d.pods, d.namespaces)}:")
     for p in explained.evicted:
         due = "now" if p["due"] <= 0 else rfc3339(p["due"])
         out(f"  {p['pod']}  claims {', '.join(p['claims'])}  due {due}  ({', '.join(p['taints'])})")
-    # The message the eviction controller writes into the rule's EvictionInProgress condition while its effect is None.
-    out(f"Status:     {explained.message}")
+    if not explained.acting:
+        # The message the eviction controller writes into the rule's EvictionInProgress condition while its effect is None.
+        out(f"Status:     {explained.message}")
+    out(f"Condition:  {_condition_line(explained)}")
     return 0
+
+
+def _condition_line(explained: RuleExplanation) -> str:
+    """The rule's actual EvictionInProgress condition, labelled as the controller's, or why there is none."""
+    c = explained.condition
+    if c is None:
+        if explained.acting:
+            return "EvictionInProgress not written yet (the eviction controller writes it once it acts on the rule: is it running and leading?)"
+        return "EvictionInProgress not written yet"
+    line = f"EvictionInProgress={c.get('status')} {c.get('reason')}, written {c.get('lastTransitionTime') or '<no time>'}"
+    observed = c.get("observedGeneration")
+    if observed is not None and observed != explained.generation:
+        line += f" for generation {observed} (the rule is at {explained.generation}: not yet updated)"
+    message = c.get("message")
+    return f"{line}: {message}" if message else line
 
 
 def _default_namespace(args: argparse.Namespace) -> str:
@@ -486,8 +515,13 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         return 1
     scheduler = (raw.get("spec") or {}).get("schedulerName") or "default-scheduler"
     ours = scheduler == args.scheduler_name
+    from kubectl_dra import scheduler_says
+
+    events = await cluster.list(EVENTS, namespace=namespace, field_selector=scheduler_says.field_selector(args.pod))
+    says = scheduler_says.latest(events, raw)
     if args.output in ("json", "yaml"):
         answer = {"pod": f"{namespace}/{args.pod}", "schedulerName": scheduler, "extenderProfile": ours, "nodes": reasons}
+        answer["schedulerSays"] = says.to_json() if says is not None else None
         _dump(answer, args.output, out)
         return 0
     if args.output == "name":  # the nodes that fit, as kubectl names them
@@ -509,6 +543,8 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
     if len(fits) == len(reasons) and dra_use(parse_pod(raw), class_mapping(state.classes)) is None:
         out(f"pod {namespace}/{args.pod} uses no DRA device (no resource claim, no DRA-backed extended resource)")
     out(f"{len(fits)} of {len(reasons)} nodes fit{': ' + ', '.join(fits) if fits else ''}")
+    for line in scheduler_says.lines(says, len(fits), bool(node_name)):
+        out(line)
     rows = [["NODE", "REASON"]] + [[n, r] for n, r in sorted(reasons.items()) if r is not None]
     if len(rows) > 1:
         _table(rows, out)
@@ -677,6 +713,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TaintSyntaxError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except NotServed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ApiError as e:
         print(f"Error from server: {e}", file=sys.stderr)
         return 1

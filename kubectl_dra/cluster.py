@@ -7,6 +7,7 @@ calling the extender, whose verbs listen on the scheduler pod's loopback.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -30,6 +31,40 @@ class ApiError(Exception):
         self.status = status
 
 
+class NotServed(Exception):
+    """The server does not serve what the command asks for: our words (what it needs), not the server's."""
+
+
+# Kubernetes minor -> (the resource.k8s.io version that has DeviceTaintRule, the feature gates it needs that are off by
+# default). Upstream's kube_features.go and controlplane/instance.go: alpha and beta versions of resource.k8s.io are off
+# by default; DRADeviceTaints was alpha until 1.36 (beta and on there), DRADeviceTaintRules split from it in 1.35.
+UPSTREAM_RULES_NEED: dict[int, tuple[str, tuple[str, ...]]] = {
+    33: ("v1alpha3", ("DRADeviceTaints",)),
+    34: ("v1alpha3", ("DRADeviceTaints",)),
+    35: ("v1alpha3", ("DRADeviceTaints", "DRADeviceTaintRules")),
+    36: ("v1beta2", ("DRADeviceTaintRules",)),
+}
+
+
+def upstream_rules_needs(minor: int | None, served: tuple[str, ...]) -> str:
+    """What this server needs to serve resource.k8s.io DeviceTaintRule, from its version and the resource.k8s.io versions it serves."""
+    group = ev.GROUP_RESOURCE
+    has = f"serves {group} {', '.join(served)}" if served else f"serves no {group}"
+    where = f"the API server ({has}, its version unknown)" if minor is None else f"the API server (Kubernetes 1.{minor}, {has})"
+    said = f"{where} does not serve {group} DeviceTaintRule"
+    drop = "; or drop --upstream to use the project's CRD"
+    if minor is not None and minor < min(UPSTREAM_RULES_NEED):
+        return f"{said}: Kubernetes has it from 1.{min(UPSTREAM_RULES_NEED)} on{drop}"
+    if minor is None or minor not in UPSTREAM_RULES_NEED:
+        return f"{said}: its release notes say which {group} version and feature gates serve it{drop}"
+    version, gates = UPSTREAM_RULES_NEED[minor]
+    runtime = "" if version in served else f"--runtime-config={group}/{version}=true and "
+    return (
+        f"{said}: on 1.{minor} it is {group}/{version}, served with kube-apiserver {runtime}"
+        f"--feature-gates={','.join(f'{g}=true' for g in gates)} (kube-controller-manager and kube-scheduler need the gates too){drop}"
+    )
+
+
 def _message(status: int, body: bytes) -> str:
     try:
         data = orjson.loads(body)
@@ -44,7 +79,7 @@ class Cluster:
     """The admin's cluster through their kubeconfig (tracker.apiserver.source.ApiSource does auth and HTTP; tracker.resources says where each kind lives)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        self.source = ApiSource(kubeconfig=kubeconfig, context=context)
+        self.source = ApiSource(kubeconfig=kubeconfig, context=context, program=PLUGIN)
         self._upstream: Resource | None = None
         self._upstream_known = False
 
@@ -61,15 +96,19 @@ class Cluster:
             raise ApiError(status, _message(status, data))
         return orjson.loads(data) if data else None
 
-    async def list(self, res: Resource, *, label_selector: str | None = None) -> list[dict[str, Any]]:
-        """Every object of a kind (all namespaces), page by page; [] when the API is not served."""
+    async def list(
+        self, res: Resource, *, label_selector: str | None = None, field_selector: str | None = None, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (all namespaces, or `namespace`'s), page by page; [] when the API is not served."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"limit": 500}
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         while True:
             try:
-                page = await self.call("GET", res.collection(), query=query)
+                page = await self.call("GET", res.collection(namespace), query=query)
             except ApiError as e:
                 if e.status == 404 and not res.required:
                     return []
@@ -102,11 +141,25 @@ class Cluster:
             return OWN_RULES
         res = await self.upstream_rules()
         if res is None:
-            raise ApiError(
-                404,
-                "the API server serves no resource.k8s.io DeviceTaintRule (DRADeviceTaintRules is off); drop --upstream to use the project's CRD",
-            )
+            raise NotServed(upstream_rules_needs(await self._minor(), await self._served(ev.GROUP_RESOURCE)))
         return res
+
+    async def _served(self, group: str) -> tuple[str, ...]:
+        """The versions of `group` the server serves (discovery), [] when none or it cannot say."""
+        try:
+            listing = await self.call("GET", f"/apis/{group}")
+        except ApiError:
+            return ()
+        return tuple(str(v.get("version")) for v in (listing or {}).get("versions") or () if isinstance(v, dict))
+
+    async def _minor(self) -> int | None:
+        """The server's Kubernetes minor version from /version ("36", or "36+" from some distributions); None if it cannot say."""
+        try:
+            info = await self.call("GET", "/version")
+        except ApiError:
+            return None
+        found = re.match(r"\d+", str((info or {}).get("minor") or ""))
+        return int(found.group()) if found and str((info or {}).get("major")) == "1" else None
 
     async def snapshot(self) -> ClusterState:
         """The tracker's state from one list of each kind."""

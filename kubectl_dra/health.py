@@ -4,8 +4,9 @@ Each failing device's ladder state lives in its rule's annotation
 (controllers/health/rules.py), so this view needs nothing but the API: device,
 policy, rule, the effect it holds, since when, the cause, and when it clears
 (the hold-down after its last signal resolved, from the policy). Below the
-devices, each policy's rules with the guard in force, and the policies the
-controller cannot act on, marked invalid.
+devices, each policy's rules with the guard in force and the alerts that
+named no device of theirs, and the policies the controller cannot act on,
+marked invalid.
 """
 
 from __future__ import annotations
@@ -56,20 +57,32 @@ def invalid(obj: dict[str, Any]) -> str | None:
 
 
 def policy_rows(policies: dict[str, dict[str, Any]], only: str | None) -> list[list[str]]:
-    """POLICY, MODE, RULE, GUARD per rule; an invalid policy is one row saying why."""
+    """POLICY, MODE, RULE, GUARD, UNMATCHED per rule; an invalid policy is one row saying why."""
     out = []
     for name, obj in sorted(policies.items()):
         if only is not None and name != only:
             continue
         why = invalid(obj)
         if why is not None:
-            out.append([name, "INVALID", "-", why])
+            out.append([name, "INVALID", "-", why, "-"])
             continue
         p = parse_policy(obj)
         for r in p.rules:
             guard = "- (no NoExecute step)" if r.guard_origin == "unused" else f"{r.guard_origin}: {r.guard.describe()}"
-            out.append([name, p.mode, r.name, guard])
+            out.append([name, p.mode, r.name, guard, unmatched(obj, r.name)])
     return out
+
+
+def unmatched(obj: dict[str, Any], rule: str) -> str:
+    """The alerts of the rule that named no device, as the controller counted them: how many, and why the last did not match."""
+    for entry in (obj.get("status") or {}).get("rules") or ():
+        if isinstance(entry, dict) and entry.get("name") == rule:
+            count = entry.get("unmatchedAlerts") or 0
+            last = entry.get("lastUnmatched") or {}
+            if not count:
+                return "0"
+            return f"{count} (last {last.get('time', '?')}: {last.get('reason', '?')})" if last else str(count)
+    return "0"
 
 
 def rows(policies: dict[str, dict[str, Any]], rules: list[dict[str, Any]], only: str | None) -> list[dict[str, Any]]:
@@ -143,7 +156,7 @@ async def cmd_health(cluster: Cluster, args: argparse.Namespace, out: Callable[[
     guards = policy_rows(policies, args.policy)
     if guards:
         out("")
-        _table([["POLICY", "MODE", "RULE", "GUARD"], *guards], out)
+        _table([["POLICY", "MODE", "RULE", "GUARD", "UNMATCHED"], *guards], out)
     if code:
         out(f"DeviceHealthPolicy {args.policy!r} is invalid: {invalid(policies[args.policy])}")
     return code

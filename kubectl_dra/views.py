@@ -11,16 +11,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.allocation import Allocator
-from allocator.types import EFFECT_NONE, DeviceID, DeviceTaint
+from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NONE, DeviceID, DeviceTaint
 from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
-from controllers.eviction.rule_status import RuleCounts, condition
+from controllers.eviction.rule_checks import rule_problems
+from controllers.eviction.rule_status import RuleCounts, condition, existing
 from extender.service import build_service
 from extender.wire import BadRequest, ExtenderArgs
-from kubectl_dra.rule_checks import rule_problems
 from serving.metrics import Metrics
 from tracker.clock import parse_time
 from tracker.device_rows import device_row
@@ -79,6 +80,13 @@ class RuleExplanation:
     dry: DryRun
     message: str = field(default="")
     problems: list[str] = field(default_factory=list)  # kubectl_dra.rule_checks: invalid selectors, an unknown effect
+    condition: dict[str, Any] | None = None  # the rule's own EvictionInProgress condition, as the controller wrote it
+    generation: int = 0
+
+    @property
+    def acting(self) -> bool:
+        """At NoExecute the rule's pods are being evicted: its real condition counts, not the hypothetical dry run."""
+        return self.effect == EFFECT_NO_EXECUTE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,12 +101,14 @@ class RuleExplanation:
                 "pods": self.dry.pods,
                 "namespaces": self.dry.namespaces,
             },
-            "dryRunMessage": self.message,
+            "dryRunMessage": None if self.acting else self.message,
             "problems": self.problems,
+            "condition": self.condition,
         }
 
 
-def explain_rule(state: ClusterState, group: str, name: str) -> RuleExplanation | None:
+def explain_rule(state: ClusterState, group: str, name: str, status: Mapping[str, Any] | None = None) -> RuleExplanation | None:
+    """What the rule matches and would evict; `status`: the rule's own, for its actual condition."""
     rule = state.rules.get((group, name))
     if rule is None:
         return None
@@ -117,7 +127,18 @@ def explain_rule(state: ClusterState, group: str, name: str) -> RuleExplanation 
     dry = dry_run(state, source, _taint_time)
     message = condition(EFFECT_NONE, RuleCounts(), dry, rule.meta.generation)["message"]
     problems = rule_problems(state, rule)
-    return RuleExplanation(source, rule.taint.effect, devices, dict(sorted(allocated.items())), evicted, dry, message, problems)
+    return RuleExplanation(
+        source,
+        rule.taint.effect,
+        devices,
+        dict(sorted(allocated.items())),
+        evicted,
+        dry,
+        message,
+        problems,
+        existing(status),
+        rule.meta.generation,
+    )
 
 
 async def why(state: ClusterState, source: BindingSource, raw_pod: dict[str, Any]) -> dict[str, str | None]:

@@ -224,6 +224,10 @@ class ClusterState:
         """`listener` hears of every applied change, after the device views it touches are computed."""
         self._listeners.append(listener)
 
+    def problem_of(self, kind: str, group: str, name: str) -> str | None:
+        """The last problem reported about a class, rule or patch with its current spec (a selector failing at run time)."""
+        return self._problems.latest.get((kind, group, name))
+
     def report(self, problem: Problem) -> None:
         """Report a faulty object once (an Event and a metric downstream).
 

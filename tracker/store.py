@@ -157,6 +157,9 @@ class ProblemReporter:
         # (kind, group, name) -> what was reported: spec tokens for _BLAMED_PER_SPEC, else messages.
         self._reported: dict[tuple[str, str, str], set[bytes | str]] = {}
         self._spec_tokens: dict[tuple[str, str, str], bytes] = {}
+        # (kind, group, name) -> the last problem of a class, rule or patch with its current spec: what a
+        # selector that fails at run time left, for the rule's own condition and kubectl dra to show.
+        self.latest: dict[tuple[str, str, str], str] = {}
 
     def track_spec(self, event: ev.ObjectEvent) -> None:
         """A class, rule or patch with a new spec (or re-created) may be blamed again; a deleted object of any kind is forgotten.
@@ -166,9 +169,13 @@ class ProblemReporter:
         faulty pods would grow it for good), and a re-created object is new.
         """
         ident = (event.kind, event.group, event.key)
+        if event.kind == ev.DEVICE_CLASS:
+            # Rules and patches that use the class are evaluated again (and report again if they still fail).
+            self.latest = {k: v for k, v in self.latest.items() if k[0] == ev.DEVICE_CLASS}
         if event.type == "DELETED":
             self._spec_tokens.pop(ident, None)
             self._reported.pop(ident, None)
+            self.latest.pop(ident, None)
             return
         if event.kind not in _BLAMED_PER_SPEC:
             return
@@ -181,10 +188,13 @@ class ProblemReporter:
         if self._spec_tokens.get(ident) != token:
             self._spec_tokens[ident] = token
             self._reported.pop(ident, None)
+            self.latest.pop(ident, None)
 
     def report(self, problem: Problem) -> None:
         """Report a faulty object once (an Event and a metric downstream)."""
         ident = (problem.kind, problem.group, problem.name)
+        if problem.kind in _BLAMED_PER_SPEC:
+            self.latest[ident] = problem.message
         token = self._spec_tokens.get(ident, problem.message)
         seen = self._reported.setdefault(ident, set())
         if token in seen:

@@ -65,6 +65,7 @@ class EvictionController:
         self.leadership: MayWrite = leadership or LeadershipGate.always()
         self.clock: Clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
+        self._leading = False  # as of the last pass: a new term resets the rate limits (rate_limit.py)
         self.idle = False  # waiting for the clock or a tracker event (tests step the fake clock then)
         self.deadlines = Deadlines(self.clock, settings.retry_initial)
         self.events = events = Events(source, self.leadership)
@@ -142,11 +143,15 @@ class EvictionController:
             self.intake.wake.clear()
             self.deadlines.times.clear()
             if self.leadership.may_write():
+                if not self._leading:
+                    self._leading = True
+                    self.dispatcher.limiters.began_leading(self.clock.now())
                 await self.step()
                 # Leadership is polled: a leader that loses it must notice without a tracker event.
                 deadline = min(self.deadlines.times, default=self.clock.now() + self.settings.leader_poll)
                 deadline = min(deadline, self.clock.now() + self.settings.leader_poll)
             else:
+                self._leading = False
                 self.planner.drop()
                 self.intake.dirty = True
                 deadline = self.clock.now() + self.settings.leader_poll

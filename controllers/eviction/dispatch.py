@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from controllers.eviction.intake import Intake
 from controllers.eviction.plan import PodEviction
@@ -44,7 +45,7 @@ class Dispatcher:
             if not_before > now:
                 self.deadlines.add(not_before)
                 continue
-            charged, when = self.limiters.acquire({(r.id, r.rate) for r in p.reasons}, now)
+            charged, when = self.limiters.acquire(_taints(p), now)
             if charged is None:
                 self.deadlines.add(when)
                 continue
@@ -63,3 +64,11 @@ class Dispatcher:
     def cancel(self) -> None:
         for task in list(self.inflight.values()):
             task.cancel()
+
+
+def _taints(p: PodEviction) -> list[tuple[str, float, float]]:
+    """(id, rate, earliest timeAdded) per taint that evicts `p` (one rule may reach it through several devices)."""
+    added: dict[tuple[str, float], float] = {}
+    for r in p.reasons:
+        added[(r.id, r.rate)] = min(added.get((r.id, r.rate), math.inf), r.time_added)
+    return [(i, rate, t) for (i, rate), t in added.items()]

@@ -3,6 +3,16 @@
 One bucket per taint (a rule, or one driver-published taint), created on
 first use and dropped once it is full again and no pending eviction needs
 it, so a cluster with many short-lived taints keeps no garbage.
+
+A bucket's tokens live in this process only, so a new process (a restart,
+a crash loop, a new leader) cannot know what the last one spent. A taint
+that was in effect before this controller began leading may have been
+drained a moment ago: its bucket starts empty at that moment and refills
+at the rule's rate, never with a fresh burst. Only a taint added since then
+(one no earlier controller can have acted on) starts full. What this reads
+back is the taint's `timeAdded` (written to the cluster before anything is
+evicted for it: `stamping.py`); the cost is one burst per taint per
+hand-over, never more evictions than the rate allows.
 """
 
 from __future__ import annotations
@@ -58,26 +68,38 @@ class TaintLimiters:
     def __init__(self, burst: int = DEFAULT_BURST) -> None:
         self.burst = burst
         self.buckets: dict[str, TokenBucket] = {}
+        self.leading_since = -math.inf  # when this controller began leading (set by `began_leading`)
 
-    def _bucket(self, taint: str, rate: float, now: float) -> TokenBucket:
+    def began_leading(self, now: float) -> None:
+        """A new term: whatever an earlier leader (or process) spent is unknown, so every bucket starts again from `now`."""
+        self.buckets.clear()
+        self.leading_since = now
+
+    def _initial_tokens(self, rate: float, added: float, now: float) -> float:
+        if self.leading_since <= added <= now:
+            return float(self.burst)  # added in this term: no earlier controller evicted for it
+        # In effect before this term (or dated in the future, which proves nothing): as if emptied when the term began.
+        return min(float(self.burst), max(0.0, now - self.leading_since) * rate)
+
+    def _bucket(self, taint: str, rate: float, added: float, now: float) -> TokenBucket:
         bucket = self.buckets.get(taint)
         if bucket is None:
-            bucket = self.buckets[taint] = TokenBucket(rate, self.burst, float(self.burst), now)
+            bucket = self.buckets[taint] = TokenBucket(rate, self.burst, self._initial_tokens(rate, added, now), now)
         elif bucket.rate != rate:
             bucket._refill(now)
             bucket.rate = rate  # the rule's evictionsPerSecond changed: the new rate applies from now
         return bucket
 
-    def acquire(self, taints: Iterable[tuple[str, float]], now: float) -> tuple[str | None, float]:
-        """Take a token from whichever of the pod's taints has one, trying the fastest first.
+    def acquire(self, taints: Iterable[tuple[str, float, float]], now: float) -> tuple[str | None, float]:
+        """Take a token from whichever of the pod's taints (id, rate, timeAdded) has one, trying the fastest first.
 
         Returns (taint charged, now) on success, or (None, when the earliest
         of them will have a token) when all are exhausted: a pod hit by several
         taints goes at the fastest applicable rate.
         """
         earliest = float("inf")
-        for taint, rate in sorted(taints, key=lambda t: -t[1]):
-            bucket = self._bucket(taint, rate, now)
+        for taint, rate, added in sorted(taints, key=lambda t: (-t[1], t[0])):
+            bucket = self._bucket(taint, rate, added, now)
             if bucket.take(now):
                 return taint, now
             earliest = min(earliest, bucket.available_at(now))

@@ -18,6 +18,7 @@ from controllers.eviction import rule_status
 from controllers.eviction.events import Events
 from controllers.eviction.intake import Intake
 from controllers.eviction.plan import RULE_KIND, Ownership, PodEviction, TaintKind, TaintOrigin, TaintTime, dry_run
+from controllers.eviction.rule_checks import rule_problems
 from controllers.eviction.rule_view import RuleView
 from tracker import events as ev
 from tracker.clock import Deadlines, format_time
@@ -32,6 +33,7 @@ class _RuleStats:
     refused: int = 0
     warned_foreign: bool = False
     last_written: tuple[float, dict[str, Any]] | None = None
+    last_ready: dict[str, Any] | None = None
 
 
 class RuleReports:
@@ -90,30 +92,57 @@ class RuleReports:
         if group != ev.GROUP_EXTENDER and not stats.warned_foreign and view.in_tree_status:
             stats.warned_foreign = True
             self.events.two_controllers(rule.meta.name, rule.meta.uid, group)
-        current = rule_status.existing(view.status)
-        last = stats.last_written if stats.last_written and stats.last_written[1]["observedGeneration"] == rule.meta.generation else None
-        if last is not None and rule.taint.effect == EFFECT_NONE and last[1]["reason"] == "NoEffect":
-            return  # the dry run of this generation is written; the watch has not brought it back yet
-        when = rule_status.next_write(current, rule.taint.effect, rule.meta.generation, last[0] if last else None)
-        if when is None:
+        ready = self._ready_due(view, rule, stats)  # at once, whatever the throttle: it is news of the rule itself
+        evicting = self._evicting_due(view, rule, counts, stats, now)
+        if evicting is None and ready is None:
             return
-        if when > now:
-            self.deadlines.add(when)
-            return
-        dry = dry_run(self.intake.state, rule.source, self.taint_time) if rule.taint.effect == EFFECT_NONE else None
-        counted = rule_status.RuleCounts(counts.pending_pods, counts.pending_namespaces, stats.evicted, stats.refused)
-        desired = rule_status.condition(rule.taint.effect, counted, dry, rule.meta.generation)
-        if rule_status.same(current, desired) or (last is not None and rule_status.same(last[1], desired)):
-            return
-        desired["lastTransitionTime"] = format_time(now)
+        written = [c for c in (ready, evicting) if c is not None]
+        for c in written:
+            c["lastTransitionTime"] = format_time(now)
         try:
-            await self.source.update_rule_status(group, name, {"conditions": rule_status.with_condition(view.status, desired)})
+            await self.source.update_rule_status(group, name, {"conditions": rule_status.with_conditions(view.status, *written)})
         except NotFound:
             return
         except SourceError as e:
             log.warning("could not write rule status", extra={"rule": name, "group": group, "err": e.message})
             self.deadlines.retry(now)
             return
-        stats.last_written = (now, desired)
-        self.deadlines.add(now + rule_status.STATUS_PERIOD)
-        log.info("rule status", extra={"rule": name, "group": group, "reason": desired["reason"], "note": desired["message"]})
+        if evicting is not None:
+            stats.last_written = (now, evicting)
+            self.deadlines.add(now + rule_status.STATUS_PERIOD)
+        if ready is not None:
+            stats.last_ready = ready
+        for c in written:
+            log.info(
+                "rule status", extra={"rule": name, "group": group, "condition": c["type"], "reason": c["reason"], "note": c["message"]}
+            )
+
+    def _ready_due(self, view: RuleView, rule: DeviceTaintRule, stats: _RuleStats) -> dict[str, Any] | None:
+        """The `Ready` condition when it differs from the rule's and from our last write; else None."""
+        desired = rule_status.ready(rule_problems(self.intake.state, rule), rule.meta.generation)
+        if rule_status.same(rule_status.existing(view.status, rule_status.READY), desired):
+            return None
+        if stats.last_ready is not None and rule_status.same(stats.last_ready, desired):
+            return None  # written; the watch has not brought it back yet
+        return desired
+
+    def _evicting_due(
+        self, view: RuleView, rule: DeviceTaintRule, counts: rule_status.RuleCounts, stats: _RuleStats, now: float
+    ) -> dict[str, Any] | None:
+        """The `EvictionInProgress` condition when it is due (the throttle) and changed; else None."""
+        current = rule_status.existing(view.status)
+        last = stats.last_written if stats.last_written and stats.last_written[1]["observedGeneration"] == rule.meta.generation else None
+        if last is not None and rule.taint.effect == EFFECT_NONE and last[1]["reason"] == "NoEffect":
+            return None  # the dry run of this generation is written; the watch has not brought it back yet
+        when = rule_status.next_write(current, rule.taint.effect, rule.meta.generation, last[0] if last else None)
+        if when is None:
+            return None
+        if when > now:
+            self.deadlines.add(when)
+            return None
+        dry = dry_run(self.intake.state, rule.source, self.taint_time) if rule.taint.effect == EFFECT_NONE else None
+        counted = rule_status.RuleCounts(counts.pending_pods, counts.pending_namespaces, stats.evicted, stats.refused)
+        desired = rule_status.condition(rule.taint.effect, counted, dry, rule.meta.generation)
+        if rule_status.same(current, desired) or (last is not None and rule_status.same(last[1], desired)):
+            return None
+        return desired

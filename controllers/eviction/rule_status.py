@@ -13,16 +13,18 @@ NoExecute effect.", read like a drain that has not started yet).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from allocator.tolerations import unknown_effect
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NONE
 from controllers.eviction.plan import DryRun
+from controllers.eviction.rule_checks import INVALID
 from tracker.clock import parse_time
 
 CONDITION = "EvictionInProgress"
+READY = "Ready"  # ours, not upstream's: whether the rule selects what it says (rule_checks.py)
 STATUS_PERIOD = 10.0
 
 
@@ -77,9 +79,25 @@ def condition(effect: str, counts: RuleCounts, dry: DryRun | None, generation: i
     return {"type": CONDITION, "status": status, "reason": reason, "message": message, "observedGeneration": generation}
 
 
-def existing(raw_status: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def ready(problems: Sequence[str], generation: int) -> dict[str, Any]:
+    """The `Ready` condition (without lastTransitionTime): False while a selector or the effect makes the rule do less than written.
+
+    Upstream's rules carry no such condition; a selector that fails at run
+    time is otherwise only a Warning Event, which `kubectl get` never shows.
+    """
+    invalid = [p.removeprefix(INVALID) for p in problems if p.startswith(INVALID)]
+    if invalid:
+        status, reason, message = "False", "InvalidSelector", "; ".join(invalid)
+    elif problems:
+        status, reason, message = "False", "UnknownEffect", "; ".join(problems)
+    else:
+        status, reason, message = "True", "Valid", ""
+    return {"type": READY, "status": status, "reason": reason, "message": message, "observedGeneration": generation}
+
+
+def existing(raw_status: Mapping[str, Any] | None, type_: str = CONDITION) -> dict[str, Any] | None:
     for c in (raw_status or {}).get("conditions") or ():
-        if isinstance(c, dict) and c.get("type") == CONDITION:
+        if isinstance(c, dict) and c.get("type") == type_:
             return c
     return None
 
@@ -108,7 +126,11 @@ def next_write(current: Mapping[str, Any] | None, effect: str, generation: int, 
     return max(times) + STATUS_PERIOD
 
 
-def with_condition(raw_status: Mapping[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
-    """The full conditions list with ours replaced (a merge patch replaces lists whole)."""
-    others = [c for c in (raw_status or {}).get("conditions") or () if isinstance(c, dict) and c.get("type") != CONDITION]
-    return [*others, new]
+def with_conditions(raw_status: Mapping[str, Any] | None, *new: dict[str, Any]) -> list[dict[str, Any]]:
+    """The full conditions list with ours replaced where they were, new ones last (a merge patch replaces lists whole)."""
+    by_type = {c["type"]: c for c in new}
+    out = []
+    for c in (raw_status or {}).get("conditions") or ():
+        if isinstance(c, dict):
+            out.append(by_type.pop(str(c.get("type")), c))  # in place: readers of the list see a stable order
+    return [*out, *by_type.values()]

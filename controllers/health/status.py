@@ -168,7 +168,16 @@ class PolicyStatus:
         )
         ready = self._condition(policy.name, "Ready", "True", "DryRun" if policy.dry_run else "Enforcing", f"mode {policy.mode}")
         conditions = [ready, guard, self._guarded(policy), self._written(policy)]
-        return {"observedGeneration": policy.generation, "conditions": conditions, "rules": rules}
+        # The sums over the rules, for `kubectl get`'s columns (a column's JSONPath shows one value, not a list).
+        devices = {e: sum(r["devices"].get(e, 0) for r in rules) for e in ("None", "NoSchedule", "NoExecute")}
+        unmatched_alerts = sum(r["unmatchedAlerts"] for r in rules)
+        return {
+            "observedGeneration": policy.generation,
+            "conditions": conditions,
+            "devices": devices,
+            "unmatchedAlerts": unmatched_alerts,
+            "rules": rules,
+        }
 
     def _guarded(self, policy: Policy) -> dict[str, Any]:
         """Guarded: False while a rule that can reach NoExecute has a guard with no limit (a Warning Event once per generation)."""

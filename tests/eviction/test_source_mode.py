@@ -13,6 +13,7 @@ from controllers.eviction import EvictionController, Settings
 from kubesim.clock import FakeClock
 from kubesim.objects import node
 from tests.eviction.harness import T0, claim_and_pod, gpu_slice, rule
+from tracker.clock import format_time
 from tracker.manifest.source import ManifestSource
 from tracker.state import ClusterState
 
@@ -23,7 +24,9 @@ async def test_an_eviction_removes_the_pod_from_the_view_and_releases_its_claim(
         "patient", 1, tolerations=[{"key": "example.com/broken", "operator": "Exists", "tolerationSeconds": 3600}]
     )
     (tmp_path / "cluster.yaml").write_text(
-        yaml.safe_dump_all([node("node-a"), gpu_slice(2), claim, pod, kept_claim, kept_pod, rule("drain")])
+        # timeAdded on the fake clock: the load time (the real clock's) would date the rule after the fake now, which
+        # the rate limit reads as a rule of unknown age (no burst), and the fake clock never moves here.
+        yaml.safe_dump_all([node("node-a"), gpu_slice(2), claim, pod, kept_claim, kept_pod, rule("drain", timeAdded=format_time(T0))])
     )
     state = ClusterState(CelEnvironment())
     source = ManifestSource(tmp_path, watch=False)
@@ -43,7 +46,7 @@ async def test_an_eviction_removes_the_pod_from_the_view_and_releases_its_claim(
             deleted = [r for r in caplog.records if r.getMessage() == "deleted pod"]
             assert len(deleted) == 1 and deleted[0].pod == "default/trainer" and deleted[0].devices == "gpu.example.com/node-a/gpu-0"
             assert "example.com/broken:NoExecute" in deleted[0].taints and deleted[0].claims == "default/trainer-gpu"
-            # timeAdded came from the load; the controller only recorded it (no spec write in the overlay).
+            # timeAdded came from the file; the controller only recorded it (no spec write in the overlay).
             status = source.store.rule_status[("resource.dra-extender.io", "drain")]
             assert status["stampedTaint"]["effect"] == "NoExecute"
             condition = status["conditions"][-1]

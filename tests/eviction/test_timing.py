@@ -331,7 +331,7 @@ def test_time_added_stamping(name: str, taint: dict, effect: str, recorded: dict
 
 def test_fastest_taint_rate_applies_and_idle_limiters_are_dropped() -> None:
     limiters = TaintLimiters()
-    slow, fast = ("slow", 1.0), ("fast", 100.0)
+    slow, fast = ("slow", 1.0, T0), ("fast", 100.0, T0)
     for _ in range(10):
         assert limiters.acquire({slow}, T0)[0] == "slow"
     assert limiters.acquire({slow}, T0) == (None, T0 + 1.0)
@@ -341,3 +341,26 @@ def test_fastest_taint_rate_applies_and_idle_limiters_are_dropped() -> None:
     assert set(limiters.buckets) == {"slow"}
     limiters.drop_idle(set(), T0 + 100)
     assert limiters.buckets == {}
+
+
+LEADING = T0 - 100.0  # when the controller's term began
+
+# (name, the taint's timeAdded, now, evictions at once)
+FIRST_BUCKETS = [
+    ("a taint added in this term gets the burst", LEADING + 10, LEADING + 20, 10),
+    ("added the moment the term began: this term's", LEADING, LEADING, 10),
+    ("in effect before the term, just begun: nothing at once", LEADING - 1, LEADING, 0),
+    ("in effect before the term: what the rate refilled since it began", LEADING - 1, LEADING + 4, 2),
+    ("in effect before the term, long ago: refilled to the burst", LEADING - 1, LEADING + 3600, 10),
+    ("dated in the future: proves nothing, as if in effect before", LEADING + 3600, LEADING + 4, 2),
+]
+
+
+@pytest.mark.parametrize(("added", "now", "at_once"), [pytest.param(*r[1:], id=r[0]) for r in FIRST_BUCKETS])
+def test_a_new_term_gives_a_fresh_burst_only_to_taints_added_in_it(added: float, now: float, at_once: int) -> None:
+    limiters = TaintLimiters()
+    limiters.began_leading(LEADING)
+    taken = 0
+    while limiters.acquire({("rule", 0.5, added)}, now)[0] is not None:
+        taken += 1
+    assert taken == at_once

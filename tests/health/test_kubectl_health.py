@@ -32,8 +32,8 @@ async def test_health_lists_the_devices_with_step_since_cause_and_clearing(clust
         "gpu.example.com/node-a/gpu-1", "node-a", "gpu-health", "xid-79", "NoExecute", "2026-01-01T00:00:00Z", "GPUXid", "xid=79", "while", "firing",
     ]  # fmt: skip
     assert lines[2].split()[-1] == "2026-01-01T00:20:01Z"  # resolved at 5:01, held 15 minutes
-    assert lines[4].split() == ["POLICY", "MODE", "RULE", "GUARD"]
-    assert lines[5].split() == ["gpu-health", "Enforce", "xid-79", "policy:", "at", "most", "4", "at", "NoExecute"]
+    assert lines[4].split() == ["POLICY", "MODE", "RULE", "GUARD", "UNMATCHED"]
+    assert lines[5].split() == ["gpu-health", "Enforce", "xid-79", "policy:", "at", "most", "4", "at", "NoExecute", "0"]
     code, text = await dra(cluster, "health", "--policy", "gpu-health", "-o", "yaml")
     doc = yaml.safe_load(text)
     assert doc["policy"]["metadata"]["name"] == "gpu-health"

@@ -40,6 +40,21 @@ OPTIONAL_RECHECK_SECONDS = 60.0
 STALE_THRESHOLD = 30.0  # seconds without a successful list/watch before a kind is "stale"
 
 
+def user_agent(program: str) -> str:
+    """`PROGRAM/VERSION`: the API server names a write's field manager after the part before the slash.
+
+    kubernetes-asyncio's default (`OpenAPI-Generator/...`) would make every
+    write of the extender, the controllers and kubectl dra read as one
+    anonymous generated client in managedFields and audit logs.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{program}/{version('dra-extender')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return f"{program}/unknown"
+
+
 def _without_per_request_env_lookups(api: Any, configuration: Any) -> None:
     """The client's session with `trust_env` off, and the environment's proxy read once.
 
@@ -72,12 +87,12 @@ class ApiSource(ApiWrites):
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         stale_threshold: float = STALE_THRESHOLD,
         read_only: bool = False,
-        user_agent: str | None = None,
+        program: str = "dra-extender",
     ) -> None:
         self.kubeconfig = kubeconfig
-        # Which command asks (e.g. dra-extender-controllers/1.2.0), as kube-scheduler names itself: the API server's
-        # audit log and the fake API's request log tell the sidecar's requests from the controllers'.
-        self.user_agent = user_agent
+        # Every request's User-Agent, so its field manager is `program`; each command names itself
+        # (dra-extender-serve, dra-extender-controllers), so audit logs tell the sidecar from the controllers.
+        self.user_agent = user_agent(program)
         # --read-only: every write is refused here, whatever asks for it, so the promise holds in one place.
         self.read_only = read_only
         self.in_cluster = in_cluster
@@ -130,8 +145,7 @@ class ApiSource(ApiWrites):
         else:
             await config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=configuration)
         api = api_client_type(configuration)
-        if self.user_agent:
-            api.user_agent = self.user_agent
+        api.user_agent = self.user_agent  # default_headers: call_api and send() both add them
         _without_per_request_env_lookups(api, configuration)
         host = configuration.host or ""
         if not api.rest_client.proxy and host.startswith(("http:", "https:")):
