@@ -76,7 +76,11 @@ class TaintLimiters:
         self.leading_since = now
 
     def _initial_tokens(self, rate: float, added: float, now: float) -> float:
-        if self.leading_since <= added <= now:
+        # timeAdded has whole seconds (metav1.Time): a taint stamped in the second this term began reads as
+        # earlier than the term's start. No earlier process can have stamped and drained it in that same second
+        # and handed over (a restart or a Lease hand-over takes longer), so that second counts as this term's.
+        began = math.floor(self.leading_since) if math.isfinite(self.leading_since) else self.leading_since
+        if began <= added <= now:
             return float(self.burst)  # added in this term: no earlier controller evicted for it
         # In effect before this term (or dated in the future, which proves nothing): as if emptied when the term began.
         return min(float(self.burst), max(0.0, now - self.leading_since) * rate)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -364,3 +365,15 @@ def test_a_new_term_gives_a_fresh_burst_only_to_taints_added_in_it(added: float,
     while limiters.acquire({("rule", 0.5, added)}, now)[0] is not None:
         taken += 1
     assert taken == at_once
+
+
+def test_a_taint_stamped_in_the_second_its_term_began_gets_the_burst() -> None:
+    """timeAdded has whole seconds: stamped 0.6 s into the term's first second, it reads 0.4 s before the term began."""
+    began = math.floor(LEADING) + 0.4
+    limiters = TaintLimiters()
+    limiters.began_leading(began)
+    stamped = float(math.floor(began + 0.2))  # what the API server keeps of a stamp 0.2 s after the term began
+    taken = 0
+    while limiters.acquire({("rule", 0.5, stamped)}, began + 0.3)[0] is not None:
+        taken += 1
+    assert taken == 10
