@@ -218,6 +218,22 @@ def test_the_controllers_run_as_their_own_deployment_with_their_own_lease_pdb_an
     }
 
 
+def test_kube_scheduler_may_read_the_api_servers_authentication_config() -> None:
+    """kube-scheduler reads kube-system/extension-apiserver-authentication at start (its authentication
+    delegation): the chart binds its ServiceAccount to the Role that grants it, in kube-system, as upstream's
+    guide for a second scheduler does."""
+    objs = objects()
+    binding = one(objs, "RoleBinding", "-authentication-reader")
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "extension-apiserver-authentication-reader",
+    }
+    scheduler_sa = one(objs, "Deployment", SCHEDULER)["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": scheduler_sa, "namespace": NAMESPACE}]
+
+
 def test_the_docs_version_is_the_default_scheduler_tag() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["scheduler"]["image"]["tag"].startswith("v1.36.")
