@@ -13,7 +13,7 @@ from allocator.api_limits import check_metadata_limits, check_object_name
 from allocator.parse import parse_pod
 from dra_extender.cli import build_parser
 from serving.metrics import Metrics
-from tests.chart.render import CHART, IMAGE, NAMESPACE, crds, helm, objects, one, render
+from tests.chart.render import CHART, IMAGE, NAMESPACE, RELEASE, crds, helm, objects, one, render
 from tracker.apiserver.leadership import lease_from_scheduler_config, refuse_in_tree_allocator
 
 # (apiVersion, kind) -> namespaced: what a 1.34+ cluster (plus prometheus-operator) serves.
@@ -378,3 +378,12 @@ def test_health_values_enable_the_receiver_its_service_its_token_and_rbac() -> N
         a.startswith("--alerts") or a == "--no-health" for a in _container(one(default, "Deployment", CONTROLLERS), "controllers")["args"]
     )
     assert "--no-health" in _container(one(objects(VARIANTS["health-off"]), "Deployment", CONTROLLERS), "controllers")["args"]
+
+
+def test_the_docs_name_the_alerts_service_and_secret_the_chart_makes() -> None:
+    """docs/health.md gives the receiver's Service and Secret names for `helm install dra`: the chart's, not a guess."""
+    names = {o["metadata"]["name"] for o in objects(VARIANTS["health-alerts"]) if o["kind"] in ("Service", "Secret")}
+    service, secret = f"{RELEASE}-dra-extender-alerts", f"{RELEASE}-dra-extender-alerts-token"
+    assert {service, secret} <= names, names
+    text = (CHART.parents[1] / "docs" / "health.md").read_text()
+    assert f"`{service}`" in text and f"`{secret}`" in text
