@@ -208,10 +208,16 @@ async def test_dry_run_writes_effect_none_and_evicts_nothing(cluster: HealthClus
     assert effects(cluster) == {"node-a/gpu-3": "None"}
     assert cluster.recorder.deleted() == []
     (name,) = [r["metadata"]["name"] for r in health_rules(cluster).values()]
-    await cluster.run_until(lambda: bool((cluster.api.get("devicetaintrules", None, name, group=CRD) or {}).get("status")), within=30)
-    rule = cluster.api.get("devicetaintrules", None, name, group=CRD)
-    assert rule is not None
-    cond = rule["status"]["conditions"][0]
+
+    def eviction_condition() -> dict[str, Any] | None:
+        """The rule's EvictionInProgress condition (its Ready condition is written beside it)."""
+        stored = cluster.api.get("devicetaintrules", None, name, group=CRD) or {}
+        conditions = (stored.get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "EvictionInProgress"), None)
+
+    await cluster.run_until(lambda: eviction_condition() is not None, within=30)
+    cond = eviction_condition()
+    assert cond is not None
     assert cond["reason"] == "NoEffect" and "1 pod" in cond["message"]
     obj = cluster.api.get("devicehealthpolicies", None, "gpu-health", group=GROUP)
     assert obj is not None
