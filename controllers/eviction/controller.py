@@ -75,7 +75,7 @@ class EvictionController:
         self.reports = RuleReports(self.intake, source, settings.ownership, events, self.deadlines, self.rule_stamps.taint_time)
         limiters = TaintLimiters()
         evictor = Evictor(
-            Remover(source, settings.mode, self.clock, self.intake.pods, events),
+            Remover(source, settings.mode, self.clock, self.intake.pods, events, self.leadership),
             limiters,
             Backoff(settings.retry_initial, settings.retry_max),
             self.reports,

@@ -6,7 +6,9 @@ In `delete` mode (upstream's way) the pod gets an Event and the
 a PodDisruptionBudget may refuse (429): the pod is tried again after a
 backoff and the refused attempt does not count against the rate limit. A
 pod already marked by an earlier controller (before a restart) is not
-announced twice.
+announced twice. Leadership is asked again before each write of an eviction
+under way, so a controller that lost its Lease mid-way leaves the pod to the
+new leader instead of deleting it beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from controllers.eviction.rate_limit import Backoff, TaintLimiters
 from controllers.eviction.rule_reports import RuleReports
 from serving.metrics import Metrics
 from tracker.clock import Clock, Deadlines, format_time
+from tracker.leadership_gate import MayWrite
 from tracker.pod_status import PodStatus
 from tracker.source import NotFound, PodEvictionWriter, SourceError
 
@@ -41,13 +44,24 @@ VOLUME_DISRUPTION_TARGET = {
 _OUR_REASONS = frozenset({DISRUPTION_TARGET["reason"], VOLUME_DISRUPTION_TARGET["reason"]})
 
 
+class LeadershipLost(Exception):
+    """Leadership ended while an eviction was under way: its remaining writes are the new leader's to make."""
+
+
 class Remover:
     """The API writes that remove one pod."""
 
     def __init__(
-        self, source: PodEvictionWriter, mode: Literal["delete", "evict"], clock: Clock, pods: Mapping[str, PodStatus], events: Events
+        self,
+        source: PodEvictionWriter,
+        mode: Literal["delete", "evict"],
+        clock: Clock,
+        pods: Mapping[str, PodStatus],
+        events: Events,
+        leadership: MayWrite,
     ) -> None:
         self.source = source
+        self.leadership = leadership
         self.mode = mode
         self.clock = clock
         self.pods = pods  # the intake's views
@@ -60,19 +74,27 @@ class Remover:
         condition = view.condition("DisruptionTarget", _OUR_REASONS) if view is not None else None
         return condition is not None and condition.status == "True"
 
+    def _still_leading(self) -> None:
+        if not self.leadership.may_write():
+            raise LeadershipLost
+
     async def remove(self, p: PodEviction) -> None:
-        """Raises what the source raises (NotFound, SourceError)."""
+        """Raises what the source raises (NotFound, SourceError), and LeadershipLost before any write past its term."""
+        self._still_leading()
         if self.mode == "delete":
             if not self._already_marked(p):
                 await self.events.pod_now(p, "Marking for deletion")  # before the delete, as its reason
                 target = VOLUME_DISRUPTION_TARGET if p.volume else DISRUPTION_TARGET
                 condition = {**target, "lastTransitionTime": format_time(self.clock.now())}
+                self._still_leading()
                 await self.source.update_pod_status_condition(p.namespace, p.name, condition)
+            self._still_leading()
             await self.source.delete_pod(p.namespace, p.name, p.uid)
         else:
             if p.uid not in self.marked and not self._already_marked(p):
                 self.marked.add(p.uid)
                 await self.events.pod_now(p, "Marking for eviction")
+            self._still_leading()
             await self.source.evict_pod(p.namespace, p.name, p.uid)
 
 
@@ -102,6 +124,10 @@ class Evictor:
         fields = {**p.describe(), "mode": self.remover.mode, "rate_limited_by": charged}
         try:
             await self.remover.remove(p)
+        except LeadershipLost:
+            self.limiters.give_back(charged)
+            log.info("leadership ended during the eviction; the pod is left to the new leader", extra=fields)
+            return False
         except NotFound:
             self.done.add(p.uid)
             log.info("pod already gone", extra=fields)

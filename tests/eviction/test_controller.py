@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubesim.fakeapi import FakeApiError, FakeApiServer
+from kubesim.fakeapi import FakeApiError, FakeApiServer, RequestInfo
 from kubesim.objects import node
 from tests.eviction.harness import CRD, DRIVER, T0, Cluster, claim_and_pod, gpu_slice, rule, seed
 from tracker.clock import format_time, parse_time
@@ -366,3 +366,25 @@ async def test_unknown_effect_is_a_warning_event_on_the_rule_once_per_effect_wri
     if not case.edits:
         assert condition(api, "typo")["reason"] == "OtherEffect"
         assert "unknown effect 'Evict-Everything': nothing is evicted or blocked" in condition(api, "typo")["message"]
+
+
+async def test_a_leader_that_loses_its_lease_mid_eviction_writes_no_more_of_it(cluster: Cluster) -> None:
+    """The Lease moves away between the pod's Event and its deletion: the deletion is the new leader's."""
+    api = cluster.api
+    seed(api, node("node-a"), gpu_slice(1), *claim_and_pod("a", 0))
+    lost: list[bool] = []
+
+    def lose_the_lease_at_the_first_event(info: RequestInfo) -> None:
+        if info.method == "POST" and info.resource == "events" and not lost:
+            lost.append(True)
+            cluster.leading = False
+
+    api.add_reactor(lose_the_lease_at_the_first_event)
+    await cluster.start()
+    api.create(rule("gpu-broken", timeAdded=format_time(T0)))
+    await cluster.advance(30)
+    assert lost, "the eviction began"
+    assert cluster.recorder.for_pod("a") == ["event:Marking for deletion"], "no condition and no deletion after the Lease moved"
+    assert api.get("pods", "default", "a") is not None
+    cluster.leading = True  # leading again: it finishes the eviction
+    await cluster.run_until(lambda: cluster.recorder.deleted() == ["a"], within=10)
