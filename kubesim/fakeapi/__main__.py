@@ -16,6 +16,7 @@ import sys
 
 import orjson
 
+from kubesim.fakeapi.journal import Journal
 from kubesim.fakeapi.server import FakeApiServer
 
 
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token", default=None, help="require this bearer token")
     p.add_argument("--require-namespaces", action="store_true", help="creating in a missing namespace answers 404")
     p.add_argument("--kubernetes-version", default="v1.34.0")
+    p.add_argument("--journal", metavar="PATH", help="record every request (write bodies too) and write them here as JSON lines on exit")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -60,6 +62,9 @@ async def amain(args: argparse.Namespace) -> int:
     )
     if args.load:
         api.load(*args.load)
+    journal = Journal() if args.journal else None
+    if journal is not None:
+        api.add_reactor(journal)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -74,6 +79,8 @@ async def amain(args: argparse.Namespace) -> int:
         await stop.wait()
     finally:
         await api.stop()
+        if journal is not None:
+            journal.write(args.journal)
     return 0
 
 

@@ -100,6 +100,8 @@ class RequestInfo:
     namespace: str | None
     name: str | None
     body: bytes
+    user_agent: str = ""  # tells the extender's commands (and the test's own client) apart
+    content_type: str = ""
 
     def json(self) -> Any:
         return orjson.loads(self.body) if self.body else None

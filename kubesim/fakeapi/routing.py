@@ -95,7 +95,7 @@ async def _serve(server: FakeApiServer, request: web.Request, rec: RequestRecord
 
 async def _inject_get(server: FakeApiServer, request: web.Request, rec: RequestRecord, body: bytes, group: str, version: str) -> None:
     """Faults and reactors for a request that is not on a resource (health, version, discovery)."""
-    info = RequestInfo(request.method, "get", request.path, dict(request.query), group, version, "", None, None, None, body)
+    info = RequestInfo(request.method, "get", request.path, dict(request.query), group, version, "", None, None, None, body, rec.user_agent)
     await server._inject(info, rec)
 
 
@@ -139,7 +139,9 @@ async def _resource_request(
         raise not_allowed()
     rec.verb = verb
     rec.resource = t.plural if sub is None else f"{t.plural}/{sub}"
-    info = RequestInfo(request.method, verb, request.path, dict(request.query), group, version, t.plural, sub, namespace, name, body)
+    info = RequestInfo(
+        request.method, verb, request.path, dict(request.query), group, version, t.plural, sub, namespace, name, body, rec.user_agent, request.content_type
+    )
     answer = await server._inject(info, rec)
     if answer is not None:
         return answer
