@@ -140,7 +140,19 @@ async def _resource_request(
     rec.verb = verb
     rec.resource = t.plural if sub is None else f"{t.plural}/{sub}"
     info = RequestInfo(
-        request.method, verb, request.path, dict(request.query), group, version, t.plural, sub, namespace, name, body, rec.user_agent, request.content_type
+        request.method,
+        verb,
+        request.path,
+        dict(request.query),
+        group,
+        version,
+        t.plural,
+        sub,
+        namespace,
+        name,
+        body,
+        rec.user_agent,
+        request.content_type,
     )
     answer = await server._inject(info, rec)
     if answer is not None:
