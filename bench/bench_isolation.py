@@ -589,7 +589,7 @@ async def drive(
         async def eviction() -> dict[str, Any]:
             r = await http.post(RULES, json=noexecute_rule(a.evict_rate))
             r.raise_for_status()
-            await wait_pods_gone(http, EVICT_NAMESPACE)
+            await wait_pods_gone(http, EVICT_NAMESPACE, timeout=120)
             return {}
 
         async def health() -> dict[str, Any]:
