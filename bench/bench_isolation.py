@@ -414,16 +414,19 @@ class Profile:
         return {"profile": {"by_part": by_part(lines), "top": summarize(lines, 12).splitlines()}}
 
 
-# What the verbs process spends its CPU on, by the first matching frame of a sample's stack (outermost first).
+# What the verbs process spends its CPU on, by the first matching part (py-spy names a repository frame
+# `function (extender/...)`). A sample whose innermost Python frame is an event loop's own (uvloop's C code: its
+# I/O and timers, or waiting, which --nonblocking cannot always tell apart) is counted as the loops'.
+LOOPS = ("Runner.run (asyncio/runners.py)", "HttpThread._run (serving/http_thread.py)")
 PARTS = (
-    ("verbs (/filter, /prioritize, /bind)", ("/extender/",)),
-    ("HTTP serving", ("/serving/", "uvicorn", "h11")),
-    ("watch events (informers, tracker state)", ("/tracker/", "kubernetes_asyncio", "aiohttp")),
+    ("verbs (/filter, /prioritize, /bind)", ("(extender/",)),
+    ("HTTP serving", ("(serving/", "(uvicorn/", "(h11/")),
+    ("watch events (informers, tracker state)", ("(tracker/", "(kubernetes_asyncio/", "(aiohttp/")),
 )
 
 
 def by_part(lines: list[str]) -> dict[str, float]:
-    """Share of the samples per part (PARTS, else "other": the loop, GC, logging); py-spy samples only running threads."""
+    """Share of the samples per part (LOOPS, PARTS, else "other": GC, logging, the rest)."""
     counts: Counter[str] = Counter()
     total = 0
     for line in lines:
@@ -431,7 +434,10 @@ def by_part(lines: list[str]) -> dict[str, float]:
         if not n.isdigit():
             continue
         total += int(n)
-        part = next((name for name, marks in PARTS if any(m in stack for m in marks)), "other")
+        if stack.rsplit(";", 1)[-1].rsplit(":", 1)[0] + ")" in LOOPS:  # the innermost frame, its line number dropped
+            part = "event loops' own (uvloop's C code or waiting)"
+        else:
+            part = next((name for name, marks in PARTS if any(m in stack for m in marks)), "other")
         counts[part] += int(n)
     return {part: round(100 * c / total, 1) for part, c in counts.most_common()} | {"samples": total} if total else {}
 
