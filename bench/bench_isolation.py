@@ -422,6 +422,7 @@ PARTS = (
     ("verbs (/filter, /prioritize, /bind)", ("(extender/",)),
     ("HTTP serving", ("(serving/", "(uvicorn/", "(h11/")),
     ("watch events (informers, tracker state)", ("(tracker/", "(kubernetes_asyncio/", "(aiohttp/")),
+    ("the verbs' hand-off between the HTTP thread and the loop", ("_chain_future",)),  # run_coroutine_threadsafe
 )
 
 
