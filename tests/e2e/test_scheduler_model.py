@@ -266,7 +266,9 @@ REFERENCES: list[tuple[str, dict[str, bool], int, str]] = [
 def test_the_references_bind_every_pod_the_model_creates(flags: dict[str, bool], claims: int, name: str) -> None:
     """The bench's two references (bench/kube_scheduler_model.py): every pod bound by the model's own Binding or the no-op's."""
     w = Workload("e2e-reference", nodes=3, devices_per_node=5, pods=30, timeout=20, settle=0.5)
-    r = run_workload(w, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=3), claims=ClaimControllerConfig(delay=0.1), progress=0, **flags)
+    r = run_workload(
+        w, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=3), claims=ClaimControllerConfig(delay=0.1), progress=0, **flags
+    )
     assert (r["extender"], r["label"]) == (name, f"e2e-reference/{name}")
     assert (r["pods_bound"], r["readback"]["pods_bound"], r["failed_binds"]) == (30, 30, 0)
     assert r["readback"]["claims"] == claims
