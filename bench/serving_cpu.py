@@ -40,15 +40,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 def thread_cpu_seconds(pid: int) -> dict[str, float]:
-    """utime + stime per thread name (the main loop's MainThread... `python`, the HTTP thread's `http`)."""
-    out: dict[str, float] = {}
+    """utime + stime of the main thread (the main loop) and of the other threads together (the HTTP thread's loop, mostly)."""
+    out = {"main": 0.0, "other threads": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            name = (task / "comm").read_text().strip()
             fields = (task / "stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+        out["main" if task.name == str(pid) else "other threads"] += (int(fields[11]) + int(fields[12])) / TICK
     return out
 
 
