@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / f"{args.name}.md").write_text(markdown(result))
         plots(result, args.out)
         return
+    if args.extender_cpus:
+        env.pin_beside_extender({int(c) for c in args.extender_cpus.split(",")})
     if args.profile is not None:
         env.PROFILE_DIR = args.profile.resolve()
         env.PROFILE_DIR.mkdir(parents=True, exist_ok=True)
@@ -116,6 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default="workloads", help="results file stem (default workloads)")
     parser.add_argument("--profile", type=Path, help="run every extender under cProfile and write the dumps (and their top entries) here")
     parser.add_argument(
+        "--extender-cpus",
+        help="e.g. 0: the extender on these CPUs, the benchmark client and the fake API server on the others (recorded in the results)",
+    )
+    parser.add_argument(
         "--render",
         action="store_true",
         help="only redraw workloads.md and the plots from workloads.json (e.g. after editing workloads_notes.md)",
@@ -135,6 +141,7 @@ def _run(cfg: Config, names: list[str]) -> dict[str, Any]:
         "quick": cfg.quick,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "loadavg_before": loadavg(),
+        "extender_cpus": sorted(env.EXTENDER_CPUS) if env.EXTENDER_CPUS is not None else None,
         "workloads": {},
     }
     try:

@@ -175,19 +175,9 @@ def _instrument() -> None:
     _wrap_sync(store.ObjectStore, "apply", lambda self, event: f"state: ObjectStore.apply {event.kind} (parse and index)")
     _wrap_async(source.ApiSource, "send", lambda self, method, path, *a, **k: f"api write: ApiSource.send {method} {_write_target(path)}")
     _wrap_async(source.ApiSource, "request", lambda self, method, path, *a, **k: f"api read: ApiSource.request {method}")
-    route_of = verbs.verb_route
-
-    def timed_route(verb: Any, limits: Any, bridge: Any, metrics: Any, foreground: Any) -> Any:
-        route = route_of(verb, limits, bridge, metrics, foreground)
-
-        async def timed(request: Any) -> Any:
-            return await _Timed(route(request), f"http: the {verb.name} route (body, parse, hop, answer)")
-
-        return timed
-
-    setattr(verbs, "verb_route", timed_route)  # noqa: B010  # the route timed where add_verb_routes looks it up
-    _wrap_async(body, "read_body", "http: read_body")
-    setattr(verbs, "read_body", body.read_body)  # noqa: B010  # verbs imported the name: the timed one in its place
+    _wrap_async(verbs.VerbRoute, "answer", lambda self, scope, receive: f"http: the {self.verb.name} route (body, parse, hop, answer)")
+    _wrap_async(body, "read_asgi_body", "http: read_asgi_body")
+    setattr(verbs, "read_asgi_body", body.read_asgi_body)  # noqa: B010  # verbs imported the name: the timed one in its place
     for n in ("parse_extender_args", "parse_binding_args"):
         _wrap_sync(wire, n, f"http: wire.{n}")
     _wrap_async(service.Service, "filter", "main: Service.filter")

@@ -1,8 +1,13 @@
-"""The kube-scheduler model (kubesim.scheduler) as a benchmark: its runs, the no-op reference beside each, and the report.
+"""The kube-scheduler model (kubesim.scheduler) as a benchmark: its runs, the two references beside each, and the report.
+
+The references, run right after each extender run on the same cluster: the no-op extender (passes every
+node, binds only: what an extender's HTTP round trips cost kube-scheduler) and no DRA at all (no extender,
+the same pods without resource claims, the model binding them itself: the ceiling). Every extender run is
+shown against both (`ratio_to_noop`, `ratio_to_ceiling`).
 
     .venv/bin/python -m bench.kube_scheduler_model [--workloads small,100x10,...]
         [--extender-cmd 'dra-extender serve --kubeconfig {kubeconfig} --standalone --listen {listen}']
-        [--no-reference] [--http-timeout 5] [--percentage-of-nodes-to-score N]
+        [--no-reference] [--no-ceiling] [--http-timeout 5] [--percentage-of-nodes-to-score N]
         [--claim-delay 0.5] [--claim-qps 100] [--claim-burst 200] [--name NAME] [--out DIR]
     .venv/bin/python -m bench.kube_scheduler_model noop-extender --kubeconfig K --listen HOST:PORT
     .venv/bin/python -m bench.kube_scheduler_model render NAME   # the markdown again from NAME.json
@@ -104,6 +109,9 @@ def targets(r: dict[str, Any]) -> list[tuple[str, bool, str]]:
     return out
 
 
+RUN_NAMES = {"noop": "no-op", "nodra": "no DRA"}  # the references' `extender` field -> their name in the table
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
@@ -111,7 +119,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{m['cores']} cores ({m['cpu']}), Python {m['python']}; load average at start {m['loadavg_1_5_15']}, "
         f"at end {report.get('loadavg_end')}. {report.get('note', '')}",
-        f"Extender: `{report['extender_cmd']}`; reference: the no-op extender (FastAPI + uvicorn, binds only). "
+        f"Extender: `{report['extender_cmd']}`; references: the no-op extender (FastAPI + uvicorn, binds only) and no DRA "
+        "(no extender, the same pods without claims, the model binds them: the ceiling). "
         f"httpTimeout {report['config']['scheduler']['http_timeout']} s, percentageOfNodesToScore "
         f"{report['config']['scheduler']['percentage_of_nodes_to_score'] or 'adaptive'}, claim controller delay "
         f"{report['config']['claim_controller']['delay']} s at {report['config']['claim_controller']['qps']} qps "
@@ -122,17 +131,18 @@ def markdown(report: dict[str, Any]) -> str:
         '"of pods that fit": the cluster had free, untainted devices for the pod beyond those of pods being bound '
         "(a claim not created yet counts). Devices allocated twice: every claim read back from the API server after the run.",
         "",
-        "| workload | run | bound / expected | pods/s | vs no-op | failed binds (timeouts) | rejections (of pods that fit) "
+        "| workload | run | bound / expected | pods/s | vs no-op | vs no DRA | failed binds (timeouts) | rejections (of pods that fit) "
         "| filter p50/p99 ms | prioritize p50/p99 ms | bind p50/p99 ms | created→bound p50/p99 s | devices allocated twice "
         "| process CPU ms per pod bound (after the first fifth; start-up CPU s) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report["runs"]:
         lat = r["latency_ms"]
-        ratio = r.get("ratio_to_noop")
+        ratio, ceiling = r.get("ratio_to_noop"), r.get("ratio_to_ceiling")
         lines.append(
-            f"| {r['workload']['name']} | {'no-op' if r['extender'] == 'noop' else 'extender'} | {r['pods_bound']} / {r['expected_bound']}"
+            f"| {r['workload']['name']} | {RUN_NAMES.get(r['extender'], 'extender')} | {r['pods_bound']} / {r['expected_bound']}"
             f"{' (timed out)' if r['timed_out'] else ''} | {r['pods_per_second']} | {f'{ratio:.2f}×' if ratio is not None else '–'} "
+            f"| {f'{ceiling:.2f}×' if ceiling is not None else '–'} "
             f"| {r['failed_binds']} ({r['bind_timeouts']}) | {r['extender_rejections']} ({r['rejections_of_pods_that_fit']}) "
             f"| {lat['filter']['p50']} / {lat['filter']['p99']} | {lat['prioritize']['p50']} / {lat['prioritize']['p99']} "
             f"| {lat['bind']['p50']} / {lat['bind']['p99']} "
@@ -141,11 +151,11 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines += ["", "## Issue 8's targets", "", "| workload | target | met | measured |", "| --- | --- | --- | --- |"]
     for r in report["runs"]:
-        if r["extender"] != "noop":
+        if r["extender"] not in RUN_NAMES:
             lines += [f"| {r['workload']['name']} | {t} | {'yes' if ok else '**no**'} | {v} |" for t, ok, v in targets(r)]
     lines.append("")
     for r in report["runs"]:
-        if r["extender"] == "noop":
+        if r["extender"] in RUN_NAMES:
             continue
         lines.append(f"## {r['workload']['name']} (extender)")
         lines.append("")
@@ -231,7 +241,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the extender to measure; placeholders {kubeconfig} {listen} {port} {api} (default: dra-extender serve --kubeconfig {kubeconfig} --standalone --listen {listen})",
     )
-    p.add_argument("--no-reference", action="store_true", help="skip the no-op extender runs")
+    p.add_argument("--no-reference", action="store_true", help="skip both references (the no-op extender, no DRA)")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the no-DRA reference (the ceiling) only")
     p.add_argument("--http-timeout", type=float, default=5.0)
     p.add_argument("--weight", type=int, default=1)
     p.add_argument("--percentage-of-nodes-to-score", type=int, default=None)
@@ -249,7 +260,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(a: argparse.Namespace, names: list[str]) -> dict[str, Any]:
-    """Each workload with the extender, then (unless --no-reference, or over-committed) with the no-op extender."""
+    """Each workload with the extender, then (unless --no-reference, or over-committed) the no-op extender and no DRA."""
     cfg = SchedulerConfig(
         http_timeout=a.http_timeout, weight=a.weight, percentage_of_nodes_to_score=a.percentage_of_nodes_to_score, seed=a.seed
     )
@@ -271,8 +282,12 @@ def _run(a: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         runs = [r]
         if not a.no_reference and not w.taint_removal and w.pods <= w.capacity:
             ref = run_workload(w, cfg=cfg, claims=claims, progress=a.progress, noop=True)
-            r["ratio_to_noop"] = round(r["pods_per_second"] / ref["pods_per_second"], 3) if ref["pods_per_second"] else None
+            r["ratio_to_noop"] = _ratio(r, ref)
             runs.append(ref)
+            if not a.no_ceiling:
+                top = run_workload(w, cfg=cfg, claims=claims, progress=a.progress, nodra=True)
+                r["ratio_to_ceiling"], ref["ratio_to_ceiling"] = _ratio(r, top), _ratio(ref, top)
+                runs.append(top)
         report["runs"] += runs
         for x in runs:
             brief = {
@@ -289,8 +304,14 @@ def _run(a: argparse.Namespace, names: list[str]) -> dict[str, Any]:
                     "timed_out",
                 )
             }
-            print(json.dumps({"result": brief, "ratio_to_noop": x.get("ratio_to_noop"), "readback": x["readback"]}), flush=True)
+            ratios = {k: x.get(k) for k in ("ratio_to_noop", "ratio_to_ceiling")}
+            print(json.dumps({"result": brief, **ratios, "readback": x["readback"]}), flush=True)
     return report
+
+
+def _ratio(run: dict[str, Any], reference: dict[str, Any]) -> float | None:
+    """pods/s of `run` over the reference's, None when the reference bound nothing."""
+    return round(run["pods_per_second"] / reference["pods_per_second"], 3) if reference["pods_per_second"] else None
 
 
 if __name__ == "__main__":

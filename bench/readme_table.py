@@ -100,24 +100,23 @@ def volume_filter() -> tuple[str, str, str]:
 
 
 def kube_scheduler_model() -> tuple[str, str, str]:
-    d = _load("kube-scheduler-model")
+    """Pods at once from the ceiling run (the extender against both references, same run); pods at a rate from the default run."""
+    d, top = _load("kube-scheduler-model"), _load("kube-scheduler-model-ceiling")
     runs = {r["label"]: r for r in d["runs"]}
-    burst = [
-        n
-        for n in dict.fromkeys(r["workload"]["name"] for r in d["runs"])
-        if f"{n}/noop" in runs and not runs[f"{n}/extender"]["workload"].get("rate")
-    ]
+    ceiling_runs = {r["label"]: r for r in top["runs"]}
+    burst = [n for n in dict.fromkeys(r["workload"]["name"] for r in top["runs"]) if f"{n}/nodra" in ceiling_runs]
     paced = [
         n for n in dict.fromkeys(r["workload"]["name"] for r in d["runs"]) if runs.get(f"{n}/extender", {}).get("workload", {}).get("rate")
     ]
     parts = []
     for n in burst:
-        ext, noop = runs[f"{n}/extender"], runs[f"{n}/noop"]
+        ext, noop, nodra = (ceiling_runs[f"{n}/{m}"] for m in ("extender", "noop", "nodra"))
         w = ext["workload"]
         parts.append(
             f"{n} ({w['nodes']} nodes x {w['devices_per_node']} devices, {w['pods']:,} pods at once): "
-            f"{ext['pods_per_second']} pods/s vs {noop['pods_per_second']} with a no-op extender "
-            f"({ext['pods_per_second'] / noop['pods_per_second']:.2f}x)"
+            f"{ext['pods_per_second']} pods/s; {ext['pods_per_second'] / noop['pods_per_second']:.2f}x a no-op extender "
+            f"({noop['pods_per_second']}) and {ext['pods_per_second'] / nodra['pods_per_second']:.2f}x no DRA at all, the ceiling "
+            f"({nodra['pods_per_second']}); extender CPU {ext['cpu']['extender_cpu_ms_per_pod']} ms per pod"
         )
     for n in paced:
         ext = runs[f"{n}/extender"]
@@ -125,14 +124,18 @@ def kube_scheduler_model() -> tuple[str, str, str]:
         bound = sorted(ext["samples_ms"]["pod_created_to_bound"])
         p99 = bound[min(len(bound) - 1, int(0.99 * len(bound)))] / 1000
         parts.append(f"{n} ({w['pods']:,} pods created at {w['rate']}/s): created -> bound p99 {p99:.2f} s")
-    failed = sum(r["failed_binds"] for r in d["runs"])
-    twice = sum((r.get("readback") or {}).get("devices_allocated_twice") or 0 for r in d["runs"])
-    parts.append(f"{failed} failed binds and {twice} devices allocated twice over all runs")
+    every = [*top["runs"], *(runs[f"{n}/extender"] for n in paced)]
+    failed = sum(r["failed_binds"] for r in every)
+    twice = sum((r.get("readback") or {}).get("devices_allocated_twice") or 0 for r in every)
+    parts.append(f"{failed} failed binds and {twice} devices allocated twice over these runs")
+    loads = [top["machine"]["loadavg_1_5_15"][0], top["loadavg_end"][0]]
     return (
-        "[kube-scheduler model](bench/results/kube-scheduler-model.md): a model of kube-scheduler 1.36 (asynchronous binds, "
-        "backoff, requeue events, a claim-controller stand-in) + `dra-extender serve --kubeconfig` against the fake API server; "
-        "workload `NxM` = N nodes x M devices each, `-20ps` = pods created at 20/s",
-        f"wall time from the first pod created to the last bound, everything on the same {_cores(d)}",
+        "[kube-scheduler model](bench/results/kube-scheduler-model-ceiling.md): a model of kube-scheduler 1.36 (asynchronous binds, "
+        "backoff, requeue events, a claim-controller stand-in) + `dra-extender serve --kubeconfig` against the fake API server, "
+        "beside a no-op extender and beside no DRA at all (no extender, the pods without claims) in the same run; "
+        "workload `NxM` = N nodes x M devices each, `-20ps` = pods created at 20/s ([paced runs](bench/results/kube-scheduler-model.md))",
+        f"wall time from the first pod created to the last bound, everything on the same {_cores(top)} "
+        f"(load average {min(loads):g}-{max(loads):g})",
         "; ".join(parts),
     )
 

@@ -39,19 +39,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """utime + stime of the main thread (the main loop) and of the other threads together (the HTTP thread's loop, mostly)."""
+    out = {"main": 0.0, "other threads": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out["main" if task.name == str(pid) else "other threads"] += (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
 def load() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def run(tree: Path | None, cluster: Path, pods: int, warm: int, log: Path) -> dict[str, object]:
+def run(tree: Path | None, cluster: Path, pods: int, warm: int, log: Path, cpus: set[int] | None = None) -> dict[str, object]:
+    """`cpus`: the extender on those CPUs, this client on the others (each its own core)."""
     port, probe = free_port(), free_port()
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     cmd = [sys.executable, "-m", "dra_extender.cli", "serve", "--source", str(cluster)]
     cmd += ["--listen", f"127.0.0.1:{port}", "--probe-listen", f"127.0.0.1:{probe}"]
+    own = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # inherited by the extender at fork
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=tree or Path.cwd(), stdout=out, stderr=subprocess.STDOUT)
+    if cpus:
+        os.sched_setaffinity(0, (own - cpus) or own)
     try:
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
         while True:
@@ -68,7 +86,7 @@ def run(tree: Path | None, cluster: Path, pods: int, warm: int, log: Path) -> di
         load_start, cpu0, t0 = load(), 0.0, 0.0
         for p in range(pods):
             if p == warm:
-                cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
+                cpu0, t0, threads0 = cpu_seconds(proc.pid), time.perf_counter(), thread_cpu_seconds(proc.pid)
             body = pod_body(p, names)
             feasible = client.post("/filter", content=json.dumps(body)).json()["NodeNames"] or []
             if not feasible:
@@ -80,10 +98,12 @@ def run(tree: Path | None, cluster: Path, pods: int, warm: int, log: Path) -> di
             error = client.post("/bind", json=bind).json()["Error"]
             if error:
                 raise RuntimeError(f"pod-{p}: {error}")
-        cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
+        cpu1, t1, threads1 = cpu_seconds(proc.pid), time.perf_counter(), thread_cpu_seconds(proc.pid)
         measured = pods - warm
         return {
             "extender_cpu_ms_per_pod": round(1e3 * (cpu1 - cpu0) / measured, 3),
+            "thread_cpu_ms_per_pod": {k: round(1e3 * (v - threads0.get(k, 0.0)) / measured, 3) for k, v in sorted(threads1.items())},
+            "extender_cpus": sorted(cpus) if cpus else None,
             "wall_ms_per_pod": round(1e3 * (t1 - t0) / measured, 3),
             "pods_measured": measured,
             "load_average_start": load_start,
@@ -102,6 +122,7 @@ def main() -> int:
     p.add_argument("--warm", type=int, default=100, help="pods not measured (the claim shape's first pass)")
     p.add_argument("--cluster", type=Path, default=Path(tempfile.gettempdir()) / "dra-serving-cpu-cluster", help="written once, reused")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--extender-cpus", default="", help="e.g. 0: the extender on these CPUs, this client on the others")
     a = p.parse_args()
     if a.pods > CLAIMS:
         p.error(f"--pods: at most {CLAIMS}")
@@ -111,7 +132,14 @@ def main() -> int:
     result = {
         "name": a.name,
         "tree": str(a.tree or "this tree"),
-        **run(a.tree, a.cluster, a.pods, a.warm, Path(tempfile.gettempdir()) / f"{a.name}.extender.log"),
+        **run(
+            a.tree,
+            a.cluster,
+            a.pods,
+            a.warm,
+            Path(tempfile.gettempdir()) / f"{a.name}.extender.log",
+            {int(c) for c in a.extender_cpus.split(",")} if a.extender_cpus else None,
+        ),
     }
     (a.out / f"{a.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
@@ -30,9 +29,9 @@ class ExtenderApp(FastAPI):
     The scheduler sends three of those per pod: going through FastAPI's
     middleware stack, router and dependency solving cost about as much
     Python as the routes themselves (docs/performance.md#cpu-per-pod-at-5000-nodes).
-    The routes take the raw request and return a finished Response, so the
-    direct path answers the same bytes; any other method or path (405, 404,
-    the probes, /debug) goes through FastAPI as before.
+    The routes read the ASGI messages and give a finished answer, sent as two
+    ASGI messages with the bytes FastAPI's routing of them sends; any other
+    method or path (405, 404, the probes, /debug) goes through FastAPI as before.
     """
 
     verbs: dict[str, Route]
@@ -42,14 +41,13 @@ class ExtenderApp(FastAPI):
         if route is None:
             await super().__call__(scope, receive, send)
             return
-        scope["app"] = self
         try:
-            response = await route(Request(scope, receive))
+            answer = await route.answer(scope, receive)
         except Exception:
             # What Starlette's ServerErrorMiddleware answers before uvicorn logs the exception.
             await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
-        await response(scope, receive, send)
+        await answer.send(send)
 
 
 def create_app(

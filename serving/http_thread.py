@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -68,6 +68,10 @@ class LoopBridge:
         future = asyncio.run_coroutine_threadsafe(call_and_await(fn), self.loop)
         return await asyncio.wrap_future(future)
 
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the main loop; from the HTTP thread. One task there, one future back (a verb per request)."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
     def call_soon(self, fn: Callable[[], object]) -> None:
         """Run `fn` on the main loop, without waiting for it; from the HTTP thread."""
         self.loop.call_soon_threadsafe(fn)
@@ -94,6 +98,9 @@ class InlineBridge(LoopBridge):
 
     async def call(self, fn: Callable[[], Awaitable[T] | T]) -> T:
         return await call_and_await(fn)
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await coro
 
     def call_soon(self, fn: Callable[[], object]) -> None:
         fn()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ from bench.common import start_extender_profiled
 from kubesim.processes import ROOT, free_port, seed, start_extender, start_fake_api, stop_process
 
 PROFILE_DIR: Path | None = None  # --profile DIR: every extender runs under cProfile, dumps land here
+# --extender-cpus 0: the extender (every thread) on these CPUs, the benchmark client and the fake API server
+# kept off them (the run's own affinity minus these), as a scheduler pod with a core of its own would run.
+EXTENDER_CPUS: set[int] | None = None
 
 
 def api_path(obj: dict[str, Any], *, item: bool = False) -> str:
@@ -38,6 +42,30 @@ def api_path(obj: dict[str, Any], *, item: bool = False) -> str:
     ns = (obj.get("metadata") or {}).get("namespace")
     path = f"{prefix}/namespaces/{ns}/{plural}" if ns else f"{prefix}/{plural}"
     return f"{path}/{obj['metadata']['name']}" if item else path
+
+
+@contextlib.contextmanager
+def extender_affinity() -> Iterator[None]:
+    """With EXTENDER_CPUS, processes started inside run on those CPUs (inherited at fork); this one's affinity is restored after."""
+    if EXTENDER_CPUS is None:
+        yield
+        return
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, EXTENDER_CPUS)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, own)
+
+
+def pin_beside_extender(cpus: set[int]) -> None:
+    """--extender-cpus: the extender on `cpus`, this process (and the fake API server, the no-op it starts) on the others."""
+    global EXTENDER_CPUS
+    EXTENDER_CPUS = set(cpus)
+    rest = os.sched_getaffinity(0) - EXTENDER_CPUS
+    if not rest:
+        raise SystemExit(f"--extender-cpus {sorted(cpus)} leaves no CPU for the benchmark client")
+    os.sched_setaffinity(0, rest)
 
 
 class Env:
@@ -100,11 +128,12 @@ class Env:
         self.port = free_port()
         t = time.perf_counter()
         argv = [*args, "--log-format", "json", *extra]  # serve: the verbs alone (no eviction there)
-        if PROFILE_DIR is not None:
-            self.profile = PROFILE_DIR / f"{self.tmp.name}.prof"
-            self.proc, self.client = start_extender_profiled(argv, self.port, self.tmp / "extender.log", self.profile)
-        else:
-            self.proc, self.client = start_extender(argv, self.port, self.tmp / "extender.log")
+        with extender_affinity():
+            if PROFILE_DIR is not None:
+                self.profile = PROFILE_DIR / f"{self.tmp.name}.prof"
+                self.proc, self.client = start_extender_profiled(argv, self.port, self.tmp / "extender.log", self.profile)
+            else:
+                self.proc, self.client = start_extender(argv, self.port, self.tmp / "extender.log")
         self.ready_s = time.perf_counter() - t
 
     @property

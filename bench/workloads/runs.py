@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.workloads.driver import Driver, env_info, run_pods
 from bench.workloads.env import Env
+from kubesim.measure import cpu_seconds
 
 
 @dataclass
@@ -35,7 +36,11 @@ def run_modes(
             env.start()
             print(f"    {label} {mode}: seeded in {env.seed_s:.1f} s, ready in {env.ready_s:.1f} s", flush=True)
             driver = Driver(env.url)
+            assert env.proc is not None
+            cpu0 = cpu_seconds(env.proc.pid)
             res = run_pods(driver, f"{label} {mode}", pods, lambda _k: names)
+            # The extender's CPU (every thread, utime + stime) over the measured pods: the figure load does not inflate much.
+            res["extender_cpu_ms_per_pod"] = round(1000 * (cpu_seconds(env.proc.pid) - cpu0) / max(1, len(pods)), 3)
             driver.close()
             res["env"] = env_info(env)
             out[mode] = res

@@ -50,6 +50,9 @@ creates), `run` (`run_workload(Workload(...), extender_cmd=[...])`: the fake
 API server, the extender and the model; tests/e2e use it), `driver` (a DRA
 driver for binding conditions), `readings` (what a run measured), `stats`,
 and `noop` (the reference extender, `python -m kubesim.scheduler.noop`).
+`run_workload(..., nodra=True)` is the other reference, the ceiling: no
+extender at all and the same pods without claims, the model writing each
+Binding itself (as the DefaultBinder plugin does).
 The benchmark that runs it and writes bench/results/ is
 `python -m bench.kube_scheduler_model --help`.
 """

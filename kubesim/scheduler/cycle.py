@@ -22,17 +22,22 @@ from tracker.timestamps import rfc3339
 
 
 class KubeSchedulerModel:
-    """kube-scheduler with one extender (filter, prioritize, bind; nodeCacheCapable) against an API server."""
+    """kube-scheduler with one extender (filter, prioritize, bind; nodeCacheCapable) against an API server.
+
+    With `extender_url` None, kube-scheduler with no extender at all (the "no DRA" ceiling): every sampled
+    node passes, in-tree scores are 0 (a random pick among the sample, as selectHost among equal scores), and
+    the model writes the Binding itself, as the DefaultBinder plugin does.
+    """
 
     def __init__(
         self,
         api: Api,
-        extender_url: str,
+        extender_url: str | None,
         cfg: SchedulerConfig | None = None,
         claims: ClaimControllerConfig | None = None,
     ) -> None:
         self.api = api
-        self.extender_url = extender_url.rstrip("/")
+        self.extender_url = extender_url.rstrip("/") if extender_url is not None else None
         self.cfg = cfg or SchedulerConfig()
         self.rng = random.Random(self.cfg.seed)
         self.queue = SchedulingQueue(self.cfg)
@@ -187,6 +192,9 @@ class KubeSchedulerModel:
         start = self.next_start
         sample = [nodes[(start + i) % n] for i in range(count)]
         self.next_start = (start + count) % n
+        if self.extender_url is None:  # no extender: every node passes the in-tree filters, scores are all 0
+            self._assume(p, pod, self.rng.choice(sample))
+            return
         args = {"Pod": pod, "Nodes": None, "NodeNames": sample}
         t = now()
         try:
@@ -214,6 +222,10 @@ class KubeSchedulerModel:
             host = feasible[0]
         else:
             host = await self._prioritize(pod, feasible)
+        self._assume(p, pod, host)
+
+    def _assume(self, p: QueuedPod, pod: dict[str, Any], host: str) -> None:
+        """Assume the pod on `host` and start its binding cycle in a task of its own."""
         self.assumed[p.key] = host
         self.queue.done(p)
         task = asyncio.create_task(self._bind(p, pod, host))
@@ -317,10 +329,13 @@ class KubeSchedulerModel:
         t = now()
         error = ""
         try:
-            result = await self._post(
-                "bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": host}
-            )
-            error = (result or {}).get("Error") or ""
+            if self.extender_url is None:
+                error = await self._default_bind(meta, host)
+            else:
+                result = await self._post(
+                    "bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": host}
+                )
+                error = (result or {}).get("Error") or ""
         except TimeoutError:
             self.stats.bind_timeouts += 1
             error = f"bind: timeout after {self.cfg.http_timeout} s"
@@ -336,3 +351,15 @@ class KubeSchedulerModel:
             del self.assumed[p.key]
         self.queue.move_all("AssignedPodDelete")
         self._failure(p, False, error)
+
+    async def _default_bind(self, meta: dict[str, Any], host: str) -> str:
+        """The DefaultBinder plugin: POST the pod's Binding; an error message, or "" once bound."""
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": host},
+        }
+        async with asyncio.timeout(self.cfg.http_timeout):
+            status, body = await self.api.request("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding", binding)
+        return "" if status in (200, 201) else f"binding: HTTP {status}: {str(body)[:200]}"

@@ -34,7 +34,14 @@ def noop_extender_cmd() -> list[str]:
 
 
 async def _create_pods(
-    api: Api, first: int, count: int, rate: float | None, created_at: dict[str, float], errors: Counter[str], extended: bool = False
+    api: Api,
+    first: int,
+    count: int,
+    rate: float | None,
+    created_at: dict[str, float],
+    errors: Counter[str],
+    extended: bool = False,
+    claims: bool = True,
 ) -> None:
     """POST pods: `rate` per second, or all at once (8 requests in flight, as a kubectl apply of many objects)."""
     sem = asyncio.Semaphore(8)
@@ -42,7 +49,7 @@ async def _create_pods(
 
     async def one(i: int) -> None:
         async with sem:
-            status, body = await api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(i, extended))
+            status, body = await api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_object(i, extended, claims=claims))
             if status != 201:
                 errors[f"HTTP {status}: {str(body)[:100]}"] += 1
                 return
@@ -96,7 +103,7 @@ async def _steady_churn(
 async def _drive(
     w: Workload,
     api_url: str,
-    ext_url: str,
+    ext_url: str | None,
     cfg: SchedulerConfig,
     claims: ClaimControllerConfig,
     progress: float,
@@ -104,6 +111,7 @@ async def _drive(
     is_noop: bool,
     cpu_of: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
+    """The model against the extender at `ext_url` (None: no extender and pods without claims, the no-DRA ceiling)."""
     async with Api(api_url) as api:
         model = KubeSchedulerModel(api, ext_url, cfg, claims)
         await model.start()
@@ -117,7 +125,9 @@ async def _drive(
         if w.steady_fill:
             creator = asyncio.create_task(_steady_churn(api, w, model, created_at, create_errors, deleted))
         else:
-            creator = asyncio.create_task(_create_pods(api, 0, n_pods, w.rate, created_at, create_errors, w.extended_resources))
+            creator = asyncio.create_task(
+                _create_pods(api, 0, n_pods, w.rate, created_at, create_errors, w.extended_resources, claims=ext_url is not None)
+            )
         driver = FakeDriver(api, model, w) if w.binding_delay is not None else None
         driver_task = asyncio.create_task(driver.run()) if driver is not None else None
 
@@ -136,7 +146,7 @@ async def _drive(
         if driver is not None and driver_task is not None:
             driver_task.cancel()
             out["binding_conditions"] = driver.report(model.bound_at)
-        if w.taint_removal and not is_noop:
+        if w.taint_removal and not is_noop and ext_url is not None:
             out["taint_removal"] = await _taint_removal(w, api, model, created_at, create_errors, t0, line)
         line("end")
         out.update(measure(w, model, created_at, t0, expected + (1 if "taint_removal" in out else 0)))
@@ -274,12 +284,21 @@ def run_workload(
     progress: float = 5.0,
     noop: bool = False,
     label: str | None = None,
+    nodra: bool = False,
 ) -> dict[str, Any]:
-    """Fake API server + extender (command with {kubeconfig} {listen} {port} {api} placeholders) + the model; the measurements."""
+    """Fake API server + extender (command with {kubeconfig} {listen} {port} {api} placeholders) + the model; the measurements.
+
+    `noop`: the reference extender instead (passes every node, binds only). `nodra`: no extender at all and the
+    workload's pods without resource claims, the model binding them itself: the ceiling any DRA scheduling is
+    measured against (the same cluster objects, so the same informers and API server).
+    """
     cfg = cfg or SchedulerConfig()
     claims = claims or ClaimControllerConfig()
     cmd_template = noop_extender_cmd() if noop else (extender_cmd or default_extender_cmd())
-    label = label or f"{w.name}/{'noop' if noop else 'extender'}"
+    mode = "nodra" if nodra else "noop" if noop else "extender"
+    label = label or f"{w.name}/{mode}"
+    if nodra:
+        return _run_without_extender(w, cfg, claims, progress, label)
     tmp = Path(tempfile.mkdtemp(prefix="dra-ksmodel-"))
     api_proc, api_url, kubeconfig = start_fake_api(tmp)
     ext_proc = None
@@ -319,7 +338,7 @@ def run_workload(
             result["extender_exited"] = ext_proc.returncode
         return {
             "label": label,
-            "extender": "noop" if noop else " ".join(cmd_template),
+            "extender": mode if noop else " ".join(cmd_template),
             "workload": asdict(w),
             "config": {"scheduler": asdict(cfg), "claim_controller": asdict(claims)},
             **result,
@@ -332,6 +351,30 @@ def run_workload(
             print(f"kept {tmp}", file=sys.stderr)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_without_extender(w: Workload, cfg: SchedulerConfig, claims: ClaimControllerConfig, progress: float, label: str) -> dict[str, Any]:
+    """The no-DRA ceiling: the fake API server and the model alone, pods without claims (the model's own CPU is in `cpu`)."""
+    tmp = Path(tempfile.mkdtemp(prefix="dra-ksmodel-"))
+    api_proc, api_url, _kubeconfig = start_fake_api(tmp)
+    try:
+        import httpx
+
+        with httpx.Client(base_url=api_url, timeout=300) as http:
+            seed(http, cluster_objects(w))
+        cpu = Cpu({"fakeapi": api_proc.pid})
+        result = _run_async(_drive(w, api_url, None, cfg, claims, progress, label, True))
+        result["cpu"] = cpu.done()
+        return {
+            "label": label,
+            "extender": "nodra",
+            "workload": asdict(w),
+            "config": {"scheduler": asdict(cfg), "claim_controller": asdict(claims)},
+            **result,
+        }
+    finally:
+        stop_process(api_proc)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _memory_mib(pid: int) -> dict[str, float]:

@@ -173,7 +173,15 @@ def taint_rules(w: Workload) -> list[dict[str, Any]]:
     ]
 
 
-def pod_object(i: int, extended: bool = False) -> dict[str, Any]:
+def pod_object(i: int, extended: bool = False, claims: bool = True) -> dict[str, Any]:
+    """Pod `i` of a run; `claims=False`: the same pod without resource claims (the no-DRA ceiling)."""
+    if not claims:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"pod-{i}", "namespace": NAMESPACE},
+            "spec": {"schedulerName": SCHEDULER_NAME, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }
     if extended:  # a DRA-backed extended resource: the claim is made by the scheduler at bind time
         container = {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {EXTENDED_RESOURCE: "1"}}}
         return {

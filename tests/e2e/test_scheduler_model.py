@@ -253,3 +253,23 @@ def test_fit_yardstick_holds_a_bound_pods_device_until_the_claim_watch_shows_its
     claim["status"] = {"allocation": {"devices": {"results": [{"driver": "d", "pool": "n1", "device": "gpu-0", "request": "gpu"}]}}}
     assert model._devices_not_yet_allocated() == 0, "the allocation seen: counted by the oracle's allocated devices instead"
     assert not model.allocation_unseen
+
+
+# name, run_workload's reference flags, claims the run leaves, what `extender` says in the result
+REFERENCES: list[tuple[str, dict[str, bool], int, str]] = [
+    ("the no-op extender: claims made, none allocated by it", {"noop": True}, 30, "noop"),
+    ("no DRA at all: no extender, pods without claims, the model binds them", {"nodra": True}, 0, "nodra"),
+]
+
+
+@pytest.mark.parametrize(("flags", "claims", "name"), [pytest.param(f, c, n, id=i) for i, f, c, n in REFERENCES])
+def test_the_references_bind_every_pod_the_model_creates(flags: dict[str, bool], claims: int, name: str) -> None:
+    """The bench's two references (bench/kube_scheduler_model.py): every pod bound by the model's own Binding or the no-op's."""
+    w = Workload("e2e-reference", nodes=3, devices_per_node=5, pods=30, timeout=20, settle=0.5)
+    r = run_workload(
+        w, cfg=SchedulerConfig(http_timeout=HTTP_TIMEOUT, seed=3), claims=ClaimControllerConfig(delay=0.1), progress=0, **flags
+    )
+    assert (r["extender"], r["label"]) == (name, f"e2e-reference/{name}")
+    assert (r["pods_bound"], r["readback"]["pods_bound"], r["failed_binds"]) == (30, 30, 0)
+    assert r["readback"]["claims"] == claims
+    assert r["readback"]["devices_allocated"] == 0

@@ -31,6 +31,8 @@ ROWS: list[tuple[str, list[bytes | str | None], int, str | None]] = [
     ("no body at all after the headers", [None], 408, "close"),
     ("over the size limit while it streams", [b"{" + b" " * len(BODY), b" " * 100], 413, "close"),
     ("client gone half way", [BODY[:10], "gone"], 499, None),
+    ("client gone before any body", ["gone"], 499, None),
+    ("an empty message between pieces and at the end", [BODY[:10], b"", BODY[10:], b""], 200, None),
 ]
 
 

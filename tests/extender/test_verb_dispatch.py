@@ -17,6 +17,8 @@ from fastapi import FastAPI, Request, Response
 from starlette.types import Receive, Scope, Send
 
 from extender.app import ExtenderApp, create_app
+from extender.routes.verbs import Route
+from serving.body import Answer
 from serving.http_thread import Limits
 from tests.e2e.harness import demo_pod_args
 
@@ -44,6 +46,24 @@ ROWS: list[tuple[str, str, str, bytes, dict[str, str], bool]] = [
 ]
 
 
+class Spy:
+    """A verb's route that records the path it answered (the direct dispatch took it)."""
+
+    def __init__(self, route: Route, path: str, taken: list[str]) -> None:
+        self.route, self.path, self.taken = route, path, taken
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        self.taken.append(self.path)
+        return await self.route.answer(scope, receive)
+
+
+class Broken:
+    """A verb's route that raises (a bug), for the direct dispatch."""
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        raise RuntimeError(f"escaped while answering {scope['path']}")
+
+
 def through_fastapi(app: FastAPI) -> Any:
     """The same app, with every request routed by FastAPI itself."""
 
@@ -69,14 +89,8 @@ async def test_direct_dispatch_answers_what_fastapi_answers(
     assert isinstance(app, ExtenderApp)
     routed = await _send(through_fastapi(app), method, path, body, headers)
     taken: list[str] = []
-    original = app.verbs.copy()
-    for verb_path, route in original.items():
-
-        async def spy(request: Any, _route: Any = route, _path: str = verb_path) -> Any:
-            taken.append(_path)
-            return await _route(request)
-
-        app.verbs[verb_path] = spy
+    for verb_path, route in app.verbs.copy().items():
+        app.verbs[verb_path] = Spy(route, verb_path, taken)
     direct_answer = await _send(app, method, path, body, headers)
     assert (direct_answer.status_code, direct_answer.headers.multi_items(), direct_answer.content) == (
         routed.status_code,
@@ -94,7 +108,7 @@ async def test_an_exception_escaping_a_route_is_a_500_as_fastapi_answers_it(demo
     async def broken(request: Request) -> Response:
         raise RuntimeError(f"escaped while answering {request.url.path}")
 
-    app.verbs["/filter"] = broken
+    app.verbs["/filter"] = Broken()
     app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != "/filter"]
     app.add_api_route("/filter", broken, methods=["POST"])
     answers = []
