@@ -131,7 +131,7 @@ class Metrics:
             "dra_extender_followed_lease_stale",
             "1 while the Lease this sidecar follows is missing or not renewed by anyone for longer than its duration "
             "(a wrong Lease name, or no kube-scheduler leads); this sidecar then never allocates.",
-            registry=r,
+            registry=v,  # serve's alone: the controllers hold their own Lease (dra_extender_leader{role="controllers"})
         )
         self.foreign_scheduler_pods = Counter(
             "dra_extender_foreign_scheduler_pods",
