@@ -1,7 +1,7 @@
 """deploy/prometheus/dra-extender-rules.yaml is the chart's PrometheusRule spec at the chart's defaults.
 
-The chart template is the one source; `python -m tests.prometheus.rules` writes the plain file from it, and
-tests/prometheus/test_rules.py fails while the two differ.
+The chart template is the one source; `python -m tests.chart.deploy_base` writes the plain file from it with
+the rest of deploy/, and tests/prometheus/test_rules.py fails while the two differ.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from tests.chart.render import render
 from tests.e2e.harness import ROOT
 
 TEMPLATE = "dra-extender/templates/prometheusrule.yaml"
-PLAIN = ROOT / "deploy" / "prometheus" / "dra-extender-rules.yaml"
+RULES = "prometheus/dra-extender-rules.yaml"  # under deploy/
+PLAIN = ROOT / "deploy" / RULES
 HEADER = (
     "# The dra-extender's alerts for a Prometheus without prometheus-operator (rule_files:); docs/runbook.md explains each.\n"
     "# Generated from charts/dra-extender/templates/prometheusrule.yaml at the chart's defaults (/filter latency: 4 s,\n"
-    "# 80% of kube-scheduler's default httpTimeout 5s): edit the template, then run `python -m tests.prometheus.rules`.\n"
+    "# 80% of kube-scheduler's default httpTimeout 5s): edit the template, then run `python -m tests.chart.deploy_base`.\n"
 )
 
 
@@ -30,11 +31,6 @@ def chart_rule(values: dict[str, Any] | None = None) -> dict[str, Any]:
     return rule
 
 
-def plain_text() -> str:
+def rules_text() -> str:
     """What deploy/prometheus/dra-extender-rules.yaml must hold."""
     return HEADER + yaml.safe_dump(chart_rule()["spec"], sort_keys=False, width=1000, allow_unicode=True)
-
-
-if __name__ == "__main__":
-    PLAIN.write_text(plain_text())
-    print(f"wrote {PLAIN.relative_to(ROOT)}")

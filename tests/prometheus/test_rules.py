@@ -11,11 +11,11 @@ import yaml
 
 from tests.chart.render import render
 from tests.e2e.harness import ROOT
-from tests.prometheus.rules import PLAIN, TEMPLATE, chart_rule, plain_text
+from tests.prometheus.rules import PLAIN, TEMPLATE, chart_rule, rules_text
 from tests.prometheus.tools import run
 
 RUNBOOK = ROOT / "docs" / "runbook.md"
-UNIT_TESTS = ROOT / "deploy" / "prometheus" / "tests"
+UNIT_TESTS = ROOT / "tests" / "prometheus"
 
 
 def alerts(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -23,8 +23,8 @@ def alerts(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_the_plain_rules_file_is_the_charts_prometheusrule_at_its_defaults() -> None:
-    assert yaml.safe_load(PLAIN.read_text()) == chart_rule()["spec"], "run `python -m tests.prometheus.rules`"
-    assert PLAIN.read_text() == plain_text(), "run `python -m tests.prometheus.rules`"
+    assert yaml.safe_load(PLAIN.read_text()) == chart_rule()["spec"], "run `python -m tests.chart.deploy_base`"
+    assert PLAIN.read_text() == rules_text(), "run `python -m tests.chart.deploy_base`"
 
 
 def test_the_chart_makes_no_prometheusrule_unless_asked() -> None:
