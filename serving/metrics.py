@@ -34,9 +34,6 @@ _CEL_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "interpreted_fallbacks": ("interpreted_fallbacks", ()),
 }
 
-# The `role` label of dra_extender_leader: serve's verbs (the followed or elected Lease), the controllers' own Lease.
-ROLES = ("verbs", "controllers")
-
 # The results of dra_extender_eviction_pod_deletions_total, and how many deleted rules keep their series.
 EVICTION_RESULTS = ("ok", "gone", "refused", "error")
 GONE_RULE_SERIES = 100
@@ -124,8 +121,8 @@ class Metrics:
         )
         # Both series of the roles this process runs exist from the start (at 0), so an alert on "no leader" sees a
         # follower's 0 and `all` keeps its two leaderships apart.
-        for role in ROLES:
-            if (role == "verbs" and self._verbs_registry is not None) or (role == "controllers" and self._controllers_registry is not None):
+        for role, runs in (("verbs", self._verbs_registry), ("controllers", self._controllers_registry)):
+            if runs is not None:
                 self.leader.labels(role).set(0)
         self.followed_lease_stale = Gauge(
             "dra_extender_followed_lease_stale",
@@ -339,7 +336,8 @@ class Metrics:
             self.counters_lowered.inc()
 
     def lead_by(self, role: str, may_write: Callable[[], bool]) -> None:
-        """Where refresh_leaders reads whether this process leads for `role` (one of ROLES): `all` has both."""
+        """Where refresh_leaders reads whether this process leads for `role`: `verbs` (serve's followed or elected Lease)
+        or `controllers` (their own Lease); `all` has both."""
         self._leadership[role] = may_write
 
     def refresh_leaders(self) -> None:
