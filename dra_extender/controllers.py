@@ -155,6 +155,7 @@ def add_controllers(proc: Process, gate: LeadershipGate, health: HealthSetup | N
     Built before the source runs, so each sees every object's first event.
     """
     args = proc.args
+    proc.metrics.lead_by("controllers", gate.may_write)
     if args.read_only:
         log.info("read-only (--read-only): no evictions, no health rules, no Events")
     elif not args.no_eviction:
@@ -203,7 +204,7 @@ async def run_controllers(args: argparse.Namespace) -> int:
 
     def refresh_gauges() -> None:
         """On the main loop: the gauges that read the state and the source."""
-        metrics.leader.set(1 if gate.may_write() else 0)
+        metrics.refresh_leaders()
         metrics.set_cel_stats(state.cel.stats)
         if cluster is not None:
             metrics.set_source_status(cluster.sync_status())

@@ -90,6 +90,7 @@ class Service:
         self.allocator = binder.allocator
         self.metrics = metrics
         self.leadership = binder.leadership
+        metrics.lead_by("verbs", self.leadership.may_write)
         self.placements = binder.gate
         self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
@@ -117,7 +118,7 @@ class Service:
 
     def refresh_gauges(self) -> None:
         """On the main loop: the gauges that read the tracker's state."""
-        self.metrics.leader.set(1 if self.leadership.may_write() else 0)
+        self.metrics.refresh_leaders()
         for k, v in self.state.queries.device_state_counts().items():
             self.metrics.devices.labels(k).set(v)
         self.metrics.set_cel_stats(self.state.cel.stats)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import platform
 from collections import OrderedDict
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -70,6 +71,7 @@ class Metrics:
             for v in (("filter", "prioritize", "bind") if verbs else ())
         }
         self._tracker_event_counts: dict[tuple[str, str], Counter] = {}  # (kind, type) -> its child of tracker_events
+        self._leadership: dict[str, Callable[[], bool]] = {}  # role -> its gate's may_write (lead_by)
         self._gone_rules: OrderedDict[str, None] = OrderedDict()  # eviction `rule` labels of deleted rules, oldest first
         self.gone_rule_series = GONE_RULE_SERIES
 
@@ -113,14 +115,20 @@ class Metrics:
         self.ready = Gauge("dra_extender_ready", "1 once the initial state is complete.", registry=r)
         self.leader = Gauge(
             "dra_extender_leader",
-            "1 while this process may write: serve allocates at /bind, controllers evict and write rules.",
+            "1 while this process may write, by role: verbs (serve allocates at /bind), controllers (evict and write rules).",
+            ["role"],
             registry=r,
         )
+        # Both series of the roles this process runs exist from the start (at 0), so an alert on "no leader" sees a
+        # follower's 0 and `all` keeps its two leaderships apart.
+        for role, runs in (("verbs", self._verbs_registry), ("controllers", self._controllers_registry)):
+            if runs is not None:
+                self.leader.labels(role).set(0)
         self.followed_lease_stale = Gauge(
             "dra_extender_followed_lease_stale",
             "1 while the Lease this sidecar follows is missing or not renewed by anyone for longer than its duration "
             "(a wrong Lease name, or no kube-scheduler leads); this sidecar then never allocates.",
-            registry=r,
+            registry=v,  # serve's alone: the controllers hold their own Lease (dra_extender_leader{role="controllers"})
         )
         self.foreign_scheduler_pods = Counter(
             "dra_extender_foreign_scheduler_pods",
@@ -243,6 +251,12 @@ class Metrics:
             registry=r,
         )
         self.evictions_pending = Gauge("dra_extender_eviction_pending_pods", "Pods the eviction controller has yet to evict.", registry=r)
+        self.eviction_oldest_due = Gauge(
+            "dra_extender_eviction_oldest_due_timestamp_seconds",
+            "When the earliest pending eviction fell due (its tolerationSeconds over), 0 when none is pending: "
+            "time() minus it is how long an eviction is overdue (a PodDisruptionBudget, failing deletes, a stuck leader).",
+            registry=r,
+        )
 
     def _declare_device_health(self) -> None:
         """DeviceHealthPolicy: signals taken, devices per rung, guard trips, webhook deliveries (controllers/health/)."""
@@ -320,6 +334,16 @@ class Metrics:
             self.duplicate_share_ids.inc()
         elif reason == COUNTERS_LOWERED:
             self.counters_lowered.inc()
+
+    def lead_by(self, role: str, may_write: Callable[[], bool]) -> None:
+        """Where refresh_leaders reads whether this process leads for `role`: `verbs` (serve's followed or elected Lease)
+        or `controllers` (their own Lease); `all` has both."""
+        self._leadership[role] = may_write
+
+    def refresh_leaders(self) -> None:
+        """On the main loop: dra_extender_leader of every role this process runs."""
+        for role, may_write in self._leadership.items():
+            self.leader.labels(role).set(1 if may_write() else 0)
 
     def observe(self, verb: str, seconds: float, ok: bool) -> None:
         hist, good, bad = self._verb[verb]

@@ -46,7 +46,10 @@ class Planner:
         return [p for p in self.plan.values() if p.uid not in self.evictor.done]
 
     def count_pending(self) -> None:
-        self.metrics.evictions_pending.set(len(self.pending()))
+        """The pending gauges: how many, and when the earliest fell due (a due of 0.0 fell due at its taint's timeAdded)."""
+        pending = self.pending()
+        self.metrics.evictions_pending.set(len(pending))
+        self.metrics.eviction_oldest_due.set(min((p.due or p.taint_time for p in pending), default=0.0))
 
     def recompute(self) -> None:
         state, (rules, volumes) = self.intake.state, self.stamps
@@ -79,3 +82,4 @@ class Planner:
             log.info("not leading: pending evictions are left to the leader", extra={"pending": len(self.plan)})
         self.plan = {}
         self.metrics.evictions_pending.set(0)
+        self.metrics.eviction_oldest_due.set(0)

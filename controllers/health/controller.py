@@ -286,6 +286,9 @@ class HealthController:
         self.status.forget()
         self.dirty.clear()
         self.failures.clear()
+        # The leader's gauges are the fleet's: a follower's would keep its last leadership's figures (and an alert on them firing).
+        self.metrics.health_devices.clear()
+        self.metrics.health_guard_waiting.clear()
 
     @property
     def failing(self) -> str | None:

@@ -153,8 +153,11 @@ def record_extender_calls() -> dict[str, set[ApiCall]]:
             ext.wait_ready(120)  # two processes start at once on cores shared with other runs
             ctl.wait_ready(120)
             wait_converged(api, ext)
-            wait_for(lambda: ext.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="leadership")
-            wait_for(lambda: ctl.http.get("/metrics").text.count("dra_extender_leader 1.0"), what="the controllers' leadership")
+            wait_for(lambda: ext.http.get("/metrics").text.count('dra_extender_leader{role="verbs"} 1.0'), what="leadership")
+            wait_for(
+                lambda: ctl.http.get("/metrics").text.count('dra_extender_leader{role="controllers"} 1.0'),
+                what="the controllers' leadership",
+            )
             wait_for(
                 lambda: (_must(api.get("Pod", NAMESPACE, "rbac-a"))["metadata"].get("labels") or {}).get(LEADER_LABEL) == "true",
                 what="the health leader label on the own pod",

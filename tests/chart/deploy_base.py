@@ -3,7 +3,8 @@
 For an install without Helm (`kubectl apply -k deploy/`): the objects the
 chart renders with its default values, release `dra-extender` in namespace
 `dra-system`, less Helm's own bookkeeping labels, plus the Namespace and the
-CRDs. The extender's image is the placeholder `dra-extender`, which
+CRDs, and prometheus/dra-extender-rules.yaml (the chart's PrometheusRule spec, for Prometheus's
+rule_files; not a kustomize resource). The extender's image is the placeholder `dra-extender`, which
 `kustomize edit set image dra-extender=REGISTRY/dra-extender:TAG` replaces.
 tests/chart/test_deploy_base.py fails when deploy/ and the chart differ.
 """
@@ -18,6 +19,7 @@ import yaml
 
 from tests.chart.render import CHART, helm
 from tests.e2e.harness import ROOT
+from tests.prometheus.rules import RULES, rules_text
 
 DEPLOY = ROOT / "deploy"
 NAMESPACE = "dra-system"
@@ -81,6 +83,7 @@ def render_base() -> dict[str, str]:
         + "# (build and push it from the Dockerfile first), then `kubectl apply -k`.\n"
         + yaml.safe_dump(kustomization, sort_keys=False)
     )
+    files[RULES] = rules_text()  # for Prometheus's rule_files, not kustomize
     return files
 
 

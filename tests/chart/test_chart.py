@@ -28,6 +28,7 @@ KNOWN: dict[tuple[str, str], bool] = {
     ("rbac.authorization.k8s.io/v1", "Role"): True,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): True,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): True,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): True,
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): False,
     ("v1", "Secret"): True,
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): False,
@@ -35,7 +36,7 @@ KNOWN: dict[tuple[str, str], bool] = {
     ("cert-manager.io/v1", "Issuer"): True,
 }
 RBAC_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
-ALL_ON = {"dashboard": {"enabled": True}, "serviceMonitor": {"enabled": True}}
+ALL_ON = {"dashboard": {"enabled": True}, "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "everything-on": {

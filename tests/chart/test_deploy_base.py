@@ -9,6 +9,7 @@ import yaml
 
 from dra_extender.cli import build_parser
 from tests.chart.deploy_base import DEPLOY, IMAGE_PLACEHOLDER, NAMESPACE, chart_objects, crd_files, namespace, render_base
+from tests.prometheus.rules import RULES
 
 
 def _files() -> set[str]:
@@ -39,7 +40,7 @@ def test_the_kustomization_lists_every_file_once() -> None:
     kustomization = _kustomization()
     assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and kustomization["kind"] == "Kustomization"
     resources = kustomization["resources"]
-    assert len(resources) == len(set(resources)) and set(resources) == _files() - {"kustomization.yaml"}
+    assert len(resources) == len(set(resources)) and set(resources) == _files() - {"kustomization.yaml", RULES}
 
 
 def test_the_base_holds_exactly_the_charts_default_objects() -> None:

@@ -217,7 +217,7 @@ async def test_thousand_pods_race_for_hundred_devices() -> None:
 
 
 def leading(ext: Extender) -> bool:
-    return "dra_extender_leader 1.0" in ext.http.get("/metrics").text
+    return 'dra_extender_leader{role="verbs"} 1.0' in ext.http.get("/metrics").text
 
 
 def scheduler_lease(holder: str) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def test_read_only_answers_filter_and_never_writes() -> None:
             ]
             assert writes == [], writes
             assert api.list("Event") == []
-            assert "dra_extender_leader 0.0" in ext.http.get("/metrics").text
+            assert 'dra_extender_leader{role="verbs"} 0.0' in ext.http.get("/metrics").text
         finally:
             ext.stop()
     finally:
