@@ -156,7 +156,7 @@ def add_controllers(proc: Process, gate: LeadershipGate, health: HealthSetup | N
     """
     args = proc.args
     if args.read_only:
-        log.info("read-only (--read-only): no evictions, no health rules, no Events")
+        log.info("read-only (--read-only): no evictions, no health rules, no Events, no health leader label on the own pod")
     elif not args.no_eviction:
         from controllers.eviction import EvictionController, Ownership, Settings
 
