@@ -31,7 +31,7 @@ from tracker.apiserver.writer import Writer, ssl_context
 from tracker.apiserver.writes import ApiWrites
 from tracker.events import EventSink
 from tracker.resources import CORE_RESOURCES, OPTIONAL_KINDS, OWN_PATCHES, OWN_RULES, Resource
-from tracker.source import ReadOnlyRefused, Source, SourceError, status_error
+from tracker.source import ReadOnlyRefused, Source, status_error
 
 log = logging.getLogger("dra_extender.source")
 
