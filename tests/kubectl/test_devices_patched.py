@@ -94,3 +94,19 @@ async def test_devices_marks_what_a_patch_set(tmp_path: Path, capsys: pytest.Cap
     by_device = {d["device"]: d for d in json.loads(listed)}
     assert by_device["gpu-0"]["patched"] == row.patched_json
     assert by_device["gpu-1"]["patched"] == row.gpu1_json
+
+
+async def test_the_documented_check_of_the_example_patch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/resourceslicepatches.md: the demo cluster plus the example patch, checked as the page says (no /debug)."""
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "resourceslicepatches.md").read_text()
+    said = ("`kubectl dra devices --node\nnode-b -o wide`", "`gpu.example.com/model=h100*`", "(`gpu.example.com/model=node-b-gpu-0-h100`)")
+    assert all(s in page for s in said), said
+    async with FakeApiServer() as api:
+        api.load(root / "examples" / "demo-cluster", root / "examples" / "resourceslicepatches" / "node-b-gpu-0-h100.yaml")
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        assert await _run(api, kubeconfig, "devices", "--node", "node-b", "-o", "wide") == 0
+    wide, _ = capsys.readouterr()
+    [gpu0] = [line for line in wide.splitlines() if " gpu-0 " in line]
+    assert "gpu.example.com/model=h100*" in gpu0.split()[-2] and gpu0.split()[-1] == "gpu.example.com/model=node-b-gpu-0-h100", wide
+    assert LEGEND in wide
