@@ -1,14 +1,20 @@
 """Which Kubernetes DRA features allocation follows (upstream's feature gates).
 
-Kubernetes 1.36 turns all four on by default (beta), and its scheduler then
-runs the *incubating* structured allocator. A cluster may switch a gate off;
-the extender's flags say so, and allocation then behaves as upstream's does
-with that gate off.
+A gate's default depends on the cluster's minor: upstream's
+pkg/features/kube_features.go has all four alpha and off in 1.34 and 1.35
+and beta and on from 1.36 (1.37 keeps them on), and 1.36's scheduler then
+runs the *incubating* structured allocator. The extender follows the
+defaults of the minor its API server reports (`defaults_for`); a cluster that
+switches a gate says so with the extender's flags, and allocation then
+behaves as upstream's does with that gate so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+# The first minor (1.x) whose defaults turn the four gates on: beta in 1.36.
+FIRST_MINOR_ON = 36
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,5 +24,23 @@ class Features:
     binding_conditions: bool = True  # DRADeviceBindingConditions (with DRAResourceClaimDeviceStatus)
     extended_resources: bool = True  # DRAExtendedResource: extended resources backed by a DeviceClass
 
+    def gates(self) -> str:
+        """`DRAPartitionableDevices=true,...` as kube-scheduler's --feature-gates spells them (for logs)."""
+        return ",".join(f"{GATES[f.name]}={str(getattr(self, f.name)).lower()}" for f in fields(self))
+
+
+# Each switch's upstream feature gate.
+GATES = {
+    "partitionable_devices": "DRAPartitionableDevices",
+    "consumable_capacity": "DRAConsumableCapacity",
+    "binding_conditions": "DRADeviceBindingConditions",
+    "extended_resources": "DRAExtendedResource",
+}
 
 DEFAULT_FEATURES = Features()  # Kubernetes 1.36's defaults
+
+
+def defaults_for(minor: int) -> Features:
+    """The gates' defaults of Kubernetes 1.<minor>: off before 1.36 (alpha or absent), on from it."""
+    on = minor >= FIRST_MINOR_ON
+    return Features(partitionable_devices=on, consumable_capacity=on, binding_conditions=on, extended_resources=on)

@@ -35,7 +35,7 @@ async def run_all(args: argparse.Namespace) -> int:
     proc.sockets += sockets
     lead = serve.leadership(args, picked.cluster)
     await proc.connect()
-    serve.add_verbs(proc, addresses, lead)
+    serve.add_verbs(proc, addresses, lead, await serve.chosen_features(args, proc.cluster))
     controllers_lead = controllers.elect(args, picked.cluster) if lead is not None and picked.cluster is not None else None
     controllers.add_controllers(proc, serve.gate_of(args, controllers_lead), health)
     if controllers_lead is not None:

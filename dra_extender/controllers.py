@@ -157,7 +157,7 @@ def add_controllers(proc: Process, gate: LeadershipGate, health: HealthSetup | N
     args = proc.args
     proc.metrics.lead_by("controllers", gate.may_write)
     if args.read_only:
-        log.info("read-only (--read-only): no evictions, no health rules, no Events")
+        log.info("read-only (--read-only): no evictions, no health rules, no Events, no health leader label on the own pod")
     elif not args.no_eviction:
         from controllers.eviction import EvictionController, Ownership, Settings
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 from allocator.features import Features
@@ -124,34 +125,35 @@ def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
 def _add_feature_flags(serve: argparse.ArgumentParser) -> None:
     """The DRA feature gates, to be set as the cluster's kube-scheduler has them."""
     beta = serve.add_argument_group(
-        "Kubernetes 1.36 beta DRA features (set each as the cluster's kube-scheduler has its feature gate; on by default, as in 1.36)"
+        "DRA features (set each as the cluster's kube-scheduler has its feature gate; unset: the default of the API "
+        "server's minor from its /version, off on 1.34 and 1.35, on from 1.36)"
     )
     beta.add_argument(
         "--feature-partitionable-devices",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="DRAPartitionableDevices: shared counters and per-device node selection; off: devices that consume "
-        "counters are never allocated (default %(default)s)",
+        "counters are never allocated (default: the API server's minor's, off before 1.36)",
     )
     beta.add_argument(
         "--feature-consumable-capacity",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="DRAConsumableCapacity: devices shared by several claims, capacity requests; off: shared results count "
-        "as whole devices and claims with capacity requests are refused (default %(default)s)",
+        "as whole devices and claims with capacity requests are refused (default: the API server's minor's, off before 1.36)",
     )
     beta.add_argument(
         "--feature-binding-conditions",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="honour device binding conditions: bind a pod only once its devices are ready (DRADeviceBindingConditions; "
-        "default %(default)s)",
+        "default: the API server's minor's, off before 1.36)",
     )
     beta.add_argument(
         "--feature-extended-resources",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="serve extended resources backed by DeviceClasses with claims made at /bind (DRAExtendedResource; default %(default)s)",
+        default=None,
+        help="serve extended resources backed by DeviceClasses with claims made at /bind (DRAExtendedResource; default: the API server's minor's, off before 1.36)",
     )
     beta.add_argument(
         "--binding-timeout",
@@ -214,14 +216,39 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
     add_request_limit_flags(hard)
 
 
-def features_from(args: argparse.Namespace) -> Features:
-    """The allocator's feature switches from the serve flags."""
-    return Features(
-        partitionable_devices=args.feature_partitionable_devices,
-        consumable_capacity=args.feature_consumable_capacity,
-        binding_conditions=args.feature_binding_conditions,
-        extended_resources=args.feature_extended_resources,
-    )
+def features_from(args: argparse.Namespace, defaults: Features) -> Features:
+    """The allocator's feature switches: each flag given wins over `defaults` (the minor's)."""
+    given = {f.name: getattr(args, f"feature_{f.name}") for f in fields(Features)}
+    return replace(defaults, **{name: on for name, on in given.items() if on is not None})
+
+
+async def chosen_features(args: argparse.Namespace, cluster: ApiSource | None) -> Features:
+    """The feature gates of the cluster's minor, read once from its /version, unless every flag says.
+
+    A gate's default differs per minor (allocator/features.py); allocating
+    with 1.36's on a 1.34 or 1.35 cluster would use fields its API server
+    drops. A /version that does not say is a startup error, not a guess.
+    """
+    from allocator.features import DEFAULT_FEATURES, defaults_for
+
+    if all(getattr(args, f"feature_{f.name}") is not None for f in fields(Features)):
+        features, minor, why = features_from(args, DEFAULT_FEATURES), "", "flags"
+    elif cluster is None:
+        features, minor, why = features_from(args, DEFAULT_FEATURES), "", "1.36's defaults (--source: no API server to ask)"
+    else:
+        from tracker.apiserver.discovery import VersionUnknown, server_minor
+
+        try:
+            n = await server_minor(cluster)
+        except VersionUnknown as e:
+            raise UsageError(
+                f"{e}: the DRA feature gates' defaults depend on the cluster's minor; retry when the API server "
+                "answers, or pass each of --[no-]feature-partitionable-devices, --[no-]feature-consumable-capacity, "
+                "--[no-]feature-binding-conditions and --[no-]feature-extended-resources"
+            ) from None
+        features, minor, why = features_from(args, defaults_for(n)), f"1.{n}", f"the defaults of 1.{n} (/version) and the flags given"
+    log.info("DRA feature gates", extra={"kubernetes": minor or "unknown", "gates": features.gates(), "from": why})
+    return features
 
 
 def listen_addresses(args: argparse.Namespace) -> Addresses:
@@ -290,7 +317,7 @@ def gate_of(args: argparse.Namespace, lead: Leadership | None) -> LeadershipGate
     return LeadershipGate(lead, read_only=args.read_only)
 
 
-def add_verbs(proc: Process, addresses: Addresses, lead: Leadership | None) -> None:
+def add_verbs(proc: Process, addresses: Addresses, lead: Leadership | None, features: Features) -> None:
     """The verbs' service (binder, requeuer) and its listeners on `proc`: the sidecar's whole job."""
     from allocator.allocation import Allocator
     from extender.bind.binder import Binder
@@ -299,7 +326,6 @@ def add_verbs(proc: Process, addresses: Addresses, lead: Leadership | None) -> N
 
     args, state, metrics, source, cluster = proc.args, proc.state, proc.metrics, proc.source, proc.cluster
     gate = gate_of(args, lead)
-    features = features_from(args)
     # The composition root: the parts are built here and handed in.
     binder = Binder(
         state,
@@ -379,7 +405,7 @@ async def serve(args: argparse.Namespace) -> int:
     proc.sockets += sockets
     lead = leadership(args, picked.cluster)
     await proc.connect()
-    add_verbs(proc, addresses, lead)
+    add_verbs(proc, addresses, lead, await chosen_features(args, proc.cluster))
     log.info(
         "starting dra-extender",
         extra={"command": "serve", "source": proc.source.description, "listen": args.listen, "probe_listen": args.probe_listen or ""},

@@ -395,7 +395,7 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
         return 0
     head = ["NODE", "DRIVER", "POOL", "DEVICE", "TAINTS", "SOURCES", "ALLOCATED-TO"]
     if args.output == "wide":
-        head += ["COUNTERS-LEFT", "CAPACITY-LEFT", "ATTRIBUTES"]
+        head += ["COUNTERS-LEFT", "CAPACITY-LEFT", "ATTRIBUTES", "PATCHED"]
     table = [head]
     for r in rows:
         line = [
@@ -411,10 +411,25 @@ async def cmd_devices(cluster: Cluster, args: argparse.Namespace, out: Callable[
             left = r.get("countersLeft") or {}
             line.append(",".join(f"{cs}/{k}={v}" for cs, counters in left.items() for k, v in counters.items()) or "<none>")
             line.append(",".join(f"{k.rpartition('/')[2]}={v}" for k, v in (r.get("capacityLeft") or {}).items()) or "<none>")
-            line.append(",".join(f"{k}={v}" for k, v in r["attributes"].items()))
+            patched = r["patched"]
+            line.append(",".join(f"{k}={v}{PATCHED_MARK if k in patched['attributes'] else ''}" for k, v in r["attributes"].items()))
+            line.append(_patched_cell(patched))
         table.append(line)
     _table(table, out)
+    if args.output == "wide" and any(r["patched"]["attributes"] or r["patched"]["capacity"] for r in rows):
+        out(
+            f"{PATCHED_MARK} set by a ResourceSlicePatch; PATCHED names the patch per attribute and capacity (one that removed an attribute too)"
+        )
     return 0
+
+
+PATCHED_MARK = "*"
+
+
+def _patched_cell(patched: dict[str, dict[str, str]]) -> str:
+    """`name=patch` per patched attribute, `capacity:name=patch` per patched capacity; `<none>` when unpatched."""
+    cells = [f"{n}={p}" for n, p in patched["attributes"].items()] + [f"capacity:{n}={p}" for n, p in patched["capacity"].items()]
+    return ",".join(cells) or "<none>"
 
 
 def _warn_rule_problems(state: ClusterState) -> None:

@@ -7,13 +7,13 @@ calling the extender, whose verbs listen on the scheduler pod's loopback.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
 
 from allocator.cel import CelEnvironment
 from tracker import events as ev
+from tracker.apiserver.discovery import minor_of
 from tracker.apiserver.source import ApiSource
 from tracker.resources import CORE_RESOURCES, OWN_PATCHES, OWN_RULES, UPSTREAM_RULE_VERSIONS, UPSTREAM_RULES_PLURAL, Resource
 from tracker.resources import api_version as api_version_of
@@ -158,8 +158,7 @@ class Cluster:
             info = await self.call("GET", "/version")
         except ApiError:
             return None
-        found = re.match(r"\d+", str((info or {}).get("minor") or ""))
-        return int(found.group()) if found and str((info or {}).get("major")) == "1" else None
+        return minor_of(info)
 
     async def snapshot(self) -> ClusterState:
         """The tracker's state from one list of each kind."""

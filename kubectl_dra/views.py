@@ -1,7 +1,8 @@
 """The plugin's views over a ClusterState: the same code the extender runs, on the admin's machine.
 
 - `devices`: each published device with its effective taints (after rules
-  and patches), where each comes from, and who holds it.
+  and patches), where each comes from, who holds it, and which
+  ResourceSlicePatch set which of its attributes and capacity.
 - `explain_rule`: what a rule matches and whom NoExecute would evict, with
   the eviction controller's own plan and dry run (`effect: None` status).
 - `why`: a pending pod's per-node reasons, from the extender's own
@@ -54,6 +55,7 @@ def device_rows(state: ClusterState, *, node: str | None = None, tainted: bool =
         if tainted and not view.taints:
             continue
         row = device_row(state, did)
+        patched = state.queries.patched_by(did)
         rows.append(
             {
                 "node": row.node or ("<all nodes>" if view.all_nodes else "<selected nodes>"),
@@ -64,6 +66,8 @@ def device_rows(state: ClusterState, *, node: str | None = None, tainted: bool =
                 "sources": [source_label(s) for s in view.taint_sources],
                 "allocatedTo": row.holder or "",
                 "attributes": row.attributes,
+                # Which ResourceSlicePatch set each attribute and capacity the view holds (or removed it).
+                "patched": {kind: {n: p for (k, n), p in sorted(patched.items()) if k == kind} for kind in ("attributes", "capacity")},
                 **row.sharing,
             }
         )

@@ -32,6 +32,10 @@ class SourceError(Exception):
         self.message = message
 
 
+class ReadOnlyRefused(SourceError):
+    """A write `--read-only` refused before sending it: final for the whole process, so never worth a retry."""
+
+
 class NotFound(SourceError):
     status = 404
 

@@ -8,6 +8,10 @@ API) exactly while it leads. A process that starts, or stops, leading
 removes it: a label left on a restarted container's pod is removed at
 startup. Between a hand-over and the next poll both pods, or neither, may
 carry it: the follower's 503 remains the fallback then.
+
+Under `--read-only` the source refuses the write before sending it; that
+answer holds for the whole process, so the task says so once and stops
+rather than retrying (and logging) at every poll.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import os
 
 from tracker.clock import Clock, SystemClock
 from tracker.leadership_gate import LeadershipGate, MayWrite
-from tracker.source import PodLabelWriter
+from tracker.source import PodLabelWriter, ReadOnlyRefused
 
 log = logging.getLogger("dra_extender.health")
 
@@ -49,6 +53,7 @@ class LeaderLabel:
         self.clock: Clock = clock or SystemClock()
         self.poll = poll
         self.labelled: bool | None = None  # what the pod carries, as last written (None: not known yet)
+        self.refused = False  # --read-only refused the write: nothing to do for the rest of the process
         self.wake = asyncio.Event()
 
     async def step(self) -> None:
@@ -58,6 +63,10 @@ class LeaderLabel:
             return
         try:
             await self.source.label_pod(self.namespace, self.name, {LABEL: "true" if want else None})
+        except ReadOnlyRefused:
+            self.refused = True
+            log.info("read-only (--read-only): the own pod's health leader label is not written", extra={"object": self.pod})
+            return
         except Exception as e:  # any failure (refused, unreachable, the session gone) is retried at the next poll, never fatal
             log.warning(
                 "could not set the health leader label on the own pod", extra={"object": self.pod, "err": str(e) or type(e).__name__}
@@ -68,7 +77,7 @@ class LeaderLabel:
 
     async def run(self) -> None:
         try:
-            while True:
+            while not self.refused:
                 await self.step()
                 self.wake.clear()
                 await self.clock.wait(self.wake, self.clock.now() + self.poll)

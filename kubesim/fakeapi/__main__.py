@@ -41,7 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-crds", action="store_true", help="do not install the shipped CRDs (resource.dra-extender.io): POST them yourself")
     p.add_argument("--token", default=None, help="require this bearer token")
     p.add_argument("--require-namespaces", action="store_true", help="creating in a missing namespace answers 404")
-    p.add_argument("--kubernetes-version", default="v1.34.0")
+    p.add_argument(
+        "--kubernetes-version", default="v1.36.2", help="what /version reports (the extender takes the feature-gate defaults of its minor)"
+    )
     p.add_argument("--journal", metavar="PATH", help="record every request (write bodies too) and write them here as JSON lines on exit")
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)

@@ -180,8 +180,10 @@ def verb_of(method: str, t: ResourceType, name: str | None, sub: str | None, que
 
 
 def version_document(kubernetes_version: str) -> dict[str, Any]:
-    m = re.match(r"v(\d+)\.(\d+)", kubernetes_version)
+    m = re.match(r"v(\d+)\.(\d+)\.\d+(.?)", kubernetes_version)
     major, minor = (m.group(1), m.group(2)) if m else ("1", "34")
+    if m and m.group(3) in ("-", "+"):
+        minor += "+"  # a distribution's build (v1.36.1-eks-…): its minor reads "36+", as EKS and GKE report it
     return {
         "major": major,
         "minor": minor,

@@ -80,7 +80,7 @@ class FakeApiServer(FaultControls, WatchControls):
         namespaces: Sequence[str] = DEFAULT_NAMESPACES,
         auto_create_namespaces: bool = True,
         token: str | None = None,
-        kubernetes_version: str = "v1.34.0",
+        kubernetes_version: str = "v1.36.2",  # /version; the extender takes its minor's feature-gate defaults
         default_watch_timeout: float | None = None,
         request_log_limit: int = 100_000,
         seed: int | None = None,

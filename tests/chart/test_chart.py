@@ -237,7 +237,7 @@ def test_kube_scheduler_may_read_the_api_servers_authentication_config() -> None
 
 def test_the_docs_version_is_the_default_scheduler_tag() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["scheduler"]["image"]["tag"].startswith("v1.36.")
+    assert values["scheduler"]["image"]["tagByMinor"]["1.36"].startswith("v1.36.")
     notes = render()[f"{CHART.name}/templates/NOTES.txt"]
     assert "schedulerName: dra-scheduler" in notes and "ONE ALLOCATOR PER DEVICE POOL" in notes
     assert "must match your cluster's minor version" in notes

@@ -180,3 +180,16 @@ def test_device_taint_rule_class_and_selectors_per_served_version(case: RuleCase
         parse_device_taint_rule(raw, group=case.group)
     assert refused.value.field == "spec.deviceSelector.deviceClassName"
     assert case.api_version in refused.value.reason and "1.33-1.34" in refused.value.reason
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_feature_gate_defaults_per_minor_are_what_the_extender_assumes(version: str) -> None:
+    """Each row with an extender flag says the gate's state per minor; the extender takes that minor's (from /version)."""
+    from allocator.features import GATES, defaults_for
+
+    features = defaults_for(int(version.split(".")[1]))
+    for field_name, gate in GATES.items():
+        row = _row(next(name for name in _feature_rows() if f"({gate})" in name))
+        cell = row[version].partition(":")[0]
+        assert f"`--feature-{field_name.replace('_', '-')}`" == row["extender flag"], row
+        assert cell.endswith(", on" if getattr(features, field_name) else ", off"), (gate, version, cell)

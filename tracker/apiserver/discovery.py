@@ -8,6 +8,7 @@ on a transient error.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Protocol
 
 import aiohttp
@@ -81,3 +82,34 @@ async def discover_upstream_rules(transport: Transport) -> Resource | None:
         if UPSTREAM_RULES_PLURAL in names:
             return upstream_rules(version)
     return None
+
+
+class VersionUnknown(Exception):
+    """The server's /version did not say which Kubernetes minor it is (the message says why)."""
+
+
+def minor_of(info: Any) -> int | None:
+    """The minor of a /version document ("36", or "36+" from some distributions); None unless major 1 and a numeric minor."""
+    if not isinstance(info, dict) or str(info.get("major")) != "1":
+        return None
+    found = re.match(r"\d+", str(info.get("minor") or ""))
+    return int(found.group()) if found else None
+
+
+async def server_minor(transport: Transport) -> int:
+    """The Kubernetes minor the API server reports at /version; VersionUnknown when it does not say."""
+    try:
+        status, body = await transport.request("GET", "/version", timeout=DISCOVERY_TIMEOUT_SECONDS)
+    except (TimeoutError, OSError, aiohttp.ClientError) as e:
+        raise VersionUnknown(f"GET /version: {str(e) or type(e).__name__}") from None
+    if status != 200:
+        raise VersionUnknown(f"GET /version: HTTP {status}")
+    try:
+        info = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise VersionUnknown("GET /version: not JSON") from None
+    minor = minor_of(info)
+    if minor is None:
+        got = {k: info.get(k) for k in ("major", "minor")} if isinstance(info, dict) else info
+        raise VersionUnknown(f"GET /version: no Kubernetes 1.x minor in {got}")
+    return minor

@@ -31,7 +31,7 @@ from tracker.apiserver.writer import Writer, ssl_context
 from tracker.apiserver.writes import ApiWrites
 from tracker.events import EventSink
 from tracker.resources import CORE_RESOURCES, OPTIONAL_KINDS, OWN_PATCHES, OWN_RULES, Resource
-from tracker.source import Source, SourceError, status_error
+from tracker.source import ReadOnlyRefused, Source, status_error
 
 log = logging.getLogger("dra_extender.source")
 
@@ -238,7 +238,7 @@ class ApiSource(ApiWrites):
 
     def _refuse_if_read_only(self, method: str, path: str) -> None:
         if self.read_only and method.upper() not in ("GET", "HEAD"):
-            raise SourceError(f"read-only (--read-only): {method} {path} not sent")
+            raise ReadOnlyRefused(f"read-only (--read-only): {method} {path} not sent")
 
     async def close(self) -> None:
         if self._writer is not None:

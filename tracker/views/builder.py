@@ -30,7 +30,7 @@ from allocator.types import (
 from tracker.store import Problem
 from tracker.views.digests import RawDevices, slice_digest
 from tracker.views.index import SelectorIndex, SliceIndex
-from tracker.views.patched import SelectorContext, effective_view
+from tracker.views.patched import SelectorContext, applicable_patches, effective_view, original_view, patch_sources
 
 if TYPE_CHECKING:
     from allocator.allocation import SelectorEngine
@@ -148,6 +148,16 @@ class ViewBuilder:
         if not rules and not patches:
             return [], []  # the common case: nothing to look up per device
         return [patches[n] for n in self._selectors.patches_for(did)], [rules[i] for i in self._selectors.rules_for(did)]
+
+    def patched_by(self, slice_: ResourceSlice, index: int) -> dict[tuple[str, str], str]:
+        """Which patch set each patched attribute and capacity of the slice's device (for the operator's views; not cached)."""
+        device = slice_.devices[index]
+        patches, _ = self._candidates(DeviceID(slice_.driver, slice_.pool, device.name))
+        if not patches:
+            return {}
+        version = self._versions.devices[slice_.meta.name][device.name][2]
+        ctx = self.context()
+        return patch_sources(applicable_patches(ctx, patches, original_view(slice_, device, version)))
 
     def needs_selectors(self, did: DeviceID) -> bool:
         """Whether a rule or patch that may touch the device needs a selector evaluated to know."""

@@ -138,6 +138,24 @@ def _neg_text(s: str) -> tuple[int, ...]:
     return (*tuple(-ord(c) for c in s), 0)
 
 
+def applicable_patches(ctx: SelectorContext, patches: Iterable[ResourceSlicePatch], original: DeviceView) -> list[ResourceSlicePatch]:
+    """The patches whose filter selects the driver's device, lowest precedence first (the order they are applied in)."""
+    return sorted((p for p in patches if patch_matches(ctx, p, original)), key=patch_order)
+
+
+def patch_sources(applicable: list[ResourceSlicePatch]) -> dict[tuple[str, str], str]:
+    """("attributes" or "capacity", name) -> the patch whose value the patched view holds (a removal included).
+
+    Walks `applicable` in the order `_patched` applies them, so the last
+    patch to set a name, the one that wins, is the one named.
+    """
+    sources: dict[tuple[str, str], str] = {}
+    for patch in applicable:
+        sources.update({("attributes", name): patch.meta.name for name in patch.attributes})
+        sources.update({("capacity", name): patch.meta.name for name in patch.capacity})
+    return sources
+
+
 def _patched(device: Device, applicable: list[ResourceSlicePatch]) -> tuple[dict[str, AttributeValue], dict[str, Quantity]]:
     """The device's attributes and capacity with `applicable` patches applied, lowest precedence first."""
     attributes: dict[str, AttributeValue] = dict(device.attributes)
@@ -164,7 +182,7 @@ def effective_view(
 ) -> DeviceView:
     """The patched, tainted view; reuses `previous.cel_key` when the content is unchanged."""
     original = original_view(slice_, device, version)
-    applicable = sorted((p for p in patches if patch_matches(ctx, p, original)), key=patch_order)
+    applicable = applicable_patches(ctx, patches, original)
     patched = _patched_view(original, device, applicable, patch_versions)
     taints: list[DeviceTaint] = list(device.taints)
     sources: list[str] = ["slice"] * len(device.taints)

@@ -48,6 +48,14 @@ class DeviceQueries:
         name = self._index.slice_name(did)
         return self._objects.slices.get(name) if name is not None else None
 
+    def patched_by(self, did: DeviceID) -> dict[tuple[str, str], str]:
+        """("attributes" or "capacity", name) -> the ResourceSlicePatch whose value the device's view holds; {} if none."""
+        s = self.slice_of(did)
+        if s is None:
+            return {}
+        index = next((i for i, d in enumerate(s.devices) if d.name == did.device), None)
+        return {} if index is None else self._builder.patched_by(s, index)
+
     def may_evict(self) -> bool:
         """Whether a NoExecute taint may apply to some device: one on a published device, or a rule with one.
 

@@ -27,6 +27,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s:%s" .Values.extender.image.repository (.Values.extender.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
+{{/* kube-scheduler of the cluster's minor (upstream supports no skew of kube-scheduler against its API server):
+scheduler.image.tag when set, else scheduler.image.tagByMinor at .Capabilities.KubeVersion's minor (the API server's
+at install and upgrade; `helm template` needs --kube-version). A minor without an entry fails the install, never a guess. */}}
+{{- define "dra-extender.schedulerTag" -}}
+{{- $image := .Values.scheduler.image -}}
+{{- $tag := $image.tag -}}
+{{- if not $tag -}}
+{{- $kube := .Capabilities.KubeVersion -}}
+{{- $minor := printf "%s.%s" $kube.Major ($kube.Minor | trimSuffix "+") -}}
+{{- $tag = index ($image.tagByMinor | default dict) $minor -}}
+{{- if not $tag -}}
+{{- fail (printf "scheduler.image.tagByMinor has no kube-scheduler for Kubernetes %s (the cluster reports %s), and scheduler.image.tag is not set. kube-scheduler must be the cluster's minor: dra-extender supports 1.34 to 1.36 (docs/operator-guide.md, Supported versions); for another minor set scheduler.image.tag=v%s.P (the cluster's patch release), or with helm template pass --kube-version" $minor $kube.Version $minor) -}}
+{{- end -}}
+{{- end -}}
+{{- $tag -}}
+{{- end -}}
+
 {{- define "dra-extender.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "dra-extender.fullname" .) .Values.serviceAccount.name -}}
