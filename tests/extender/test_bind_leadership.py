@@ -147,7 +147,7 @@ async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> 
     """The pod's binding fails as leadership moves on: the undo that follows leaves the claim to the new leader."""
     lease = FakeLease()
     async with _leading_cluster(tmp_path, lease) as (api, cluster, pod):
-        api.add_reactor(_binding_fails_as_leadership_ends(lease))
+        reactor = api.add_reactor(_binding_fails_as_leadership_ends(lease))
         api.clear_requests()
         answer = await cluster.bind(pod, "n1")  # the undo runs within the bind's budget
         assert answer and not lease.held, answer
@@ -159,6 +159,19 @@ async def test_an_undo_after_leadership_ended_writes_nothing(tmp_path: Path) -> 
         status = api.get("resourceclaims", "default", "c1", group="resource.k8s.io")["status"]
         assert status.get("allocation") and status.get("reservedFor"), status
         assert not cluster.state.inflight, "the in-flight devices are released all the same"
+
+        # kube-scheduler retries the pod; the leader then (here this process again) binds it to the
+        # claim's allocation as it was left, without writing the claim again.
+        api.remove_reactor(reactor)
+        lease.held = True
+        await cluster.caught_up()
+        api.clear_requests()
+        assert await cluster.bind(pod, "n1") == ""
+        writes = [(r.method, r.resource) for r in api.requests if r.method != "GET"]
+        assert writes == [("POST", "pods/binding")], writes
+        again = api.get("resourceclaims", "default", "c1", group="resource.k8s.io")["status"]
+        assert again["allocation"] == status["allocation"] and again["reservedFor"] == status["reservedFor"], again
+        assert api.get("pods", "default", "p1")["spec"]["nodeName"] == "n1"
 
 
 def _leadership_ends_at(lease: FakeLease, subresource: str) -> Callable[[RequestInfo], Any]:
