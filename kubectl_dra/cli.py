@@ -13,12 +13,14 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from allocator.extended_resources import class_mapping
+from allocator.features import DEFAULT_FEATURES, GATES, defaults_for
 from allocator.parse import parse_pod
 from allocator.pod_claims import dra_use
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, NotServed, ReadOnlySource
@@ -523,8 +525,11 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         print(f'Error: pod "{args.pod}" not found in namespace {namespace}', file=sys.stderr)
         return 1
     state = await cluster.snapshot()
+    minor = await cluster.minor()
+    # The extender's gates are its cluster's minor's defaults (allocator/features.py); 1.36's when /version does not say.
+    features = DEFAULT_FEATURES if minor is None else defaults_for(minor)
     try:
-        reasons = await why(state, ReadOnlySource(cluster), raw)
+        reasons = await why(state, ReadOnlySource(cluster), raw, features)
     except ValueError as e:
         print(f"Error: pod {namespace}/{args.pod}: {e}", file=sys.stderr)
         return 1
@@ -536,6 +541,8 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
     says = scheduler_says.latest(events, raw)
     if args.output in ("json", "yaml"):
         answer = {"pod": f"{namespace}/{args.pod}", "schedulerName": scheduler, "extenderProfile": ours, "nodes": reasons}
+        gates = {GATES[f.name]: getattr(features, f.name) for f in fields(features)}
+        answer["featureGates"] = {"kubernetes": f"1.{minor}" if minor is not None else None, "gates": gates}
         answer["schedulerSays"] = says.to_json() if says is not None else None
         _dump(answer, args.output, out)
         return 0
@@ -554,6 +561,8 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
         )
     if node_name:
         out(f"pod {namespace}/{args.pod} is bound to {node_name}; the reasons below are what a new pod like it would get")
+    if minor is None:
+        out("the API server did not say its version at /version: judged with Kubernetes 1.36's DRA feature-gate defaults")
     fits = sorted(n for n, r in reasons.items() if r is None)
     if len(fits) == len(reasons) and dra_use(parse_pod(raw), class_mapping(state.classes)) is None:
         out(f"pod {namespace}/{args.pod} uses no DRA device (no resource claim, no DRA-backed extended resource)")

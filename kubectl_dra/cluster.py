@@ -141,7 +141,7 @@ class Cluster:
             return OWN_RULES
         res = await self.upstream_rules()
         if res is None:
-            raise NotServed(upstream_rules_needs(await self._minor(), await self._served(ev.GROUP_RESOURCE)))
+            raise NotServed(upstream_rules_needs(await self.minor(), await self._served(ev.GROUP_RESOURCE)))
         return res
 
     async def _served(self, group: str) -> tuple[str, ...]:
@@ -152,7 +152,7 @@ class Cluster:
             return ()
         return tuple(str(v.get("version")) for v in (listing or {}).get("versions") or () if isinstance(v, dict))
 
-    async def _minor(self) -> int | None:
+    async def minor(self) -> int | None:
         """The server's Kubernetes minor version from /version ("36", or "36+" from some distributions); None if it cannot say."""
         try:
             info = await self.call("GET", "/version")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator.allocation import Allocator
+from allocator.features import Features
 from allocator.types import EFFECT_NO_EXECUTE, EFFECT_NONE, DeviceID, DeviceTaint
 from controllers.eviction.plan import DryRun, Ownership, dry_run, plan_evictions
 from controllers.eviction.rule_checks import rule_problems
@@ -145,7 +146,7 @@ def explain_rule(state: ClusterState, group: str, name: str, status: Mapping[str
     )
 
 
-async def why(state: ClusterState, source: BindingSource, raw_pod: dict[str, Any]) -> dict[str, str | None]:
+async def why(state: ClusterState, source: BindingSource, raw_pod: dict[str, Any], features: Features) -> dict[str, str | None]:
     """node -> None when it fits, else the reason /filter gives, for every node the tracker knows.
 
     The extender's own Service answers, through the same `filter` the HTTP
@@ -153,10 +154,19 @@ async def why(state: ClusterState, source: BindingSource, raw_pod: dict[str, Any
     extended resources, counters and capacity are judged by one code path.
     It runs `observe_only` (no deallocation of a failed binding) over a
     source that refuses writes, waits for nothing (no claim or placement
-    wait) and looks at every node (no `--offer-nodes` cut-off).
+    wait) and looks at every node (no `--offer-nodes` cut-off). `features`
+    are the gates the extender runs with: its cluster's minor's defaults.
     """
     service = build_service(
-        state, source, Allocator(state.cel), Metrics(), claim_wait=0, placement_wait=0, offer_nodes=0, observe_only=True
+        state,
+        source,
+        Allocator(state.cel, features=features),
+        Metrics(),
+        claim_wait=0,
+        placement_wait=0,
+        offer_nodes=0,
+        observe_only=True,
+        features=features,
     )
     names = sorted(state.nodes)
     try:
