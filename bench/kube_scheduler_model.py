@@ -8,7 +8,7 @@ shown against both (`ratio_to_noop`, `ratio_to_ceiling`).
     .venv/bin/python -m bench.kube_scheduler_model [--workloads small,100x10,...]
         [--extender-cmd 'dra-extender serve --kubeconfig {kubeconfig} --standalone --listen {listen}']
         [--no-reference] [--no-ceiling] [--http-timeout 5] [--percentage-of-nodes-to-score N]
-        [--claim-delay 0.5] [--claim-qps 100] [--claim-burst 200] [--name NAME] [--out DIR]
+        [--claim-delay 0.5] [--claim-qps 500] [--claim-burst 1000] [--name NAME] [--out DIR]
     .venv/bin/python -m bench.kube_scheduler_model noop-extender --kubeconfig K --listen HOST:PORT
     .venv/bin/python -m bench.kube_scheduler_model render NAME   # the markdown again from NAME.json
 

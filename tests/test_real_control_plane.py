@@ -50,3 +50,36 @@ def test_as_sent_leaves_out_what_the_server_sets(obj: dict[str, Any]) -> None:
     assert sent["metadata"]["name"] == obj["metadata"]["name"]
     assert sent["spec"] == obj["spec"]
     assert "managedFields" in obj["metadata"]  # the builder's object is left as it was
+
+
+# bench/real_plane_modes.py: each mode's kube-scheduler profile, as issue 42's table defines the four modes.
+MODE_ROWS = [
+    # (mode, DynamicResources on, percentageOfNodesToScore, extender verbs, an extender process)
+    pytest.param("in-tree", True, None, None, False, id="in-tree: the plugin, default sampling"),
+    pytest.param("extender", False, 100, ("filter", "prioritize", "bind"), True, id="extender: every node offered, it binds"),
+    pytest.param("no-op", False, None, ("filter", "prioritize", None), True, id="no-op: passes and scores, kube-scheduler binds"),
+    pytest.param("no-dra", False, None, None, False, id="no-dra: the ceiling"),
+]
+
+
+@pytest.mark.parametrize(("mode", "dra", "percentage", "verbs", "process"), MODE_ROWS)
+def test_mode_scheduler_config(mode: str, dra: bool, percentage: int | None, verbs: tuple[str | None, ...] | None, process: bool) -> None:
+    from bench.real_plane_modes import EXTENDER_PORT, extender_command, scheduler_config
+
+    config = scheduler_config(mode, "/k/kubeconfig")
+    (profile,) = config["profiles"]
+    assert profile["schedulerName"] == "dra-scheduler"
+    disabled = [p["name"] for p in ((profile.get("plugins") or {}).get("multiPoint") or {}).get("disabled") or []]
+    assert ("DynamicResources" not in disabled) == dra
+    assert profile.get("percentageOfNodesToScore") == percentage
+    assert config["clientConnection"]["kubeconfig"] == "/k/kubeconfig"
+    if verbs is None:
+        assert "extenders" not in config
+    else:
+        (ext,) = config["extenders"]
+        assert (ext["filterVerb"], ext["prioritizeVerb"], ext.get("bindVerb")) == verbs
+        assert ext["urlPrefix"] == f"http://127.0.0.1:{EXTENDER_PORT}" and ext["nodeCacheCapable"] and not ext["ignorable"]
+    command = extender_command(mode, "/k/kubeconfig")
+    assert (command is not None) == process
+    if command is not None:
+        assert f"127.0.0.1:{EXTENDER_PORT}" in command

@@ -6,6 +6,8 @@ python -m kubesim.scheduler.noop --kubeconfig K --listen HOST:PORT
 from __future__ import annotations
 
 import argparse
+import base64
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,20 @@ def noop_extender(kubeconfig: str, listen: str) -> None:
     import yaml
 
     conf = yaml.safe_load(Path(kubeconfig).read_text())
-    server = conf["clusters"][0]["cluster"]["server"].rstrip("/")
+    cluster = conf["clusters"][0]["cluster"]
+    server = cluster["server"].rstrip("/")
     token = ((conf.get("users") or [{}])[0].get("user") or {}).get("token")
+    tls: ssl.SSLContext | bool = True
+    if cluster.get("certificate-authority-data"):  # a real API server's own CA (bench/real_plane_modes.py)
+        tls = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
     app = FastAPI()
     state: dict[str, aiohttp.ClientSession] = {}
 
     def session() -> aiohttp.ClientSession:
         if "s" not in state:
-            state["s"] = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"} if token else {})
+            state["s"] = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {token}"} if token else {}, connector=aiohttp.TCPConnector(ssl=tls)
+            )
         return state["s"]
 
     def ok(body: Any) -> Response:

@@ -1,0 +1,272 @@
+"""Issue 42's four modes on one real control plane, back to back: in-tree, dra-extender, a no-op extender, no DRA.
+
+    python -m bench.real_plane_modes --refk8s DIR --workload 5000x8 --out bench/results/NAME
+
+`DIR` holds a Kubernetes control plane built outside this repository (its
+`up.sh`, `down.sh`, `restart-scheduler.sh` and `bin/`, as docs/performance.md
+describes). The plane is started fresh without a scheduler, with
+kube-controller-manager's client at 500 qps (at its default 20 the
+ResourceClaim controller caps a run near 10 pods/s); the workload's nodes,
+slices and DaemonSet pods are created once (bench/real_control_plane.py),
+and for each mode its pods with their claims are created before
+kube-scheduler starts, then every pod is waited for. Modes:
+
+- `in-tree`: the DynamicResources plugin, default node sampling;
+- `extender`: DynamicResources off, dra-extender as filter, prioritize and
+  bind (`percentageOfNodesToScore: 100`, `--offer-nodes 100`);
+- `no-op`: DynamicResources off, an extender that passes every node and
+  scores 0 (kube-scheduler binds): the protocol's own price;
+- `no-dra`: DynamicResources off, no extender: the ceiling, the same pods
+  scheduled with their claims ignored.
+
+Per mode, from kube-scheduler's start to the last pod bound: pods/s, and the
+CPU seconds of kube-scheduler, kube-apiserver, kube-controller-manager and
+the extender (its start-up apart), the extender's peak RSS. Written to
+NAME.json and NAME.md with the ratios the issue asks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.real_control_plane import Cluster, reset, seed
+from kubesim.measure import cpu_seconds, machine, proc_status_mb
+from kubesim.scheduler.config import NAMESPACE, SCHEDULER_NAME
+from kubesim.scheduler.workloads import WORKLOADS, Workload
+
+MODES = ("in-tree", "extender", "no-op", "no-dra")
+EXTENDER_PORT = 18888
+PLANE_ENV = {"KCM_QPS": "500", "KCM_BURST": "1000"}
+
+
+def scheduler_config(mode: str, kubeconfig: str) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration of a mode: one profile for the workload's schedulerName."""
+    profile: dict[str, Any] = {"schedulerName": SCHEDULER_NAME}
+    if mode != "in-tree":
+        profile["plugins"] = {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}
+    if mode == "extender":
+        profile["percentageOfNodesToScore"] = 100
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": 1000, "burst": 2000},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [profile],
+    }
+    if mode in ("extender", "no-op"):
+        extender: dict[str, Any] = {
+            "urlPrefix": f"http://127.0.0.1:{EXTENDER_PORT}",
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "weight": 1,
+            "nodeCacheCapable": True,
+            "httpTimeout": "5s",
+            "ignorable": False,
+        }
+        if mode == "extender":
+            extender["bindVerb"] = "bind"
+        config["extenders"] = [extender]
+    return config
+
+
+def extender_command(mode: str, kubeconfig: str) -> list[str] | None:
+    listen = f"127.0.0.1:{EXTENDER_PORT}"
+    if mode == "extender":
+        return [sys.executable, "-m", "dra_extender.cli", "serve", "--kubeconfig", kubeconfig, "--standalone", "--listen", listen]
+    if mode == "no-op":
+        return [sys.executable, "-m", "kubesim.scheduler.noop", "--kubeconfig", kubeconfig, "--listen", listen]
+    return None
+
+
+class Plane:
+    """The control plane's scripts and processes (their pids from run/NAME.pid)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.kubeconfig = str(root / "kubeconfig")
+
+    def script(self, name: str, **env: str) -> None:
+        subprocess.run([str(self.root / name)], check=True, env={**os.environ, "REFK8S": str(self.root), **PLANE_ENV, **env})
+
+    def pid(self, name: str) -> int:
+        return int((self.root / "run" / f"{name}.pid").read_text())
+
+    def cpu(self, name: str) -> float:
+        return cpu_seconds(self.pid(name))
+
+    def stop_scheduler(self) -> None:
+        pid = self.pid("scheduler")
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            return
+        for _ in range(100):
+            if not Path(f"/proc/{pid}").exists():
+                return
+            time.sleep(0.1)
+        os.kill(pid, 9)
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the extender exited ({proc.returncode}) before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
+
+
+async def unbound(kubeconfig: str) -> int:
+    async with Cluster(kubeconfig) as api:
+        return await api.count(f"/api/v1/namespaces/{NAMESPACE}/pods?fieldSelector=spec.nodeName%3D")
+
+
+def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: float) -> dict[str, Any]:
+    """One mode: the extender (if any) started and ready, kube-scheduler started, every pod waited for."""
+    result: dict[str, Any] = {"mode": mode, "machine_at_start": machine()}
+    ext: subprocess.Popen[bytes] | None = None
+    command = extender_command(mode, plane.kubeconfig)
+    if command is not None:
+        log = open(out.parent / f"{out.name}-{mode}-extender.log", "wb")  # noqa: SIM115  # closed with the process below
+        ext = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        wait_ready(f"http://127.0.0.1:{EXTENDER_PORT}/readyz", ext)
+        result["extender_startup_cpu_s"] = round(cpu_seconds(ext.pid), 2)
+        result["extender_rss_at_ready_mib"] = round(proc_status_mb(ext.pid, "VmRSS"), 1)
+    config = out.parent / f"{out.name}-{mode}-scheduler.yaml"
+    config.write_text(yaml.safe_dump(scheduler_config(mode, plane.kubeconfig), sort_keys=False))
+    api0, kcm0 = plane.cpu("apiserver"), plane.cpu("kcm")
+    ext0 = cpu_seconds(ext.pid) if ext else 0.0
+    t0 = time.monotonic()
+    plane.script("restart-scheduler.sh", SCHED_CONFIG=str(config))
+    first: float | None = None
+    samples = []
+    try:
+        while True:
+            left = asyncio.run(unbound(plane.kubeconfig))
+            t = time.monotonic() - t0
+            samples.append((round(t, 1), left))
+            if first is None and left < w.pods:
+                first = t
+            if left == 0 or t > timeout:
+                break
+            time.sleep(1.0)
+        wall = time.monotonic() - t0
+        bound = w.pods - left
+        result |= {
+            "bound": bound,
+            "pods": w.pods,
+            "wall_s": round(wall, 1),
+            "first_bound_s": round(first, 1) if first is not None else None,
+            "pods_per_s": round(bound / wall, 1),
+            "kube_scheduler_cpu_s": round(plane.cpu("scheduler"), 1),
+            "kube_apiserver_cpu_s": round(plane.cpu("apiserver") - api0, 1),
+            "kube_controller_manager_cpu_s": round(plane.cpu("kcm") - kcm0, 1),
+            "samples": samples,
+        }
+        if ext is not None:
+            cpu = cpu_seconds(ext.pid) - ext0
+            result |= {
+                "extender_cpu_s": round(cpu, 2),
+                "extender_cpu_ms_per_pod": round(1000 * cpu / max(1, bound), 2),
+                "extender_peak_rss_mib": round(proc_status_mb(ext.pid, "VmHWM"), 1),
+            }
+    finally:
+        plane.stop_scheduler()
+        if ext is not None:
+            ext.terminate()
+            ext.wait(30)
+    result["machine_at_end"] = machine()
+    return result
+
+
+def markdown(w: Workload, results: list[dict[str, Any]], note: str) -> str:
+    by = {r["mode"]: r for r in results}
+
+    def ratio(mode: str, ref: str) -> str:
+        if mode not in by or ref not in by or mode == ref:
+            return "–"
+        return f"{by[mode]['pods_per_s'] / by[ref]['pods_per_s']:.2f}×"
+
+    lines = [
+        f"# Real control plane, {w.name}: {w.pods} pods, the four modes back to back (`python -m bench.real_plane_modes`)",
+        "",
+        note,
+        "",
+        "| mode | bound | pods/s | vs in-tree | vs no-op | vs no DRA | kube-scheduler CPU s | kube-apiserver CPU s | "
+        "kube-controller-manager CPU s | extender CPU s (ms per pod; start-up s) | extender peak RSS MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        m = r["mode"]
+        ext = f"{r['extender_cpu_s']} ({r['extender_cpu_ms_per_pod']}; {r['extender_startup_cpu_s']})" if "extender_cpu_s" in r else "–"
+        lines.append(
+            f"| {m} | {r['bound']} / {r['pods']} | {r['pods_per_s']} | {ratio(m, 'in-tree')} | {ratio(m, 'no-op')} | "
+            f"{ratio(m, 'no-dra')} | {r['kube_scheduler_cpu_s']} | {r['kube_apiserver_cpu_s']} | "
+            f"{r['kube_controller_manager_cpu_s']} | {ext} | {r.get('extender_peak_rss_mib', '–')} |"
+        )
+    lines += ["", "pods/s: from kube-scheduler's start to the last pod bound (its informers' start-up included, in every mode)."]
+    for r in results:
+        lines.append(f"- {r['mode']}: load average {r['machine_at_start'].get('loadavg')} → {r['machine_at_end'].get('loadavg')}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.real_plane_modes", description=__doc__.split("\n\n")[0])
+    p.add_argument("--refk8s", required=True, help="the control plane's folder (up.sh, down.sh, restart-scheduler.sh, bin/)")
+    p.add_argument("--workload", default="5000x8", choices=sorted(WORKLOADS))
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}, in the order to run")
+    p.add_argument("--out", required=True, help="results path without extension: OUT.json and OUT.md")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per mode")
+    p.add_argument("--note", default="", help="a sentence for the markdown")
+    a = p.parse_args(argv)
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        p.error(f"--modes: unknown {', '.join(unknown)}; known: {', '.join(MODES)}")
+    root = Path(a.refk8s).resolve()
+    for needed in ("up.sh", "down.sh", "restart-scheduler.sh", "bin/kube-apiserver"):
+        if not (root / needed).exists():
+            p.error(f"--refk8s {root}: no {needed}")
+    w = WORKLOADS[a.workload]
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plane = Plane(root)
+    plane.script("down.sh")
+    plane.script("up.sh", FRESH="1", NO_SCHED="1")
+    results: list[dict[str, Any]] = []
+    try:
+        for i, mode in enumerate(modes):
+            if i:
+                asyncio.run(reset(plane.kubeconfig))
+            asyncio.run(seed(plane.kubeconfig, w, daemons=True, pods_only=i > 0))
+            print(f"--- {mode}", file=sys.stderr, flush=True)
+            results.append(run_mode(plane, w, mode, out, a.timeout))
+            print(
+                json.dumps({k: v for k, v in results[-1].items() if k not in ("samples", "machine_at_start", "machine_at_end")}), flush=True
+            )
+            Path(f"{out}.json").write_text(json.dumps({"workload": w.name, "results": results}, indent=1) + "\n")
+    finally:
+        plane.script("down.sh")
+    Path(f"{out}.md").write_text(markdown(w, results, a.note))
+    return 0 if all(r["bound"] == r["pods"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
