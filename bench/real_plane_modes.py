@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -82,10 +83,14 @@ def scheduler_config(mode: str, kubeconfig: str) -> dict[str, Any]:
     return config
 
 
-def extender_command(mode: str, kubeconfig: str) -> list[str] | None:
+DEFAULT_EXTENDER_CMD = f"{sys.executable} -m dra_extender.cli serve --kubeconfig {{kubeconfig}} --standalone --listen {{listen}}"
+
+
+def extender_command(mode: str, kubeconfig: str, template: str = DEFAULT_EXTENDER_CMD) -> list[str] | None:
+    """The process a mode measures: `template` (placeholders {kubeconfig} {listen}) for dra-extender, the no-op, or none."""
     listen = f"127.0.0.1:{EXTENDER_PORT}"
     if mode == "extender":
-        return [sys.executable, "-m", "dra_extender.cli", "serve", "--kubeconfig", kubeconfig, "--standalone", "--listen", listen]
+        return shlex.split(template.format(kubeconfig=kubeconfig, listen=listen))
     if mode == "no-op":
         return [sys.executable, "-m", "kubesim.scheduler.noop", "--kubeconfig", kubeconfig, "--listen", listen]
     return None
@@ -165,11 +170,11 @@ async def follow_binds(api: Cluster, pods: int, timeout: float, started: asyncio
     return bound
 
 
-async def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: float) -> dict[str, Any]:
+async def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: float, extender_cmd: str) -> dict[str, Any]:
     """One mode: the extender (if any) started and ready, kube-scheduler started, every pod's bind seen on the watch."""
     result: dict[str, Any] = {"mode": mode, "machine_at_start": machine()}
     ext: subprocess.Popen[bytes] | None = None
-    command = extender_command(mode, plane.kubeconfig)
+    command = extender_command(mode, plane.kubeconfig, extender_cmd)
     if command is not None:
         log = open(out.parent / f"{out.name}-{mode}-extender.log", "wb")  # noqa: SIM115  # closed with the process below
         ext = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -224,8 +229,9 @@ async def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: flo
     return result
 
 
-def markdown(w: Workload, results: list[dict[str, Any]], note: str) -> str:
+def markdown(w: Workload, results: list[dict[str, Any]], note: str, version: str) -> str:
     by = {r["mode"]: r for r in results}
+    m = results[0]["machine_at_start"]
 
     def ratio(mode: str, ref: str) -> str:
         if mode not in by or ref not in by or mode == ref:
@@ -235,7 +241,8 @@ def markdown(w: Workload, results: list[dict[str, Any]], note: str) -> str:
     lines = [
         f"# Real control plane, {w.name}: {w.pods} pods, the four modes back to back (`python -m bench.real_plane_modes`)",
         "",
-        note,
+        f"{m['cores']} cores ({m['cpu']}), Python {m['python']}; {version}; kube-controller-manager at {PLANE_ENV['KCM_QPS']} qps "
+        f"(burst {PLANE_ENV['KCM_BURST']}), kube-scheduler's client at 1000 qps. {note}".strip(),
         "",
         "| mode | bound | pods/s | vs in-tree | vs no-op | vs no DRA | kube-scheduler CPU s | kube-apiserver CPU s | "
         "kube-controller-manager CPU s | extender CPU s (ms per pod; start-up s) | extender peak RSS MiB |",
@@ -272,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results path without extension: OUT.json and OUT.md")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per mode")
     p.add_argument("--note", default="", help="a sentence for the markdown")
+    p.add_argument(
+        "--extender-cmd",
+        default=DEFAULT_EXTENDER_CMD,
+        help="dra-extender's command, placeholders {kubeconfig} {listen} (another tree, a profiler)",
+    )
     a = p.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -294,14 +306,17 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(reset(plane.kubeconfig))
             asyncio.run(seed(plane.kubeconfig, w, daemons=True, pods_only=i > 0))
             print(f"--- {mode}", file=sys.stderr, flush=True)
-            results.append(asyncio.run(run_mode(plane, w, mode, out, a.timeout)))
+            results.append(asyncio.run(run_mode(plane, w, mode, out, a.timeout, a.extender_cmd)))
             print(
                 json.dumps({k: v for k, v in results[-1].items() if k not in ("samples", "machine_at_start", "machine_at_end")}), flush=True
             )
             Path(f"{out}.json").write_text(json.dumps({"workload": w.name, "results": results}, indent=1) + "\n")
     finally:
         plane.script("down.sh")
-    Path(f"{out}.md").write_text(markdown(w, results, a.note))
+    note = a.note + ("" if a.extender_cmd == DEFAULT_EXTENDER_CMD else f" Extender: `{a.extender_cmd}`.")
+    version = subprocess.run([str(root / "bin" / "kube-apiserver"), "--version"], capture_output=True, text=True).stdout.strip()
+    Path(f"{out}.json").write_text(json.dumps({"workload": w.name, "kubernetes": version, "results": results}, indent=1) + "\n")
+    Path(f"{out}.md").write_text(markdown(w, results, note.strip(), version))
     return 0 if all(r["bound"] == r["pods"] for r in results) else 1
 
 
