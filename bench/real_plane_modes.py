@@ -1,4 +1,4 @@
-"""Issue 42's four modes on one real control plane, back to back: in-tree, dra-extender, a no-op extender, no DRA.
+"""Issue 42's modes on one real control plane, back to back: in-tree, dra-extender, a no-op extender, no DRA.
 
     python -m bench.real_plane_modes --refk8s DIR --workload 5000x8 --out bench/results/NAME
 
@@ -13,11 +13,17 @@ kube-scheduler starts, then every pod is waited for. Modes:
 
 - `in-tree`: the DynamicResources plugin, default node sampling;
 - `extender`: DynamicResources off, dra-extender as filter, prioritize and
-  bind (`percentageOfNodesToScore: 100`, `--offer-nodes 100`);
+  bind, `percentageOfNodesToScore: 100` as docs/kube-scheduler.md
+  recommends (`--offer-nodes` at its default, 100);
 - `no-op`: DynamicResources off, an extender that passes every node and
   scores 0 (kube-scheduler binds): the protocol's own price;
 - `no-dra`: DynamicResources off, no extender: the ceiling, the same pods
   scheduled with their claims ignored.
+
+`no-op` and `no-dra` score every node as `extender` does, so the three
+differ only in DRA; `extender-sampled` and `no-dra-sampled` are the same
+two with kube-scheduler's default node sampling (what the recommendation
+costs, and the ceiling of a cluster left at the default).
 
 Per mode, from kube-scheduler's start to the last pod bound: pods/s, and the
 CPU seconds of kube-scheduler, kube-apiserver, kube-controller-manager and
@@ -48,7 +54,8 @@ from kubesim.measure import cpu_seconds, machine, proc_status_mb
 from kubesim.scheduler.config import NAMESPACE, SCHEDULER_NAME
 from kubesim.scheduler.workloads import WORKLOADS, Workload
 
-MODES = ("in-tree", "extender", "no-op", "no-dra")
+MODES = ("in-tree", "extender", "no-op", "no-dra", "extender-sampled", "no-dra-sampled")
+SAMPLED = ("in-tree", "extender-sampled", "no-dra-sampled")  # kube-scheduler's default node sampling; the others score every node
 EXTENDER_PORT = 18888
 PLANE_ENV = {"KCM_QPS": "500", "KCM_BURST": "1000"}
 
@@ -58,7 +65,7 @@ def scheduler_config(mode: str, kubeconfig: str) -> dict[str, Any]:
     profile: dict[str, Any] = {"schedulerName": SCHEDULER_NAME}
     if mode != "in-tree":
         profile["plugins"] = {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}
-    if mode == "extender":
+    if mode not in SAMPLED:
         profile["percentageOfNodesToScore"] = 100
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -67,7 +74,7 @@ def scheduler_config(mode: str, kubeconfig: str) -> dict[str, Any]:
         "leaderElection": {"leaderElect": False},
         "profiles": [profile],
     }
-    if mode in ("extender", "no-op"):
+    if mode in ("extender", "extender-sampled", "no-op"):
         extender: dict[str, Any] = {
             "urlPrefix": f"http://127.0.0.1:{EXTENDER_PORT}",
             "filterVerb": "filter",
@@ -77,7 +84,7 @@ def scheduler_config(mode: str, kubeconfig: str) -> dict[str, Any]:
             "httpTimeout": "5s",
             "ignorable": False,
         }
-        if mode == "extender":
+        if mode != "no-op":
             extender["bindVerb"] = "bind"
         config["extenders"] = [extender]
     return config
@@ -89,7 +96,7 @@ DEFAULT_EXTENDER_CMD = f"{sys.executable} -m dra_extender.cli serve --kubeconfig
 def extender_command(mode: str, kubeconfig: str, template: str = DEFAULT_EXTENDER_CMD) -> list[str] | None:
     """The process a mode measures: `template` (placeholders {kubeconfig} {listen}) for dra-extender, the no-op, or none."""
     listen = f"127.0.0.1:{EXTENDER_PORT}"
-    if mode == "extender":
+    if mode in ("extender", "extender-sampled"):
         return shlex.split(template.format(kubeconfig=kubeconfig, listen=listen))
     if mode == "no-op":
         return [sys.executable, "-m", "kubesim.scheduler.noop", "--kubeconfig", kubeconfig, "--listen", listen]

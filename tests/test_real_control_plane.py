@@ -57,8 +57,10 @@ MODE_ROWS = [
     # (mode, DynamicResources on, percentageOfNodesToScore, extender verbs, an extender process)
     pytest.param("in-tree", True, None, None, False, id="in-tree: the plugin, default sampling"),
     pytest.param("extender", False, 100, ("filter", "prioritize", "bind"), True, id="extender: every node offered, it binds"),
-    pytest.param("no-op", False, None, ("filter", "prioritize", None), True, id="no-op: passes and scores, kube-scheduler binds"),
-    pytest.param("no-dra", False, None, None, False, id="no-dra: the ceiling"),
+    pytest.param("no-op", False, 100, ("filter", "prioritize", None), True, id="no-op: passes and scores, kube-scheduler binds"),
+    pytest.param("no-dra", False, 100, None, False, id="no-dra: the ceiling, every node scored as the extender's"),
+    pytest.param("extender-sampled", False, None, ("filter", "prioritize", "bind"), True, id="extender with default sampling"),
+    pytest.param("no-dra-sampled", False, None, None, False, id="no-dra with default sampling"),
 ]
 
 
