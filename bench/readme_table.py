@@ -206,17 +206,32 @@ def memory_5k() -> tuple[str, str, str]:
 
 
 def real_control_plane() -> tuple[str, str, str]:
-    """The extender behind a real kube-scheduler and kube-apiserver 1.36 at 5000x8 (bench/real_control_plane.py)."""
-    d = _load("real-control-plane-5000x8-quiet-gate")
-    start, end = d["machine_at_start"], d["machine_at_end"]
+    """Issue 42's modes on a real kube-scheduler, kube-apiserver and kube-controller-manager 1.36 (bench/real_plane_modes.py)."""
+    parts, loads = [], []
+    for name in ("5000x8", "500x10", "100x10"):
+        d = _load(f"real-plane-{name}")
+        by = {r["mode"]: r for r in d["results"]}
+        ext = by["extender"]
+        loads += [x for r in d["results"] for x in (r["machine_at_start"]["loadavg_1_5_15"][0], r["machine_at_end"]["loadavg_1_5_15"][0])]
+
+        def x(ref: str, ext: dict[str, Any] = ext, by: dict[str, Any] = by) -> str:
+            return f"{ext['pods_per_s'] / by[ref]['pods_per_s']:.2f}x" if ref in by else "not run"
+
+        parts.append(
+            f"{name} ({ext['pods']:,} pods): {ext['bound']:,} bound at {ext['pods_per_s']:g} pods/s, {x('in-tree')} in-tree "
+            f"({by['in-tree']['pods_per_s']:g}), {x('no-op')} a no-op extender, {x('no-dra')} no DRA at the same node scoring "
+            f"({by['no-dra']['pods_per_s']:g}; {x('no-dra-sampled')} no DRA with default sampling); "
+            f"extender CPU {ext['extender_cpu_ms_per_pod']:g} ms per pod, peak RSS {ext['extender_peak_rss_mib']:g} MiB"
+        )
+    first = _load("real-plane-5000x8")
     return (
-        "[real control plane](bench/results/real-control-plane-5000x8.md): kube-apiserver, kube-controller-manager and "
-        f"kube-scheduler 1.36.2 on loopback, the model's `{d['workload']}` objects written as their owners write them, "
-        f"{d['pods']:,} pods with claims created before the scheduler starts",
-        f"peak RSS (VmHWM) and CPU of the extender process, everything on the same {_cores({'machine': start})} "
-        f"(load average {start['loadavg_1_5_15'][0]:g} -> {end['loadavg_1_5_15'][0]:g})",
-        f"{d['bound']:,} of {d['pods']:,} bound at {d['pods_per_s_from_start']:g} pods/s; peak RSS "
-        f"{d['at_end']['peak_rss_mib']:g} MiB (target 256); {d['extender_cpu_ms_per_pod_bound']:g} ms of CPU per pod bound",
+        "[real control plane](bench/results/real-plane-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
+        f"{first['kubernetes'].removeprefix('Kubernetes ')} on loopback; in-tree DynamicResources, dra-extender "
+        "(`percentageOfNodesToScore: 100`), a no-op extender and no DRA at all, back to back on the same objects, "
+        "the pods with their claims created before kube-scheduler starts",
+        f"first bind to last, each bind timed from a pod watch; the control plane, the extender and the watch on the same "
+        f"{_cores({'machine': first['results'][0]['machine_at_start']})} (load average {min(loads):g}-{max(loads):g})",
+        "; ".join(parts) + "; targets: 0.8x no DRA at 5000x8, 2x in-tree at 500x10 and 100x10, 5 ms (3 ms at 500 nodes), 256 MiB",
     )
 
 
