@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -132,6 +134,17 @@ class Plane:
         os.kill(pid, 9)
 
 
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the extender's whole process group (a profiler wrapping it writes its recording), SIGKILL after 30 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -184,7 +197,7 @@ async def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: flo
     command = extender_command(mode, plane.kubeconfig, extender_cmd)
     if command is not None:
         log = open(out.parent / f"{out.name}-{mode}-extender.log", "wb")  # noqa: SIM115  # closed with the process below
-        ext = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        ext = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{EXTENDER_PORT}/readyz", ext)
         result["extender_startup_cpu_s"] = round(cpu_seconds(ext.pid), 2)
         result["extender_rss_at_ready_mib"] = round(proc_status_mb(ext.pid, "VmRSS"), 1)
@@ -230,8 +243,7 @@ async def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: flo
     finally:
         plane.stop_scheduler()
         if ext is not None:
-            ext.terminate()
-            ext.wait(30)
+            stop_group(ext)
     result["machine_at_end"] = machine()
     return result
 
