@@ -160,7 +160,7 @@ def workloads() -> tuple[str, str, str]:
 
 def partitions_http() -> tuple[str, str, str]:
     """The Partitions workloads over HTTP (bench/workloads/partitions.py) at 500 and 5,000 nodes: every final run, in order."""
-    runs = [_load(f"partitions-http-{i}") for i in range(3)]
+    runs = [*(_load(f"partitions-http-{i}") for i in range(3)), _load("partitions-http-idle")]
     parts = []
     for name in ("Partitions", "Partitions5k"):
         per_run = []
@@ -179,7 +179,8 @@ def partitions_http() -> tuple[str, str, str]:
         f"{w['partitions_per_gpu']} partitions on shared counters, {w['measured_pods']:,} one-partition pods, cluster mode, "
         f"{len(runs)} runs",
         f"wall time per /filter (ms) from a driver that waits for each bind; the driver and the fake API server on the same "
-        f"{_cores(runs[0])} (load average {min(loads):g}-{max(loads):g}; CPU taken by other guests "
+        f"{_cores(runs[0])}, the last run with the extender pinned on one core and them on the other (`--extender-cpus 0`, "
+        f"issue 42) (load average {min(loads):g}-{max(loads):g}; CPU taken by other guests "
         f"{min(steal):g}-{max(steal):g} s per workload where recorded)",
         "; ".join(parts) + "; target p99 10 ms",
     )
