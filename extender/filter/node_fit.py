@@ -33,8 +33,8 @@ class NodeFit:
         """(nodes where the claims fit, why not elsewhere, the fitting nodes' verdicts) against allocated and in-flight devices.
 
         With `offer_nodes` set and more names than that, the names are looked
-        at in chunks from a rotating start, and the look stops once
-        `offer_nodes` fitting nodes have the best health (no device with a
+        at in chunks from a rotating start, and the look stops at the node
+        where `offer_nodes` fitting nodes have the best health (no device with a
         taint that does not block allocation, see extender/prioritize/scores.py): the
         nodes not looked at are neither offered nor failed (kube-scheduler
         drops them). A pod that fits anywhere is never refused: only a look
@@ -62,14 +62,21 @@ class NodeFit:
                 except CelDeadlineExceeded as e:
                     e.nodes_done = examined + (e.nodes_done or 0)
                     raise out_of_budget(e, claims, order, budget) from None
-                for name, outcome in zip(part, verdicts, strict=True):
+                looked = len(part)
+                for i, (name, outcome) in enumerate(zip(part, verdicts, strict=True)):
                     if outcome.failure is None:
                         passed.append(name)
                         fits[name] = outcome
-                        healthy += 1 if limited and fully_healthy(outcome) else 0
+                        if limited and fully_healthy(outcome):
+                            healthy += 1
+                            if healthy >= limit:
+                                # The look stops at the limit's node: the rest of the chunk is neither offered nor
+                                # failed (its verdicts stay cached), and the next look starts right after it.
+                                looked = i + 1
+                                break
                     else:
                         failed[name] = outcome.failure
-                examined += len(part)
+                examined += looked
                 if limited and healthy >= limit:
                     break
         finally:

@@ -87,6 +87,16 @@ async def test_filter_offers_the_first_fitting_nodes_and_starts_the_next_look_wh
     assert seen == set(NODES)
 
 
+async def test_the_look_stops_at_the_node_that_reaches_the_limit(start: Start) -> None:
+    # The first chunk (node-00..02) has two fits; the second completes the three at node-03 and the
+    # look stops there: node-04 and node-05 are neither offered nor failed, and the next look starts at node-04.
+    service = await start({n: 0 if n == NODES[0] else 2 for n in NODES}, offer_nodes=3)
+    passed, failed = await service.filter(_args(1))
+    assert passed == NODES[1:4] and set(failed) == {NODES[0]}, (passed, failed)
+    passed, failed = await service.filter(_args(2))
+    assert passed == NODES[4:7] and failed == {}, (passed, failed)
+
+
 async def test_a_pod_that_fits_on_one_node_only_is_offered_it_wherever_it_is(start: Start) -> None:
     service = await start({NODES[-1]: 1}, offer_nodes=3)
     passed, failed = await service.filter(_args(1))
@@ -125,11 +135,11 @@ async def test_a_limited_look_still_withholds_nodes_a_placed_pod_may_take(start:
     assert await service.bind(BindingArgs("p1", "default", "uid-p1", names[0])) is None  # the gate turns on
     assert (await service.filter(_args(2, names)))[0] == names[2:4]  # p2 placed; its /bind outstanding
     assert (await service.filter(_args(3, names)))[0] == names[4:6]  # p3 looks further on: nothing shared
-    # p4 wraps around: node-00 is taken, node-01 fits, node-02 and node-03 fit alone but p2 may take
-    # their only device: withheld, never offered twice.
+    # p4 wraps around: node-00 is taken, node-01 fits, node-02 fits alone but p2 may take its only
+    # device: withheld, never offered twice. The look stopped at node-02 (the second fit): node-03 is in neither map.
     passed, failed = await service.filter(_args(4, names))
     assert passed == [names[1]]
-    assert "withheld" in failed[names[2]] and "withheld" in failed[names[3]]
+    assert "withheld" in failed[names[2]] and names[3] not in failed
     assert "allocated" in failed[names[0]]
 
 
