@@ -24,9 +24,13 @@ class Features:
     binding_conditions: bool = True  # DRADeviceBindingConditions (with DRAResourceClaimDeviceStatus)
     extended_resources: bool = True  # DRAExtendedResource: extended resources backed by a DeviceClass
 
+    def gate_map(self) -> dict[str, bool]:
+        """Each upstream feature gate's name and whether it is on."""
+        return {GATES[f.name]: getattr(self, f.name) for f in fields(self)}
+
     def gates(self) -> str:
         """`DRAPartitionableDevices=true,...` as kube-scheduler's --feature-gates spells them (for logs)."""
-        return ",".join(f"{GATES[f.name]}={str(getattr(self, f.name)).lower()}" for f in fields(self))
+        return ",".join(f"{gate}={str(on).lower()}" for gate, on in self.gate_map().items())
 
 
 # Each switch's upstream feature gate.

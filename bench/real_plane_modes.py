@@ -43,7 +43,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ import yaml
 
 from bench.real_control_plane import Cluster, reset, seed
 from kubesim.measure import cpu_seconds, machine, proc_status_mb
+from kubesim.processes import start_server
 from kubesim.scheduler.config import NAMESPACE, SCHEDULER_NAME
 from kubesim.scheduler.workloads import WORKLOADS, Workload
 
@@ -124,14 +124,14 @@ class Plane:
     def stop_scheduler(self) -> None:
         pid = self.pid("scheduler")
         try:
-            os.kill(pid, 15)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             return
         for _ in range(100):
             if not Path(f"/proc/{pid}").exists():
                 return
             time.sleep(0.1)
-        os.kill(pid, 9)
+        os.kill(pid, signal.SIGKILL)
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
@@ -143,21 +143,6 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the extender exited ({proc.returncode}) before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready after {timeout:.0f} s")
 
 
 async def follow_binds(api: Cluster, pods: int, timeout: float, started: asyncio.Event) -> dict[str, float]:
@@ -196,11 +181,12 @@ async def run_mode(plane: Plane, w: Workload, mode: str, out: Path, timeout: flo
     ext: subprocess.Popen[bytes] | None = None
     command = extender_command(mode, plane.kubeconfig, extender_cmd)
     if command is not None:
-        log = open(out.parent / f"{out.name}-{mode}-extender.log", "wb")  # noqa: SIM115  # closed with the process below
-        ext = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{EXTENDER_PORT}/readyz", ext)
-        result["extender_startup_cpu_s"] = round(cpu_seconds(ext.pid), 2)
-        result["extender_rss_at_ready_mib"] = round(proc_status_mb(ext.pid, "VmRSS"), 1)
+        log = out.parent / f"{out.name}-{mode}-extender.log"
+        proc, probe = await asyncio.to_thread(start_server, command, EXTENDER_PORT, log, timeout=300, new_session=True)
+        probe.close()
+        ext = proc
+        result["extender_startup_cpu_s"] = round(cpu_seconds(proc.pid), 2)
+        result["extender_rss_at_ready_mib"] = round(proc_status_mb(proc.pid, "VmRSS"), 1)
     config = out.parent / f"{out.name}-{mode}-scheduler.yaml"
     config.write_text(yaml.safe_dump(scheduler_config(mode, plane.kubeconfig), sort_keys=False))
     try:
@@ -315,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     w = WORKLOADS[a.workload]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    version = subprocess.run([str(root / "bin" / "kube-apiserver"), "--version"], capture_output=True, text=True).stdout.strip()
     plane = Plane(root)
     plane.script("down.sh")
     plane.script("up.sh", FRESH="1", NO_SCHED="1")
@@ -326,15 +313,11 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(seed(plane.kubeconfig, w, daemons=True, pods_only=i > 0))
             print(f"--- {mode}", file=sys.stderr, flush=True)
             results.append(asyncio.run(run_mode(plane, w, mode, out, a.timeout, a.extender_cmd)))
-            print(
-                json.dumps({k: v for k, v in results[-1].items() if k not in ("samples", "machine_at_start", "machine_at_end")}), flush=True
-            )
-            Path(f"{out}.json").write_text(json.dumps({"workload": w.name, "results": results}, indent=1) + "\n")
+            print(json.dumps({k: v for k, v in results[-1].items() if k not in ("machine_at_start", "machine_at_end")}), flush=True)
+            Path(f"{out}.json").write_text(json.dumps({"workload": w.name, "kubernetes": version, "results": results}, indent=1) + "\n")
     finally:
         plane.script("down.sh")
     note = a.note + ("" if a.extender_cmd == DEFAULT_EXTENDER_CMD else f" Extender: `{a.extender_cmd}`.")
-    version = subprocess.run([str(root / "bin" / "kube-apiserver"), "--version"], capture_output=True, text=True).stdout.strip()
-    Path(f"{out}.json").write_text(json.dumps({"workload": w.name, "kubernetes": version, "results": results}, indent=1) + "\n")
     Path(f"{out}.md").write_text(markdown(w, results, note.strip(), version))
     return 0 if all(r["bound"] == r["pods"] for r in results) else 1
 

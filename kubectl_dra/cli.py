@@ -13,14 +13,13 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from allocator.extended_resources import class_mapping
-from allocator.features import DEFAULT_FEATURES, GATES, defaults_for
+from allocator.features import DEFAULT_FEATURES, defaults_for
 from allocator.parse import parse_pod
 from allocator.pod_claims import dra_use
 from kubectl_dra.cluster import MANAGED_BY, PLUGIN, ApiError, Cluster, NotServed, ReadOnlySource
@@ -541,8 +540,7 @@ async def cmd_why(cluster: Cluster, args: argparse.Namespace, out: Callable[[str
     says = scheduler_says.latest(events, raw)
     if args.output in ("json", "yaml"):
         answer = {"pod": f"{namespace}/{args.pod}", "schedulerName": scheduler, "extenderProfile": ours, "nodes": reasons}
-        gates = {GATES[f.name]: getattr(features, f.name) for f in fields(features)}
-        answer["featureGates"] = {"kubernetes": f"1.{minor}" if minor is not None else None, "gates": gates}
+        answer["featureGates"] = {"kubernetes": f"1.{minor}" if minor is not None else None, "gates": features.gate_map()}
         answer["schedulerSays"] = says.to_json() if says is not None else None
         _dump(answer, args.output, out)
         return 0

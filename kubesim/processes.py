@@ -68,9 +68,14 @@ def start_extender(args: list[str], port: int, log_path: Path, *, timeout: float
     )
 
 
-def start_server(cmd: list[str], port: int, log_path: Path, *, timeout: float = 600) -> tuple[subprocess.Popen[bytes], httpx.Client]:
-    """Any extender-like server command listening on 127.0.0.1:PORT, returned once its /readyz answers 200."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+def start_server(
+    cmd: list[str], port: int, log_path: Path, *, timeout: float = 600, new_session: bool = False
+) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+    """Any extender-like server command listening on 127.0.0.1:PORT, returned once its /readyz answers 200.
+
+    `new_session`: in a process group of its own, so that a wrapper (a profiler) and the server stop together.
+    """
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=new_session)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120)
     deadline = time.perf_counter() + timeout
     while True:

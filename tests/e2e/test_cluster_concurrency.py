@@ -230,17 +230,21 @@ def scheduler_lease(holder: str) -> dict[str, Any]:
     }
 
 
-async def retry_left_over(api: FakeApi, leader: Extender, uids: dict[str, str], nodes: list[str]) -> list[str]:
-    """kube-scheduler's retry of each pod whose claim is reserved for it but which is not bound; returns the pods."""
+async def retry_left_over(api: FakeApi, leader: Extender, uids: dict[str, str]) -> list[str]:
+    """kube-scheduler's retry of each pod whose claim is reserved for it but which is not bound; returns the pods.
+
+    The retry goes to the node the claim is allocated for, as kube-scheduler's filters (and /filter) then leave no other.
+    """
     pods = {p["metadata"]["name"]: p for p in api.list("Pod")}
-    left = []
+    left: dict[str, str] = {}  # pod -> the node its claim is allocated for
     for c in api.list("ResourceClaim"):
-        for ref in (c.get("status") or {}).get("reservedFor") or []:
+        status = c.get("status") or {}
+        for ref in status.get("reservedFor") or []:
             if not (pods[ref["name"]].get("spec") or {}).get("nodeName"):
-                left.append(ref["name"])
+                (term,) = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+                left[ref["name"]] = term["matchFields"][0]["values"][0]
     async with httpx.AsyncClient(base_url=leader.url, timeout=30) as http:
-        for name in sorted(left):
-            node_name = nodes[(int(name[4:]) // 8) % len(nodes)]
+        for name, node_name in sorted(left.items()):
             args = {"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uids[name], "Node": node_name}
             r = await http.post("/bind", json=args)
             assert r.status_code == 200 and r.json()["Error"] == "", (name, r.text)
@@ -334,7 +338,7 @@ async def test_two_extenders_follow_the_scheduler_lease_through_handovers() -> N
         # the new leader (extender/bind/undo.py): kube-scheduler retries the pod, the leader binds
         # it to the node its claim is allocated for. Modelled here as that retry, sent to A.
         wait_converged(api, exts["a"], timeout=30)
-        retried = await retry_left_over(api, exts["a"], uids, nodes)
+        retried = await retry_left_over(api, exts["a"], uids)
         print(f"HA: retried {len(retried)} pods whose claims an ex-leader left allocated: {retried}")
         # The claims as the server holds them: no device twice, every success a bound pod.
         found = check_claims(api, node_of_device)
