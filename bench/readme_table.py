@@ -210,7 +210,7 @@ def real_control_plane() -> tuple[str, str, str]:
     """Issue 42's modes on a real kube-scheduler, kube-apiserver and kube-controller-manager 1.36 (bench/real_plane_modes.py)."""
     parts, loads = [], []
     for name in ("5000x8", "500x10", "100x10"):
-        d = _load(f"real-plane-{name}")
+        d = _load(f"real-plane-final-{name}")
         by = {r["mode"]: r for r in d["results"]}
         ext = by["extender"]
         loads += [x for r in d["results"] for x in (r["machine_at_start"]["loadavg_1_5_15"][0], r["machine_at_end"]["loadavg_1_5_15"][0])]
@@ -224,9 +224,9 @@ def real_control_plane() -> tuple[str, str, str]:
             f"({by['no-dra']['pods_per_s']:g}; {x('no-dra-sampled')} no DRA with default sampling); "
             f"extender CPU {ext['extender_cpu_ms_per_pod']:g} ms per pod, peak RSS {ext['extender_peak_rss_mib']:g} MiB"
         )
-    first = _load("real-plane-5000x8")
+    first = _load("real-plane-final-5000x8")
     return (
-        "[real control plane](bench/results/real-plane-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
+        "[real control plane](bench/results/real-plane-final-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
         f"{first['kubernetes'].removeprefix('Kubernetes ')} on loopback; in-tree DynamicResources, dra-extender "
         "(`percentageOfNodesToScore: 100`), a no-op extender and no DRA at all, back to back on the same objects, "
         "the pods with their claims created before kube-scheduler starts",
