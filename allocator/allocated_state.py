@@ -78,3 +78,31 @@ class SharesFolded:
 
     def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
         return self._state.counters_held(driver, pool)
+
+
+class AlsoHeld:
+    """Another state with some more devices held whole: those of pods expected on a node but not bound yet.
+
+    /prioritize scores a pod on a node where earlier pods are aimed as if
+    their devices were taken (extender/prioritize/scores.py). Held whole,
+    their counters are spent (the current slice says how much), as for any
+    allocated device.
+    """
+
+    __slots__ = ("_held", "_state")
+
+    def __init__(self, state: AllocatedState, held: frozenset[DeviceID]) -> None:
+        self._state = state
+        self._held = held
+
+    def is_taken(self, did: DeviceID) -> bool:
+        return did in self._held or self._state.is_taken(did)
+
+    def is_allocated(self, did: DeviceID) -> bool:
+        return did in self._held or self._state.is_allocated(did)
+
+    def consumed_capacity(self, did: DeviceID) -> Mapping[str, Quantity] | None:
+        return self._state.consumed_capacity(did)
+
+    def counters_held(self, driver: str, pool: str) -> Mapping[DeviceID, Recorded]:
+        return self._state.counters_held(driver, pool)

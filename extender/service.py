@@ -247,7 +247,7 @@ class Service:
         if len(passed) > 1:
             self.scores.keep(pod.meta.uid, claims, passed, [fits[n] for n in passed], nodes)
         elif passed and to_allocate:
-            self.scores.aim(pod.meta.uid, claims, passed[0], fits[passed[0]])
+            self.scores.aim(pod.meta.uid, claims, passed[0], fits[passed[0]], nodes)
         self._tell_requeuer(pod, passed, names)
         return passed, failed
 

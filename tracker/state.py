@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from allocator.allocated_state import AllocatedState
+from allocator.allocated_state import AllocatedState, AlsoHeld
 from allocator.allocation import Allocator, Outcome
 from allocator.counters import describe_consumption
 from allocator.device_view import DeviceView, SliceView
@@ -345,17 +345,27 @@ class ClusterState:
         """The sequence number the next change will get."""
         return self._changes.seq
 
-    def allocate_on(self, allocator: Allocator[Any], node: Node, claims: Sequence[ResourceClaim], *, timestamp: str = "") -> Outcome:
+    def allocate_on(
+        self,
+        allocator: Allocator[Any],
+        node: Node,
+        claims: Sequence[ResourceClaim],
+        *,
+        timestamp: str = "",
+        also_held: frozenset[DeviceID] = frozenset(),
+    ) -> Outcome:
         """`claims` (one pod's) allocated by `allocator` on `node` as this state sees it: the slices reachable from it,
         the classes, the devices allocated or in flight, each device's patched view. The one way /filter's verdicts,
-        /bind's decision and the tests ask."""
+        /bind's decision and the tests ask. `also_held`: devices counted as held whole besides (pods expected on the
+        node, for /prioritize)."""
         queries = self.queries
+        held: AllocatedState = self.allocated_state
         return allocator.allocate(
             node,
             claims,
             queries.slices_for_node(node.name),
             self.classes,
-            self.allocated_state,
+            AlsoHeld(held, also_held) if also_held else held,
             self.device,
             timestamp=timestamp,
             pool_slices=queries.pool_slices,

@@ -36,6 +36,17 @@ class Aim:
     devices: tuple[DeviceView, ...]
     at: float
 
+    @property
+    def held(self) -> tuple[DeviceView, ...]:
+        """The devices it would hold whole: none when a claim asks for admin access, no shared device."""
+        if any(_admin_access(c) for c in self.claims):
+            return ()
+        return tuple(d for d in self.devices if not d.allow_multiple_allocations)
+
+
+def _admin_access(claim: ResourceClaim) -> bool:
+    return any(e.admin_access for r in claim.requests for e in ((r.exactly,) if r.exactly is not None else r.first_available))
+
 
 def health_level(outcome: Outcome) -> int:
     """2: none of the pod's devices carries a non-blocking taint (or it uses none); 1: some do; 0: all do."""
@@ -70,9 +81,9 @@ class Scores:
         (fewest first), then fullness after it (fullest first); spread by
         fullness after it (emptiest first); ties by node name. Fullness
         counts the pods scored before whose /bind has not come, on the node
-        each is aimed at: there the pod's devices are those of one joint
-        allocation, theirs first (as their binds come first), so consecutive
-        pods see each other before any bind.
+        each is aimed at: there the pod's devices are those it gets with
+        theirs held (as their binds come first), so consecutive pods see
+        each other before any bind.
         """
         now = time.monotonic()
         expected: dict[str, list[Aim]] = {}
@@ -86,6 +97,7 @@ class Scores:
         units_of = self.fullness.current()
         shapes = self.outcomes.shapes
         alike = self.fullness.alike(units_of, shapes.current()) if shapes is not None else None
+        after_aims: dict[int, tuple[DeviceView, ...]] = {}  # index -> this pod's devices there, after the pods aimed there
         for i, (name, outcome) in enumerate(zip(names, verdicts, strict=True)):
             if outcome.failure is not None:
                 continue
@@ -96,7 +108,9 @@ class Scores:
             elif aims:
                 units = units_of(name)
                 before = [d for a in aims for d in a.devices]
-                devices = self._joint_devices(aims, claims, name, nodes)
+                devices = self._after(aims, claims, name, nodes)
+                if devices is not None:
+                    after_aims[i] = devices
                 touched_before, _ = units.measure(before)
                 touched, use = units.measure([*before, *(outcome.devices if devices is None else devices)])
             else:  # the usual case: nothing expected here, and the node's verdict is the cached one
@@ -115,31 +129,35 @@ class Scores:
         if uid and levels:
             top = max(range(len(names)), key=lambda i: (scores[i], -i))
             if scores.count(scores[top]) == 1:
-                self._aimed[uid] = Aim(names[top], tuple(c for c in claims if c.allocation is None), verdicts[top].devices, now)
+                devices = after_aims.get(top, verdicts[top].devices)
+                self._aimed[uid] = Aim(names[top], tuple(c for c in claims if c.allocation is None), devices, now)
             else:
                 self._aimed.pop(uid, None)
         return scores
 
-    def _joint_devices(
-        self, aims: list[Aim], claims: Sequence[ResourceClaim], name: str, nodes: RequestNodes
-    ) -> tuple[DeviceView, ...] | None:
-        """The devices of the aimed pods and this one allocated together on `name` (None: they share a claim, or do not fit).
+    def _after(self, aims: list[Aim], claims: Sequence[ResourceClaim], name: str, nodes: RequestNodes) -> tuple[DeviceView, ...] | None:
+        """This pod's devices on `name` once the pods aimed there hold theirs (None: they share a claim, or it does not fit).
 
-        A joint verdict is cached like any other; /filter's contested-node
-        check computes the same ones while those pods are being bound.
+        Their binds come first and each allocates its own claims alone, so
+        this is what this pod's /bind would get there: one search for its own
+        claims with their devices held, not a joint search of everyone's.
         """
         own = {c.key for c in claims}
-        theirs = [c for a in aims for c in a.claims]
-        if any(c.key in own for c in theirs):
+        if any(c.key in own for a in aims for c in a.claims):
             return None
-        joint = [*theirs, *claims]
-        outcome = self.outcomes.verdicts(self.outcomes.signature(joint), joint, nodes.resolve([name]))[0]
+        held = frozenset(d.id for a in aims for d in a.held)
+        node = nodes.resolve([name])[0][0]
+        outcome = self.state.allocate_on(self.outcomes.allocator, node, claims, also_held=held)
         return outcome.devices if outcome.ok else None
 
-    def aim(self, uid: str, claims: Sequence[ResourceClaim], node: str, outcome: Outcome) -> None:
-        """A pod offered one node only goes there (if it goes at all)."""
-        if uid:
-            self._aimed[uid] = Aim(node, tuple(c for c in claims if c.allocation is None), outcome.devices, time.monotonic())
+    def aim(self, uid: str, claims: Sequence[ResourceClaim], node: str, outcome: Outcome, nodes: RequestNodes) -> None:
+        """A pod offered one node only goes there (if it goes at all), after the pods aimed there before it."""
+        if not uid:
+            return
+        now = time.monotonic()
+        aims = [a for other, a in self._aimed.items() if a.node == node and other != uid and now - a.at <= AIM_TTL]
+        devices = self._after(aims, claims, node, nodes) if aims else None
+        self._aimed[uid] = Aim(node, tuple(c for c in claims if c.allocation is None), outcome.devices if devices is None else devices, now)
 
     def of(self, uid: str, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:
         """Each node's score for these claims (verdicts shared through the outcome cache)."""

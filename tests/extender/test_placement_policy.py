@@ -160,6 +160,29 @@ async def test_a_pod_scored_before_the_previous_pods_bind_sees_where_that_pod_go
     assert max(scores, key=lambda n: scores[n]) == want, scores
 
 
+async def test_a_third_pod_sees_both_pods_aimed_before_it_on_their_devices(start: Start) -> None:
+    """binpack: A and B are offered n2 only and scored before either binds; C must count two devices there.
+
+    n1 holds one bound pod. B's devices on n2 are those it gets with A's held
+    (gpu-1), and its aim keeps them: had it kept its own verdict (gpu-0, A's
+    too), C would count one device on n2, tie it with n1, and n1 would win on
+    the name.
+    """
+    service = await start("binpack")
+    await _place(service, 0, "n1")
+    for i in (5, 6):  # A, then B: each offered n2 alone, neither bound
+        passed, _ = await service.filter(_args(i, ["n2"]))
+        assert passed == ["n2"]
+    b_aim = service.scores._aimed["uid-p6"]
+    assert b_aim.node == "n2"
+    assert [d.name for d in b_aim.devices] == ["gpu-1"], "B's aim holds the device it gets after A"
+    passed, _ = await service.filter(_args(7))  # C
+    assert passed == NODES
+    scores = dict(service.prioritize(_args(7)))
+    assert max(scores, key=lambda n: scores[n]) == "n2", scores
+    assert list(scores.values()).count(scores["n2"]) == 1, scores
+
+
 @pytest.mark.parametrize(("device_placement", "want"), [("binpack", "gpu-0-part-1"), ("spread", "gpu-1-part-0")])
 async def test_device_placement_decides_which_gpu_of_the_node_a_bind_takes(start: Start, device_placement: str, want: str) -> None:
     """The second one-partition pod on n0: binpack (upstream's first fit) cuts gpu-0 again; spread takes the untouched gpu-1."""
