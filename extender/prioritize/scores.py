@@ -13,11 +13,12 @@ from allocator.tolerations import blocks_allocation
 from allocator.types import ResourceClaim
 from extender.filter.outcomes import OutcomeCache
 from extender.filter.request_nodes import RequestNodes
-from extender.prioritize.packing import NodeFullness
+from extender.prioritize.packing import NodeFullness, NodeUnits
 from tracker.state import ClusterState
 
 MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
 MAX_KEPT_SCORES = 1024  # pods whose /filter left scores for their /prioritize
+MAX_AFTER_SEARCHES = 4096  # searches after aimed pods kept (then all forgotten at once)
 BINPACK, SPREAD = "binpack", "spread"
 NODE_PLACEMENTS = (BINPACK, SPREAD)
 DEFAULT_NODE_PLACEMENT = BINPACK
@@ -67,6 +68,9 @@ class Scores:
         self.fullness = NodeFullness(state)
         self._kept: dict[str, dict[str, int]] = {}  # pod uid -> node -> score, kept by /filter for /prioritize
         self._aimed: dict[str, Aim] = {}  # pod uid -> where it is expected, until its /bind is decided
+        # (node, its token, claims signature, devices held) -> (the node's units when searched, the devices found):
+        # pods of one shape scored while the same pods are aimed at a node search once, not once each
+        self._after_searches: dict[tuple[Any, ...], tuple[NodeUnits, tuple[DeviceView, ...] | None]] = {}
 
     def rank(
         self, uid: str, claims: Sequence[ResourceClaim], names: Sequence[str], verdicts: Sequence[Outcome], nodes: RequestNodes
@@ -108,7 +112,7 @@ class Scores:
             elif aims:
                 units = units_of(name)
                 before = [d for a in aims for d in a.devices]
-                devices = self._after(aims, claims, name, nodes)
+                devices = self._after(aims, claims, name, nodes, units)
                 if devices is not None:
                     after_aims[i] = devices
                 touched_before, _ = units.measure(before)
@@ -135,20 +139,35 @@ class Scores:
                 self._aimed.pop(uid, None)
         return scores
 
-    def _after(self, aims: list[Aim], claims: Sequence[ResourceClaim], name: str, nodes: RequestNodes) -> tuple[DeviceView, ...] | None:
+    def _after(
+        self, aims: list[Aim], claims: Sequence[ResourceClaim], name: str, nodes: RequestNodes, units: NodeUnits
+    ) -> tuple[DeviceView, ...] | None:
         """This pod's devices on `name` once the pods aimed there hold theirs (None: they share a claim, or it does not fit).
 
         Their binds come first and each allocates its own claims alone, so
         this is what this pod's /bind would get there: one search for its own
-        claims with their devices held, not a joint search of everyone's.
+        claims with their devices held, not a joint search of everyone's. The
+        answer is kept while the node's units are (until the tracker's
+        change log names the node) for the next pod of the same claims
+        signature that finds the same devices held: while binds lag, every
+        pod scored sees the same aims, and the cost per pod must not grow
+        with their number.
         """
         own = {c.key for c in claims}
         if any(c.key in own for a in aims for c in a.claims):
             return None
         held = frozenset(d.id for a in aims for d in a.held)
-        node = nodes.resolve([name])[0][0]
+        node, token = nodes.resolve([name])[0]
+        key = (name, token, self.outcomes.signature(claims), held)
+        kept = self._after_searches.get(key)
+        if kept is not None and kept[0] is units:
+            return kept[1]
         outcome = self.state.allocate_on(self.outcomes.allocator, node, claims, also_held=held)
-        return outcome.devices if outcome.ok else None
+        devices = outcome.devices if outcome.ok else None
+        if len(self._after_searches) >= MAX_AFTER_SEARCHES:
+            self._after_searches.clear()
+        self._after_searches[key] = (units, devices)
+        return devices
 
     def aim(self, uid: str, claims: Sequence[ResourceClaim], node: str, outcome: Outcome, nodes: RequestNodes) -> None:
         """A pod offered one node only goes there (if it goes at all), after the pods aimed there before it."""
@@ -156,7 +175,7 @@ class Scores:
             return
         now = time.monotonic()
         aims = [a for other, a in self._aimed.items() if a.node == node and other != uid and now - a.at <= AIM_TTL]
-        devices = self._after(aims, claims, node, nodes) if aims else None
+        devices = self._after(aims, claims, node, nodes, self.fullness.of(node)) if aims else None
         self._aimed[uid] = Aim(node, tuple(c for c in claims if c.allocation is None), outcome.devices if devices is None else devices, now)
 
     def of(self, uid: str, claims: list[ResourceClaim], names: list[str], nodes: RequestNodes) -> list[tuple[str, int]]:

@@ -183,6 +183,26 @@ async def test_a_third_pod_sees_both_pods_aimed_before_it_on_their_devices(start
     assert list(scores.values()).count(scores["n2"]) == 1, scores
 
 
+async def test_pods_scored_while_the_same_pods_are_aimed_search_after_them_once(start: Start) -> None:
+    """While binds lag every pod scored sees the same aims: the search after them is kept, not repeated per pod."""
+    service = await start("binpack")
+    passed, _ = await service.filter(_args(5, ["n2"]))  # A: aimed at n2, not bound
+    assert passed == ["n2"]
+    searches = service.scores._after_searches
+    for i in (6, 7, 8):  # B, C, D: offered every node; each is scored right after its /filter, none bound
+        passed, _ = await service.filter(_args(i))
+        assert passed == NODES
+        del service.scores._aimed[f"uid-p{i}"]  # each sees A alone (as if it went elsewhere)
+        if i == 6:
+            assert len(searches) == 1
+            first = next(iter(searches.values()))
+    assert len(searches) == 1 and next(iter(searches.values())) is first, "C and D reused B's search on n2"
+    await _place(service, 9, "n2")  # a bind on n2: the node changed, the next pod there searches again
+    passed, _ = await service.filter(_args(10, ["n2"]))
+    assert passed == ["n2"]
+    assert len(searches) == 1 and next(iter(searches.values())) is not first
+
+
 @pytest.mark.parametrize(("device_placement", "want"), [("binpack", "gpu-0-part-1"), ("spread", "gpu-1-part-0")])
 async def test_device_placement_decides_which_gpu_of_the_node_a_bind_takes(start: Start, device_placement: str, want: str) -> None:
     """The second one-partition pod on n0: binpack (upstream's first fit) cuts gpu-0 again; spread takes the untouched gpu-1."""
