@@ -113,6 +113,14 @@ def _add_wait_flags(serve: argparse.ArgumentParser) -> None:
         "offer that pod's devices again (0 turns the wait off; default %(default)s)",
     )
     serve.add_argument(
+        "--max-binds-in-flight",
+        type=arg_types.count,
+        default=32,
+        metavar="N",
+        help="while N binds are in progress, a /filter waits (at most --placement-wait) for fewer, so kube-scheduler "
+        "starts binds no faster than they complete (0 turns the limit off; default %(default)s)",
+    )
+    serve.add_argument(
         "--claim-wait",
         type=arg_types.short_seconds,
         default=1.0,
@@ -353,6 +361,7 @@ def add_verbs(proc: Process, addresses: Addresses, lead: Leadership | None, feat
         claim_wait=args.claim_wait,
         offer_nodes=args.offer_nodes,
         node_placement=args.node_placement,
+        max_binds_in_flight=args.max_binds_in_flight,
     )
     proc.apps += _apps(proc, service, addresses, lead)
     if lead is not None:

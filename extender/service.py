@@ -27,6 +27,7 @@ from allocator.parse import ValidationError, parse_pod
 from allocator.pod_claims import raw_may_use_dra, raw_needs_extender
 from allocator.pod_volumes import has_pvc_volumes
 from allocator.types import Pod, ResourceClaim
+from extender.bind.backlog import DEFAULT_MAX_BINDS_IN_FLIGHT, BindBacklog
 from extender.bind.binder import DEFAULT_BIND_TIMEOUT, Binder
 from extender.bind.conditions import FAILED, PENDING, Readiness, allocated_node, pending_for, pending_message
 from extender.debug_views import device_page, objects_snapshot
@@ -79,6 +80,7 @@ class Service:
         offer_nodes: int = DEFAULT_OFFER_NODES,
         observe_only: bool = False,
         node_placement: str = DEFAULT_NODE_PLACEMENT,
+        max_binds_in_flight: int = DEFAULT_MAX_BINDS_IN_FLIGHT,
     ) -> None:
         """`observe_only`: answer /filter exactly, but never act on the answer (no deallocation of a
         claim whose binding failed): `kubectl dra why` asks this way over its own snapshot."""
@@ -92,6 +94,7 @@ class Service:
         self.leadership = binder.leadership
         metrics.lead_by("verbs", self.leadership.may_write)
         self.placements = binder.gate
+        self.backlog = BindBacklog(max_binds_in_flight)
         self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
         self.extended = ExtendedGroups(state, binder.features)
@@ -224,6 +227,8 @@ class Service:
         budget: float | None,
     ) -> Judged:
         """The nodes the claims fit on, less those a pod being bound may take the devices of; expected to bind on one of them."""
+        if any(c.allocation is None for c in claims):
+            await self._bind_backlog(deadline)
         passed, failed, fits = self.fit.fit(claims, names, nodes, deadline, budget)
         if waiting and not passed:
             # Ready, but the allocated node was not sent or no longer fits: give the devices back (ready or not).
@@ -250,6 +255,13 @@ class Service:
             self.scores.aim(pod.meta.uid, claims, passed[0], fits[passed[0]], nodes)
         self._tell_requeuer(pod, passed, names)
         return passed, failed
+
+    async def _bind_backlog(self, deadline: float | None) -> None:
+        """While too many binds are in progress, wait (at most --placement-wait, within the budget) for fewer (extender/bind/backlog.py)."""
+        bound = self.placements.timeout if deadline is None else min(self.placements.timeout, deadline - time.monotonic())
+        waited = await self.backlog.wait(bound)
+        if waited:
+            self.metrics.bind_backlog_wait.observe(waited)
 
     async def _after_placed_binds(
         self, pod: Pod, names: list[str], nodes: RequestNodes, deadline: float | None, budget: float | None
@@ -364,6 +376,8 @@ class Service:
         Whatever the way out (not leader, not ready, an error), the placement gate
         hears that this pod's bind is decided: later filters must not wait for it.
         """
+        self.backlog.begin()
+        self.metrics.binds_in_flight.inc()
         try:
             deadline = time.monotonic() + self.binder.timeout
             if not await self.leadership.may_write_by(deadline):
@@ -371,6 +385,8 @@ class Service:
             self._check_ready()
             return await self.binder.bind(args, deadline=deadline)
         finally:
+            self.backlog.end()
+            self.metrics.binds_in_flight.dec()
             self.placements.decided(args.pod_uid)
             self.scores.decided(args.pod_uid)
 

@@ -163,6 +163,17 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.bind_backlog_wait = Histogram(
+            "dra_extender_bind_backlog_wait_seconds",
+            "How long a /filter waited for the binds in progress to fall below --max-binds-in-flight.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.binds_in_flight = Gauge(
+            "dra_extender_binds_in_flight",
+            "/bind calls in progress (deciding, writing claims, creating the Binding).",
+            registry=r,
+        )
         self.placement_waits_expired = Counter(
             "dra_extender_placement_waits_expired",
             "Pods that passed /filter but whose /bind did not arrive within --placement-wait.",
