@@ -69,11 +69,19 @@ class Extended:
     exists: bool = False  # allocated before (by a bind cut short): only the pod's status is left to write
 
 
+OWN_KEPT_SECONDS = 600.0  # how long an expectation of our own write is kept when its outcome is unknown
+OWN_PRUNE_AT = 4096  # expectations held before the old ones are dropped
+
+
 class ForeignAllocations:
     """Warns when, while we lead, a claim gets an allocation this process did not write (one allocator per pool).
 
     The devices of every allocation seen, and those this process wrote, so an
     allocation made by anyone else can be named (see docs/kube-scheduler.md).
+    A write whose outcome is unknown (timed out, cancelled, the connection
+    lost) may still land: its expectation is kept (for `OWN_KEPT_SECONDS`),
+    so our own late write is not reported as another allocator's. Only an
+    answer that refused it (HTTP 4xx) withdraws it.
     """
 
     def __init__(self, state: ClusterState, metrics: Metrics, leadership: MayWrite) -> None:
@@ -81,15 +89,19 @@ class ForeignAllocations:
         self.metrics = metrics
         self.leadership = leadership
         self._seen: dict[str, frozenset[DeviceID]] = {}
-        self._own: set[tuple[str, frozenset[DeviceID]]] = set()
+        self._own: dict[tuple[str, frozenset[DeviceID]], float] = {}  # -> when expected (time.monotonic())
         state.subscribe(self.on_event)
 
     def expect(self, claim_key: str, devices: frozenset[DeviceID]) -> None:
         """Our own write is about to allocate these devices to the claim."""
-        self._own.add((claim_key, devices))
+        now = time.monotonic()
+        if len(self._own) >= OWN_PRUNE_AT:
+            self._own = {k: t for k, t in self._own.items() if now - t < OWN_KEPT_SECONDS}
+        self._own[(claim_key, devices)] = now
 
     def withdraw(self, claim_key: str, devices: frozenset[DeviceID]) -> None:
-        self._own.discard((claim_key, devices))
+        """The API server refused the write: it will not land."""
+        self._own.pop((claim_key, devices), None)
 
     def on_event(self, event: ev.ObjectEvent) -> None:
         if event.kind != ev.RESOURCE_CLAIM:
@@ -103,8 +115,7 @@ class ForeignAllocations:
             self._seen.pop(event.key, None)
         if not devices or devices == before or not self.state.ready:
             return
-        if (event.key, devices) in self._own:
-            self._own.discard((event.key, devices))
+        if self._own.pop((event.key, devices), None) is not None:
             return
         if self.leadership.may_write():
             self.metrics.foreign_allocations.inc()
@@ -178,8 +189,9 @@ class ClaimWrites:
             try:
                 self.leading(claim.key)
                 raw = await self.source.patch_claim(ns, name, patch, status=True)
-            except BaseException:
-                self.foreign.withdraw(claim.key, devices)
+            except SourceError as e:
+                if 400 <= e.status < 500:  # refused: it did not land (a 5xx or no answer may have)
+                    self.foreign.withdraw(claim.key, devices)
                 raise
             record.reserved = True
             self.apply(raw)
