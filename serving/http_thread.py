@@ -135,27 +135,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
-        self._header_deadline: float | None = None  # loop time by which the pending request's headers must be in
 
     def _arm_header_timer(self) -> None:
-        """A deadline per request, one timer per connection: a kept-alive connection's timer is
-        scheduled already, so a request costs an attribute, not a timer made and cancelled."""
-        self._header_deadline = self.loop.time() + self.headers_within
         if self._header_timer is None:
-            self._header_timer = self.loop.call_at(self._header_deadline, self._check_headers)
+            self._header_timer = self.loop.call_later(self.headers_within, self._headers_too_slow)
 
     def _disarm_header_timer(self) -> None:
-        self._header_deadline = None  # the timer stays; when it fires it finds nothing pending
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
 
-    def _check_headers(self) -> None:
+    def _headers_too_slow(self) -> None:
         self._header_timer = None
-        deadline = self._header_deadline
-        if deadline is None:
-            return
-        if self.loop.time() < deadline:  # a later request's deadline: wait for it
-            self._header_timer = self.loop.call_at(deadline, self._check_headers)
-            return
-        self._header_deadline = None
         log.debug("closing a connection whose request headers did not arrive in time", extra={"client": str(self.client)})
         if not self.transport.is_closing():
             self.transport.close()
@@ -174,10 +165,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._header_deadline = None
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        self._disarm_header_timer()
         super().connection_lost(exc)
 
 
