@@ -153,7 +153,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn declares it (asyncio.Protocol says BaseTransport)
         super().connection_made(transport)
-        self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]  # a transport by its methods
         self._arm_header_timer()
 
     def on_message_begin(self) -> None:
@@ -167,41 +166,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
         super().connection_lost(exc)
-
-
-class CoalescingTransport:
-    """A transport whose writes made in one turn of the loop leave in one write, at the end of the turn.
-
-    uvicorn writes an answer's status line and headers at `http.response.start`
-    and its body at `http.response.body`: two writes, so two send() calls and
-    two TCP segments for kube-scheduler to read, three answers per pod. Both
-    messages are sent in one step of the app's task (extender/app.py), so they
-    leave together here. Everything else is the transport's own.
-    """
-
-    __slots__ = ("_loop", "_pending", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._pending:
-            self._loop.call_soon(self._flush)
-        self._pending.append(bytes(data))
-
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if pending and not self._transport.is_closing():
-            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 def protocol_class(header_timeout: float) -> type[GuardedHttpToolsProtocol]:
