@@ -97,8 +97,7 @@ def _fewest_results(claim: ResourceClaim) -> int:
     """The fewest results any allocation of `claim` has (ExactCount counts; All and firstAvailable at least 1)."""
     total = 0
     for request in claim.requests:
-        subs = [request.exactly] if request.exactly is not None else list(request.first_available)
-        total += min((1 if sub.allocation_mode == MODE_ALL else sub.count for sub in subs), default=0)
+        total += min((1 if sub.allocation_mode == MODE_ALL else sub.count for sub in request.subrequests), default=0)
     return total
 
 

@@ -486,10 +486,9 @@ class CandidateFinder(Generic[SelectorT]):
         state: AllocatedState,
         avail: Availability,
     ) -> Slot | Failure:
-        subs = [request.exactly] if request.exactly is not None else list(request.first_available)
         alternatives: list[Alternative] = []
         failures: list[tuple[str, Failure]] = []
-        for sub in subs:
+        for sub in request.subrequests:
             result_name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
             alt = self._alternative(claim, result_name, sub, node, pools, classes, state, avail)
             if isinstance(alt, Failure):

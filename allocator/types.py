@@ -302,6 +302,11 @@ class DeviceRequest:
     exactly: ExactRequest | None = None
     first_available: tuple[ExactRequest, ...] = ()
 
+    @property
+    def subrequests(self) -> tuple[ExactRequest, ...]:
+        """What may satisfy it: `exactly` alone, or the `firstAvailable` subrequests in order."""
+        return (self.exactly,) if self.exactly is not None else self.first_available
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceConstraint:

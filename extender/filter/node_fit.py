@@ -116,8 +116,7 @@ def _claims_with(claims: list[ResourceClaim], expression: str) -> list[str]:
     using = []
     for claim in claims:
         for request in claim.requests:
-            subs = [request.exactly] if request.exactly is not None else list(request.first_available)
-            if expression and any(expression in sub.selectors for sub in subs):
+            if expression and any(expression in sub.selectors for sub in request.subrequests):
                 using.append(claim.key)
                 break
     return using or [c.key for c in claims]

@@ -328,10 +328,5 @@ def spec_signature(claim: ResourceClaim) -> tuple[Any, ...]:
     signature too. `config` is not: it is copied into an allocation, never
     searched, and fits are kept without their allocations.
     """
-    texts = tuple(
-        str(q)
-        for r in claim.requests
-        for e in ((r.exactly,) if r.exactly is not None else r.first_available)
-        for _, q in e.capacity_requests
-    )
+    texts = tuple(str(q) for r in claim.requests for e in r.subrequests for _, q in e.capacity_requests)
     return claim.requests, claim.constraints, texts

@@ -46,7 +46,7 @@ class Aim:
 
 
 def _admin_access(claim: ResourceClaim) -> bool:
-    return any(e.admin_access for r in claim.requests for e in ((r.exactly,) if r.exactly is not None else r.first_available))
+    return any(e.admin_access for r in claim.requests for e in r.subrequests)
 
 
 def health_level(outcome: Outcome) -> int:
