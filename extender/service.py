@@ -95,6 +95,7 @@ class Service:
         metrics.lead_by("verbs", self.leadership.may_write)
         self.placements = binder.gate
         self.backlog = BindBacklog(max_binds_in_flight)
+        metrics.binds_in_flight.set_function(lambda: self.backlog.in_flight)
         self.outcomes = OutcomeCache(state, binder.allocator, size=outcome_cache_size, on_computed=self._count_computed)
         self.claims = ClaimArrival(state, metrics, claim_wait)
         self.extended = ExtendedGroups(state, binder.features)
@@ -209,6 +210,8 @@ class Service:
                 return [], {n: held for n in names}
         nodes = RequestNodes(self.state, args.nodes)
         groups = self.extended.groups(pod, claims, names, nodes)
+        if any(c.allocation is None for c in ([c for group, _ in groups for c in group] if groups else claims)):
+            await self._bind_backlog(deadline)  # every pod with devices to allocate, whichever path it takes below
         if len(groups) > 1:
             return self._filter_groups(pod, groups, names, nodes, deadline, budget)
         claims = groups[0][0] if groups else claims
@@ -227,8 +230,6 @@ class Service:
         budget: float | None,
     ) -> Judged:
         """The nodes the claims fit on, less those a pod being bound may take the devices of; expected to bind on one of them."""
-        if any(c.allocation is None for c in claims):
-            await self._bind_backlog(deadline)
         passed, failed, fits = self.fit.fit(claims, names, nodes, deadline, budget)
         if waiting and not passed:
             # Ready, but the allocated node was not sent or no longer fits: give the devices back (ready or not).
@@ -377,7 +378,6 @@ class Service:
         hears that this pod's bind is decided: later filters must not wait for it.
         """
         self.backlog.begin()
-        self.metrics.binds_in_flight.inc()
         try:
             deadline = time.monotonic() + self.binder.timeout
             if not await self.leadership.may_write_by(deadline):
@@ -386,7 +386,6 @@ class Service:
             return await self.binder.bind(args, deadline=deadline)
         finally:
             self.backlog.end()
-            self.metrics.binds_in_flight.dec()
             self.placements.decided(args.pod_uid)
             self.scores.decided(args.pod_uid)
 

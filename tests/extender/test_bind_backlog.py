@@ -19,7 +19,7 @@ import pytest
 from extender.bind.backlog import BindBacklog
 from kubesim.fakeapi import FakeApiServer, RequestInfo
 from kubesim.objects import claim, node
-from tests.extender.api_cluster import ApiCluster, gpu_class, node_slice, pod_with_claim, until
+from tests.extender.api_cluster import RESOURCE, ApiCluster, extended_pod, gpu_class, node_slice, pod_with_claim, until
 
 
 class HeldBindings:
@@ -42,12 +42,13 @@ class HeldBindings:
 @pytest.fixture
 async def api() -> AsyncIterator[FakeApiServer]:
     async with FakeApiServer(bookmark_interval=0.2) as server:
-        server.create(gpu_class())
+        server.create(gpu_class(extended_resource=RESOURCE))
         server.create(node("n1", hostname=True))
         server.create(node_slice("n1", 8))
         for i in range(3):
             server.create(claim(f"c{i}"))
             server.create(pod_with_claim(f"p{i}", f"c{i}"))
+        server.create(extended_pod("px"))  # its claim is made at its /bind, from the class's extended resource
         yield server
 
 
@@ -58,6 +59,7 @@ class Row:
     placement_wait: float
     waits_for_a_bind: bool  # the third pod's /filter answers only once a bind is let go (else while they are held)
     waited_at_least: float  # seconds the metric must show (0: no wait observed)
+    probe: str = "p2"  # the pod whose /filter comes while two binds are held
 
 
 ROWS = [
@@ -65,6 +67,7 @@ ROWS = [
     Row("no limit (0): a filter answers at once", 0, 5.0, False, 0.0),
     Row("below the limit: a filter answers at once", 3, 5.0, False, 0.0),
     Row("the wait is bounded by --placement-wait", 2, 0.4, False, 0.4),
+    Row("a pod asking for a DRA-backed extended resource waits too", 2, 5.0, True, 0.2, probe="px"),
 ]
 
 
@@ -76,14 +79,15 @@ async def test_filter_waits_while_too_many_binds_are_in_progress(api: FakeApiSer
     held = HeldBindings()
     api.add_reactor(held)
     pods: list[dict[str, Any]] = []
-    for i in range(3):
-        got = api.get("pods", "default", f"p{i}")
+    for name in ("p0", "p1", row.probe):
+        got = api.get("pods", "default", name)
         assert got is not None
         pods.append(got)
     try:
         binds = [asyncio.create_task(cluster.bind(p, "n1")) for p in pods[:2]]
         await until(lambda: held.held == 2, "both Bindings to be held")
         assert service.backlog.in_flight == 2
+        assert service.metrics.registry.get_sample_value("dra_extender_binds_in_flight") == 2
         start = time.monotonic()
         third = asyncio.create_task(cluster.filter(pods[2], ["n1"]))
         if row.waits_for_a_bind:
