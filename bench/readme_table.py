@@ -160,7 +160,7 @@ def workloads() -> tuple[str, str, str]:
 
 def partitions_http() -> tuple[str, str, str]:
     """The Partitions workloads over HTTP (bench/workloads/partitions.py) at 500 and 5,000 nodes: every final run, in order."""
-    runs = [*(_load(f"partitions-http-{i}") for i in range(3)), _load("partitions-http-idle")]
+    runs = [*(_load(f"partitions-http-{i}") for i in range(3)), _load("partitions-http-idle"), _load("partitions-http-merged")]
     parts = []
     for name in ("Partitions", "Partitions5k"):
         per_run = []
@@ -179,8 +179,8 @@ def partitions_http() -> tuple[str, str, str]:
         f"{w['partitions_per_gpu']} partitions on shared counters, {w['measured_pods']:,} one-partition pods, cluster mode, "
         f"{len(runs)} runs",
         f"wall time per /filter (ms) from a driver that waits for each bind; the driver and the fake API server on the same "
-        f"{_cores(runs[0])}, the last run with the extender pinned on one core and them on the other (`--extender-cpus 0`, "
-        f"issue 42) (load average {min(loads):g}-{max(loads):g}; CPU taken by other guests "
+        f"{_cores(runs[0])}, the last two runs (the second on the tree of issue 42's last cuts) with the extender pinned on one core "
+        f"and them on the other (`--extender-cpus 0`) (load average {min(loads):g}-{max(loads):g}; CPU taken by other guests "
         f"{min(steal):g}-{max(steal):g} s per workload where recorded)",
         "; ".join(parts) + "; target p99 10 ms",
     )
@@ -210,7 +210,7 @@ def real_control_plane() -> tuple[str, str, str]:
     """Issue 42's modes on a real kube-scheduler, kube-apiserver and kube-controller-manager 1.36 (bench/real_plane_modes.py)."""
     parts, loads = [], []
     for name in ("5000x8", "500x10", "100x10"):
-        d = _load(f"real-plane-final-{name}")
+        d = _load(f"real-plane-merged-{name}")
         by = {r["mode"]: r for r in d["results"]}
         ext = by["extender"]
         loads += [x for r in d["results"] for x in (r["machine_at_start"]["loadavg_1_5_15"][0], r["machine_at_end"]["loadavg_1_5_15"][0])]
@@ -224,9 +224,9 @@ def real_control_plane() -> tuple[str, str, str]:
             f"({by['no-dra']['pods_per_s']:g}; {x('no-dra-sampled')} no DRA with default sampling); "
             f"extender CPU {ext['extender_cpu_ms_per_pod']:g} ms per pod, peak RSS {ext['extender_peak_rss_mib']:g} MiB"
         )
-    first = _load("real-plane-final-5000x8")
+    first = _load("real-plane-merged-5000x8")
     return (
-        "[real control plane](bench/results/real-plane-final-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
+        "[real control plane](bench/results/real-plane-merged-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
         f"{first['kubernetes'].removeprefix('Kubernetes ')} on loopback; in-tree DynamicResources, dra-extender "
         "(`percentageOfNodesToScore: 100`), a no-op extender and no DRA at all, back to back on the same objects, "
         "the pods with their claims created before kube-scheduler starts",
