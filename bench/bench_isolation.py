@@ -417,7 +417,7 @@ class Profile:
 # What the verbs process spends its CPU on, by the first matching part (py-spy names a repository frame
 # `function (extender/...)`). A sample whose innermost Python frame is an event loop's own (uvloop's C code: its
 # I/O and timers, or waiting, which --nonblocking cannot always tell apart) is counted as the loops'.
-LOOPS = ("Runner.run (asyncio/runners.py)", "HttpThread._run (serving/http_thread.py)")
+LOOPS = ("Runner.run (asyncio/runners.py)", "HttpServers._run (serving/http_thread.py)")
 PARTS = (
     ("verbs (/filter, /prioritize, /bind)", ("(extender/",)),
     ("HTTP serving", ("(serving/", "(uvicorn/", "(h11/")),

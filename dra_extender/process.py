@@ -275,9 +275,9 @@ class Process:
 
     async def run(self) -> int:
         """Serve until a signal or the first task that ends; the exit code."""
-        from serving.http_thread import HttpThread
+        from serving.http_thread import HttpServers
 
-        http = HttpThread(self.apps, self.limits, self.sockets)
+        http = HttpServers(self.apps, self.limits, self.sockets)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

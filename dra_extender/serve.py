@@ -371,9 +371,15 @@ def add_verbs(proc: Process, addresses: Addresses, lead: Leadership | None, feat
 
 
 def _apps(proc: Process, service: Service, addresses: Addresses, lead: Leadership | None) -> list[Listener]:
-    """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen."""
+    """The HTTP apps with their addresses: the extender's, and the probes' alone on --probe-listen.
+
+    The extender's is served on the main loop, its verbs awaited where they
+    are read (no hop to another loop and back); the probes' on the HTTP
+    thread, so they answer while a verb holds the main loop
+    (serving/http_thread.py).
+    """
     from extender.app import create_app
-    from serving.http_thread import Listener
+    from serving.http_thread import InlineBridge, Listener
 
     args, bridge, limits = proc.args, proc.bridge, proc.limits
     listen, probe = addresses
@@ -383,7 +389,7 @@ def _apps(proc: Process, service: Service, addresses: Addresses, lead: Leadershi
         Listener(
             create_app(
                 service,
-                bridge,
+                InlineBridge(),
                 debug=not args.no_debug,
                 filter_budget=args.filter_timeout,
                 limits=limits,
@@ -391,6 +397,7 @@ def _apps(proc: Process, service: Service, addresses: Addresses, lead: Leadershi
                 lease_problem=lease_problem,
             ),
             *listen,
+            on_main_loop=True,
         )
     ]
     if probe is not None:

@@ -1,13 +1,21 @@
-"""HTTP served from a thread of its own, so probes answer while the event loop is busy.
+"""HTTP served from a thread of its own, so probes answer while the event loop is busy; the verbs on the main loop.
 
-Everything that decides (the verbs, /debug) runs on the main event loop, as
-before: the tracker's state is only ever touched there. The HTTP servers
-(uvicorn, for --listen and --probe-listen) run on a second event loop in a
-thread: they read requests (with size and time limits), answer /livez,
-/readyz and /metrics themselves, and hand the rest to the main loop. A
-verb that keeps the main loop busy for seconds then delays other verbs, but
-not the probes; and /livez fails once the main loop has not turned for
-`stall_threshold` seconds, so a stuck loop gets the container restarted.
+Everything that decides (the verbs, /debug) runs on the main event loop:
+the tracker's state is only ever touched there. The probe servers (uvicorn,
+for --probe-listen, the controllers' --listen, the alert receiver) run on
+a second event loop in a thread: they read requests (with size and time
+limits), answer /livez, /readyz and /metrics themselves, and hand the rest
+to the main loop. A verb that keeps the main loop busy for seconds then
+delays other verbs, but not those probes; and /livez fails once the main
+loop has not turned for `stall_threshold` seconds, so a stuck loop gets the
+container restarted.
+
+`serve`'s --listen, the verbs' listener, is served on the main loop itself
+(`Listener.on_main_loop`): a verb handed to the other loop and back cost
+about 0.1 ms of CPU twice per pod, and with them on the main loop the
+extender's CPU per pod fell by about 15 % on a real control plane
+(docs/performance.md#the-verbs-on-the-main-loop). The probes kube-scheduler's
+pod is checked with belong on --probe-listen, which stays on the thread.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ log = logging.getLogger("dra_extender.http")
 T = TypeVar("T")
 
 HEARTBEAT_SECONDS = 0.2
+STOP_SECONDS = 5.0  # uvicorn's graceful shutdown (3 s) and a margin, for the servers still running once one has stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +139,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     connection was made or the request began.
     """
 
-    headers_within: ClassVar[float] = Limits().header_timeout  # seconds; set per server by HttpThread (a subclass per limit)
+    headers_within: ClassVar[float] = Limits().header_timeout  # seconds; set per server by HttpServers (a subclass per limit)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -200,46 +209,71 @@ class _Server(uvicorn.Server):
 
 @dataclass(frozen=True, slots=True)
 class Listener:
-    """An app and where it listens; with a certificate and key it serves TLS."""
+    """An app and where it listens; with a certificate and key it serves TLS.
+
+    `on_main_loop`: served on the loop that starts the servers (the main
+    loop), for an app whose every request is work there (the verbs, built
+    with an InlineBridge); otherwise on the HTTP thread.
+    """
 
     app: ASGIApp
     host: str
     port: int
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    on_main_loop: bool = False
 
 
-class HttpThread:
-    """uvicorn servers on their own event loop, in a daemon thread."""
+def _uvicorn_server(listener: Listener, protocol: type[GuardedHttpToolsProtocol]) -> _Server:
+    return _Server(
+        uvicorn.Config(
+            listener.app,
+            host=listener.host,
+            port=listener.port,
+            log_config=None,
+            access_log=False,
+            loop="none",
+            http=protocol,
+            lifespan="off",
+            timeout_graceful_shutdown=3,
+            timeout_keep_alive=5,
+            ssl_certfile=listener.ssl_certfile,
+            ssl_keyfile=listener.ssl_keyfile,
+        )
+    )
+
+
+async def _serve(servers: list[_Server], sockets: list[socket.socket] | None) -> None:
+    if sockets is None:
+        await asyncio.gather(*(s.serve() for s in servers))
+    else:
+        await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in zip(servers, sockets, strict=True)))
+
+
+class HttpServers:
+    """The uvicorn servers of one process: those on their own event loop in a daemon thread, and those `on_main_loop`."""
 
     def __init__(self, apps: list[Listener], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
-        """`sockets` (one per app, already bound by bind_socket) replace binding host and port in the thread."""
+        """`sockets` (one per app, already bound by bind_socket) replace binding host and port."""
         protocol = protocol_class(limits.header_timeout)
-        self.sockets = sockets
-        self.servers = [
-            _Server(
-                uvicorn.Config(
-                    a.app,
-                    host=a.host,
-                    port=a.port,
-                    log_config=None,
-                    access_log=False,
-                    loop="none",
-                    http=protocol,
-                    lifespan="off",
-                    timeout_graceful_shutdown=3,
-                    timeout_keep_alive=5,
-                    ssl_certfile=a.ssl_certfile,
-                    ssl_keyfile=a.ssl_keyfile,
-                )
-            )
-            for a in apps
-        ]
+        pairs = list(zip(apps, sockets, strict=True)) if sockets is not None else [(a, None) for a in apps]
+        here = [(_uvicorn_server(a, protocol), sock) for a, sock in pairs if a.on_main_loop]
+        there = [(_uvicorn_server(a, protocol), sock) for a, sock in pairs if not a.on_main_loop]
+        self.main_servers = [s for s, _ in here]
+        self.main_sockets = None if sockets is None else [sock for _, sock in here if sock is not None]
+        self.servers = [s for s, _ in there]
+        self.sockets = None if sockets is None else [sock for _, sock in there if sock is not None]
         self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
+        self._main: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
-        self._thread.start()
+        """From the main loop: the thread's servers start there, the others as a task here."""
+        if self.servers:
+            self._thread.start()
+        if self.main_servers:
+            self._main = asyncio.create_task(_serve(self.main_servers, self.main_sockets), name="http-main-loop")
 
     def _run(self) -> None:
         try:
@@ -249,15 +283,8 @@ class HttpThread:
         except ImportError:  # pragma: no cover
             loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-
-        async def serve_all() -> None:
-            if self.sockets is None:
-                await asyncio.gather(*(s.serve() for s in self.servers))
-            else:
-                await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in zip(self.servers, self.sockets, strict=True)))
-
         try:
-            loop.run_until_complete(serve_all())
+            loop.run_until_complete(_serve(self.servers, self.sockets))
             self.done.set_result(None)
         except BaseException as e:
             self.done.set_exception(e if isinstance(e, Exception) else RuntimeError(f"HTTP server stopped: {e!r}"))
@@ -265,8 +292,21 @@ class HttpThread:
             loop.close()
 
     def stop(self) -> None:
-        for s in self.servers:
+        self._stopping = True
+        for s in (*self.servers, *self.main_servers):
             s.should_exit = True
 
     async def wait(self) -> None:
-        await asyncio.wrap_future(self.done)
+        """Until the first of the two ends (on its own: an error the caller reports), or, once stopping, both."""
+        waits: list[asyncio.Future[None]] = []
+        if self.servers:
+            waits.append(asyncio.wrap_future(self.done))
+        if self._main is not None:
+            waits.append(self._main)
+        if not waits:
+            return
+        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if self._stopping and pending:
+            await asyncio.wait(pending, timeout=STOP_SECONDS)
+        for d in done:
+            d.result()
