@@ -210,7 +210,7 @@ def real_control_plane() -> tuple[str, str, str]:
     """Issue 42's modes on a real kube-scheduler, kube-apiserver and kube-controller-manager 1.36 (bench/real_plane_modes.py)."""
     parts, loads = [], []
     for name in ("5000x8", "500x10", "100x10"):
-        d = _load(f"real-plane-merged-{name}")
+        d = _load(f"real-plane-main-loop-{name}")
         by = {r["mode"]: r for r in d["results"]}
         ext = by["extender"]
         loads += [x for r in d["results"] for x in (r["machine_at_start"]["loadavg_1_5_15"][0], r["machine_at_end"]["loadavg_1_5_15"][0])]
@@ -218,15 +218,17 @@ def real_control_plane() -> tuple[str, str, str]:
         def x(ref: str, ext: dict[str, Any] = ext, by: dict[str, Any] = by) -> str:
             return f"{ext['pods_per_s'] / by[ref]['pods_per_s']:.2f}x" if ref in by else "not run"
 
+        sampled = f"; {x('no-dra-sampled')} no DRA with default sampling" if "no-dra-sampled" in by else ""
+        no_op = f", {x('no-op')} a no-op extender" if "no-op" in by else ""
         parts.append(
             f"{name} ({ext['pods']:,} pods): {ext['bound']:,} bound at {ext['pods_per_s']:g} pods/s, {x('in-tree')} in-tree "
-            f"({by['in-tree']['pods_per_s']:g}), {x('no-op')} a no-op extender, {x('no-dra')} no DRA at the same node scoring "
-            f"({by['no-dra']['pods_per_s']:g}; {x('no-dra-sampled')} no DRA with default sampling); "
+            f"({by['in-tree']['pods_per_s']:g}){no_op}, {x('no-dra')} no DRA at the same node scoring "
+            f"({by['no-dra']['pods_per_s']:g}{sampled}); "
             f"extender CPU {ext['extender_cpu_ms_per_pod']:g} ms per pod, peak RSS {ext['extender_peak_rss_mib']:g} MiB"
         )
-    first = _load("real-plane-merged-5000x8")
+    first = _load("real-plane-main-loop-5000x8")
     return (
-        "[real control plane](bench/results/real-plane-merged-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
+        "[real control plane](bench/results/real-plane-main-loop-5000x8.md): kube-apiserver, kube-controller-manager and kube-scheduler "
         f"{first['kubernetes'].removeprefix('Kubernetes ')} on loopback; in-tree DynamicResources, dra-extender "
         "(`percentageOfNodesToScore: 100`), a no-op extender and no DRA at all, back to back on the same objects, "
         "the pods with their claims created before kube-scheduler starts",

@@ -1,8 +1,9 @@
 """The HTTP edge: FastAPI routes over raw bodies and orjson bytes.
 
-The app runs on the HTTP thread's event loop (serving.http_thread): bodies
-are read there, within the request limits; probes are answered there; verbs
-and /debug run on the main loop through the bridge. The routes live in
+`serve` runs the app for --listen on the main loop with an InlineBridge (verbs
+and /debug awaited in place) and the probes-only app for --probe-listen on
+the HTTP thread's loop, where the bridge hands work to the main loop
+(serving.http_thread). Bodies are read within the request limits either way. The routes live in
 extender/routes/ (probes, verbs, debug) and reach the cluster state only
 through the service.
 """

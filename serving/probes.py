@@ -1,6 +1,7 @@
 """/livez (/healthz), /readyz and /metrics for every long-running command: answered on the HTTP thread,
-whatever the main loop is busy with. The extender's listeners (extender/routes/probes.py) and the
-controllers' (dra_extender/controllers.py) add them with what "ready" means for each.
+whatever the main loop is busy with (on serve's --listen, served by the main loop itself, once it turns:
+the kubelet's probes belong on --probe-listen). The extender's listeners (extender/routes/probes.py) and
+the controllers' (dra_extender/controllers.py) add them with what "ready" means for each.
 """
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ class Scores:
         return list(zip(names, self.rank(uid, claims, names, verdicts, nodes), strict=True))
 
     def keep(self, uid: str, claims: list[ResourceClaim], passed: list[str], verdicts: list[Outcome], nodes: RequestNodes) -> None:
-        """/prioritize's answer for the nodes just offered, for the HTTP thread to send without a hop.
+        """/prioritize's answer for the nodes just offered, sent as it is when /prioritize comes (no decision then).
 
         kube-scheduler calls /prioritize right after /filter, with the nodes
         that passed; scores computed now differ from ones computed then only

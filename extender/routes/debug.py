@@ -14,7 +14,7 @@ from serving.http_thread import LoopBridge
 
 
 def add_debug_routes(app: FastAPI, service: Service, bridge: LoopBridge, *, source_status: Callable[[], dict[str, Any]] | None) -> None:
-    """The HTTP thread only sends bytes (probes wait on it)."""
+    """The pages are built on the main loop; where the app is served from the HTTP thread, that thread only sends bytes (probes wait on it)."""
 
     @app.get("/debug/devices")
     async def debug_devices(

@@ -1,4 +1,7 @@
-"""/filter, /prioritize and /bind: read and parse on the HTTP thread, decide on the main loop through the service.
+"""/filter, /prioritize and /bind: read and parse where the listener is served, decide on the main loop through the service.
+
+serve's --listen is served on the main loop (its bridge awaits in place); through a LoopBridge from
+another loop the decision hops to the main loop and back.
 
 Each verb's route (`VerbRoute`) reads its body from the ASGI messages and its answer is sent as two
 messages, no Request or Response object on the way (three requests per pod). FastAPI still routes them
@@ -33,10 +36,10 @@ A = TypeVar("A")  # a verb's parsed arguments
 class Verb(Generic[A]):
     """One verb: how its body is parsed, decided, answered on error, and (maybe) answered without the main loop.
 
-    `quick`, when given, may answer on the HTTP thread from the request
-    alone (a pod without claims) or from what the main loop prepared for
-    it (/prioritize after /filter): no hop to the main loop, so no wait
-    behind the binds and watch events it is busy with.
+    `quick`, when given, may answer from the request alone (a pod without
+    claims) or from what the main loop prepared for it (/prioritize after
+    /filter), without the handler: no decision, and through a LoopBridge
+    no hop.
     """
 
     name: str
@@ -55,7 +58,7 @@ class InFlight(Protocol):
 
 
 class VerbRoute:
-    """The route of one verb over raw ASGI messages: read and parse here (the HTTP thread), decide on the main loop.
+    """The route of one verb over raw ASGI messages: read and parse here, decide on the main loop (through the bridge).
 
     From its first byte to its answer the verb counts in `foreground`, so the
     state's optional background work waits (tracker/foreground.py).
