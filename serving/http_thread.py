@@ -243,11 +243,11 @@ def _uvicorn_server(listener: Listener, protocol: type[GuardedHttpToolsProtocol]
     )
 
 
-async def _serve(servers: list[_Server], sockets: list[socket.socket] | None) -> None:
-    if sockets is None:
-        await asyncio.gather(*(s.serve() for s in servers))
-    else:
-        await asyncio.gather(*(s.serve(sockets=[sock]) for s, sock in zip(servers, sockets, strict=True)))
+_Served = list[tuple[_Server, socket.socket | None]]  # a server and the socket it was bound to (None: it binds host and port)
+
+
+async def _serve(served: _Served) -> None:
+    await asyncio.gather(*(s.serve() if sock is None else s.serve(sockets=[sock]) for s, sock in served))
 
 
 class HttpServers:
@@ -256,13 +256,10 @@ class HttpServers:
     def __init__(self, apps: list[Listener], limits: Limits, sockets: list[socket.socket] | None = None) -> None:
         """`sockets` (one per app, already bound by bind_socket) replace binding host and port."""
         protocol = protocol_class(limits.header_timeout)
-        pairs = list(zip(apps, sockets, strict=True)) if sockets is not None else [(a, None) for a in apps]
-        here = [(_uvicorn_server(a, protocol), sock) for a, sock in pairs if a.on_main_loop]
-        there = [(_uvicorn_server(a, protocol), sock) for a, sock in pairs if not a.on_main_loop]
-        self.main_servers = [s for s, _ in here]
-        self.main_sockets = None if sockets is None else [sock for _, sock in here if sock is not None]
-        self.servers = [s for s, _ in there]
-        self.sockets = None if sockets is None else [sock for _, sock in there if sock is not None]
+        socks: list[socket.socket | None] = list(sockets) if sockets is not None else [None] * len(apps)
+        pairs = list(zip(apps, socks, strict=True))
+        self.on_main: _Served = [(_uvicorn_server(a, protocol), sock) for a, sock in pairs if a.on_main_loop]
+        self.on_thread: _Served = [(_uvicorn_server(a, protocol), sock) for a, sock in pairs if not a.on_main_loop]
         self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
         self._main: asyncio.Task[None] | None = None
@@ -270,10 +267,10 @@ class HttpServers:
 
     def start(self) -> None:
         """From the main loop: the thread's servers start there, the others as a task here."""
-        if self.servers:
+        if self.on_thread:
             self._thread.start()
-        if self.main_servers:
-            self._main = asyncio.create_task(_serve(self.main_servers, self.main_sockets), name="http-main-loop")
+        if self.on_main:
+            self._main = asyncio.create_task(_serve(self.on_main), name="http-main-loop")
 
     def _run(self) -> None:
         try:
@@ -284,7 +281,7 @@ class HttpServers:
             loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(_serve(self.servers, self.sockets))
+            loop.run_until_complete(_serve(self.on_thread))
             self.done.set_result(None)
         except BaseException as e:
             self.done.set_exception(e if isinstance(e, Exception) else RuntimeError(f"HTTP server stopped: {e!r}"))
@@ -293,13 +290,13 @@ class HttpServers:
 
     def stop(self) -> None:
         self._stopping = True
-        for s in (*self.servers, *self.main_servers):
+        for s, _ in (*self.on_thread, *self.on_main):
             s.should_exit = True
 
     async def wait(self) -> None:
         """Until the first of the two ends (on its own: an error the caller reports), or, once stopping, both."""
         waits: list[asyncio.Future[None]] = []
-        if self.servers:
+        if self.on_thread:
             waits.append(asyncio.wrap_future(self.done))
         if self._main is not None:
             waits.append(self._main)

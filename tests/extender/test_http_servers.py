@@ -53,7 +53,7 @@ def test_each_listener_runs_where_it_says_and_stop_ends_all(on_main_loop: list[b
         finally:
             servers.stop()
         await asyncio.wait_for(waiting, 10)  # both ended: the main loop's task and the thread's loop
-        if servers.servers:
+        if servers.on_thread:
             servers._thread.join(5)
             assert not servers._thread.is_alive()
         return names
